@@ -1,0 +1,22 @@
+"""fuseopt: data-parallel training over a native negotiate-fuse-reduce core.
+
+    import fuseopt
+    fuseopt.init()
+    avg = fuseopt.allreduce(numpy_array, name="grad")
+
+Framework bindings live in ``fuseopt.torch`` and ``fuseopt.tensorflow``.
+"""
+from .errors import (BackendError, FuseoptError, InternalError, InvalidArgumentError,
+                     MismatchError, NotInitializedError, RankFailedError, ShutDownError,
+                     TimeoutError, UnsupportedError)
+from .runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
+                      pending_handles, rank, settings, shutdown, size)
+from .requests import Handle
+from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
+                  allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async,
+                  barrier, broadcast, broadcast_, broadcast_async, broadcast_async_,
+                  grouped_allreduce, grouped_allreduce_async, join, poll, reducescatter,
+                  reducescatter_async, synchronize)
+from .objects import allgather_object, broadcast_object
+
+__version__ = "0.1.0"

@@ -1,0 +1,110 @@
+"""cffi builder for the native core (out-of-line API mode).
+
+setup.py names this file in ``cffi_modules``; ``pip install .`` then compiles
+``native/src/*.cc`` together with cffi's wrapper into ``fuseopt._fuseopt_cffi``.
+The cdef is read from the public header between its cdef markers, so the C
+declarations and constants exist in exactly one place.
+
+Which MPI to build against, first match wins:
+  1. ``FUSEOPT_MPI_DIR=/prefix``   a site MPI installed under prefix/{include,lib}
+  2. ``FUSEOPT_MPICXX=mpicxx``     a site MPI's compiler wrapper (name or path)
+  3. the ``mpich`` wheel from PyPI (the default; a build dependency)
+  4. ``mpicxx`` found on PATH
+"""
+import glob
+import os
+import shlex
+import shutil
+import subprocess
+
+from cffi import FFI
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADER = os.path.join(ROOT, "native", "include", "fuseopt", "fuseopt.h")
+
+
+def read_cdef(path=HEADER):
+    text = open(path).read()
+    begin = text.index("/* cdef-begin */") + len("/* cdef-begin */")
+    return text[begin:text.index("/* cdef-end */")]
+
+
+def _mpi_from_prefix(prefix):
+    libdir = next((d for d in (os.path.join(prefix, "lib"), os.path.join(prefix, "lib64"))
+                   if glob.glob(os.path.join(d, "libmpi.so*"))), os.path.join(prefix, "lib"))
+    return {"include_dirs": [os.path.join(prefix, "include")], "library_dirs": [libdir],
+            "libraries": ["mpi"], "rpath": [libdir]}
+
+
+def _mpi_from_wrapper(wrapper):
+    words = shlex.split(subprocess.check_output([wrapper, "-show"], text=True))
+    out = {"include_dirs": [], "library_dirs": [], "libraries": [], "rpath": []}
+    for w in words[1:]:
+        if w.startswith("-I"):
+            out["include_dirs"].append(w[2:])
+        elif w.startswith("-L"):
+            out["library_dirs"].append(w[2:])
+            out["rpath"].append(w[2:])
+        elif w.startswith("-l"):
+            out["libraries"].append(w[2:])
+    if "mpi" not in out["libraries"]:
+        out["libraries"].append("mpi")
+    return out
+
+
+def _mpich_wheel_prefix():
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+        dist = distribution("mpich")
+    except Exception:
+        return None
+    for f in dist.files or []:
+        if str(f).endswith("include/mpi.h"):
+            header = str(dist.locate_file(f))
+            return os.path.dirname(os.path.dirname(os.path.abspath(header)))
+    return None
+
+
+def find_mpi():
+    if os.environ.get("FUSEOPT_MPI_DIR"):
+        return _mpi_from_prefix(os.environ["FUSEOPT_MPI_DIR"])
+    if os.environ.get("FUSEOPT_MPICXX"):
+        return _mpi_from_wrapper(os.environ["FUSEOPT_MPICXX"])
+    prefix = _mpich_wheel_prefix()
+    if prefix:
+        return _mpi_from_prefix(prefix)
+    if shutil.which("mpicxx"):
+        return _mpi_from_wrapper("mpicxx")
+    raise RuntimeError(
+        "fuseopt: no MPI found. Install the 'mpich' wheel (pip install mpich), or point "
+        "FUSEOPT_MPI_DIR at an MPI prefix, or FUSEOPT_MPICXX at its mpicxx wrapper.")
+
+
+def make_builder(absolute_paths=False):
+    mpi = find_mpi()
+    sources = sorted(glob.glob(os.path.join(ROOT, "native", "src", "*.cc")))
+    if not absolute_paths:  # setuptools insists on paths relative to setup.py
+        sources = [os.path.relpath(p, ROOT) for p in sources]
+    # $ORIGIN/../../.. is <venv>/lib when installed into site-packages, where
+    # the mpich wheel puts libmpi; fuseopt/_native.py preloads it otherwise.
+    rpaths = ["$ORIGIN/../../.."] + mpi["rpath"]
+    ffi = FFI()
+    ffi.cdef(read_cdef())
+    ffi.set_source(
+        "fuseopt._fuseopt_cffi",
+        '#include "fuseopt/fuseopt.h"',
+        sources=sources,
+        source_extension=".cpp",
+        include_dirs=[os.path.join(ROOT, "native", "include")] + mpi["include_dirs"],
+        library_dirs=mpi["library_dirs"],
+        libraries=mpi["libraries"] + ["stdc++"],
+        extra_compile_args=["-std=c++17", "-O2", "-g0", "-Wall", "-fvisibility=hidden"],
+        extra_link_args=["-Wl,-rpath," + ":".join(rpaths), "-pthread"],
+    )
+    return ffi
+
+
+if __name__ == "__main__":  # python fuseopt/_build.py: build in place, for development
+    make_builder(absolute_paths=True).compile(tmpdir=ROOT, verbose=True)
+else:
+    ffibuilder = make_builder()

@@ -1,0 +1,100 @@
+"""Configuration knobs: each declared once, here, with its environment variable.
+
+Defaults are not repeated here: they come from the native core
+(``fuseopt_config_default``). A knob is set, in rising priority, by that
+default, by its ``FUSEOPT_*`` environment variable, and by the keyword of the
+same name passed to ``fuseopt.init()``. ``fuseoptrun`` flags set the
+environment variables of the ranks it starts.
+"""
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from ._native import ffi, lib
+from .errors import InvalidArgumentError
+
+_LOG_LEVELS = {"trace": 0, "debug": 1, "info": 2, "warning": 3, "error": 4}
+
+
+def _parse_log_level(text):
+    text = str(text).strip().lower()
+    if text in _LOG_LEVELS:
+        return _LOG_LEVELS[text]
+    return int(text)
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str                 # keyword of fuseopt.init()
+    env: str                  # environment variable
+    field: str                # fuseopt_config_t member
+    parse: Callable           # text or keyword value -> Python value
+    to_native: Callable       # Python value -> field value
+    from_native: Callable     # field value -> Python value
+    doc: str
+    test_only: bool = False
+
+
+def _same(x):
+    return x
+
+
+KNOBS = (
+    Knob("fusion_threshold", "FUSEOPT_FUSION_THRESHOLD", "fusion_threshold_bytes",
+         int, int, _same,
+         "Bytes per fused bucket. Tensors ready in the same round share one collective "
+         "up to this size; 0 turns fusion off."),
+    Knob("cycle_time_ms", "FUSEOPT_CYCLE_TIME_MS", "cycle_time_us",
+         float, lambda ms: int(round(ms * 1000)), lambda us: us / 1000.0,
+         "Extra time the loop waits after a wake-up to collect more tensors before "
+         "negotiating. 0 (no delay) is right for almost every job."),
+    Knob("cache_capacity", "FUSEOPT_CACHE_CAPACITY", "cache_capacity", int, int, _same,
+         "Response-cache entries (tensor names negotiated by one bit in steady state); "
+         "0 disables the cache."),
+    Knob("stall_check_s", "FUSEOPT_STALL_CHECK_S", "stall_check_s", int, int, _same,
+         "Seconds a tensor may wait for other ranks before a warning names it and the "
+         "missing ranks; 0 disables."),
+    Knob("stall_shutdown_s", "FUSEOPT_STALL_SHUTDOWN_S", "stall_shutdown_s", int, int, _same,
+         "Seconds after which a stalled tensor fails with RankFailedError on every rank "
+         "instead of waiting forever; 0 (default) waits."),
+    Knob("log_level", "FUSEOPT_LOG_LEVEL", "log_level", _parse_log_level, int,
+         lambda v: [k for k, n in _LOG_LEVELS.items() if n == v][0],
+         "trace, debug, info, warning (default) or error."),
+    Knob("emulated_local_size", "FUSEOPT_EMULATED_LOCAL_SIZE", "emulated_local_size",
+         int, int, _same,
+         "Test knob: pretend each node holds this many consecutive ranks, to exercise "
+         "local/cross topology on one machine; 0 uses the real topology.", test_only=True),
+)
+
+_BY_NAME = {k.name: k for k in KNOBS}
+
+
+def build_config(overrides=None, environ=None):
+    """A filled ``fuseopt_config_t*``: native defaults, then environment, then overrides."""
+    environ = os.environ if environ is None else environ
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - set(_BY_NAME)
+    if unknown:
+        raise InvalidArgumentError("unknown fuseopt setting(s): %s (known: %s)"
+                                   % (", ".join(sorted(unknown)), ", ".join(sorted(_BY_NAME))))
+    cfg = ffi.new("fuseopt_config_t*")
+    lib.fuseopt_config_default(cfg)
+    for knob in KNOBS:
+        if knob.name in overrides and overrides[knob.name] is not None:
+            raw, where = overrides[knob.name], "init(%s=...)" % knob.name
+        elif environ.get(knob.env, "") != "":
+            raw, where = environ[knob.env], knob.env
+        else:
+            continue
+        try:
+            value = knob.parse(raw)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError("%s: cannot read %r as a %s value"
+                                       % (where, raw, knob.name)) from None
+        setattr(cfg, knob.field, knob.to_native(value))
+    return cfg
+
+
+def describe(cfg):
+    """The knobs of a config as a {name: value} dict (for logs and metrics)."""
+    return {k.name: k.from_native(getattr(cfg, k.field)) for k in KNOBS}

@@ -1,0 +1,30 @@
+"""Picklable Python objects across ranks, built on the byte collectives."""
+import pickle
+
+import numpy as np
+
+from . import ops, runtime
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Returns root_rank's ``obj`` on every rank (pickled; root's value wins)."""
+    name = name or "broadcast_object"
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if runtime.rank() == root_rank \
+        else np.zeros(0, dtype=np.uint8)
+    length = ops.broadcast(np.array([payload.size], dtype=np.int64), root_rank, name + ".len")
+    buf = payload if runtime.rank() == root_rank else np.empty(int(length[0]), dtype=np.uint8)
+    data = ops.broadcast(buf, root_rank, name + ".data")
+    return obj if runtime.rank() == root_rank else pickle.loads(data.tobytes())
+
+
+def allgather_object(obj, name=None):
+    """A list with every rank's ``obj``, in rank order."""
+    name = name or "allgather_object"
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    sizes = ops.allgather(np.array([payload.size], dtype=np.int64), name + ".len")
+    data = ops.allgather(payload, name + ".data").tobytes()
+    out, offset = [], 0
+    for n in sizes:
+        out.append(pickle.loads(data[offset:offset + int(n)]))
+        offset += int(n)
+    return out

@@ -1,0 +1,188 @@
+"""Collectives on numpy arrays.
+
+Every operation has an ``_async`` form returning a Handle and a blocking form
+returning the result. Results are new arrays unless the in-place form
+(trailing underscore) is used. Names are the negotiation key: pass the same
+name on every rank, or none (then the n-th unnamed call of each kind matches
+the n-th on every other rank).
+"""
+import numpy as np
+
+from ._native import lib
+from . import requests as _rq
+from .errors import InvalidArgumentError
+
+Sum = lib.FUSEOPT_SUM
+Average = lib.FUSEOPT_AVERAGE
+Min = lib.FUSEOPT_MIN
+Max = lib.FUSEOPT_MAX
+Product = lib.FUSEOPT_PRODUCT
+
+
+def _dtype_name(array):
+    return array.dtype.name  # ml_dtypes.bfloat16 is named "bfloat16" too
+
+
+def _ptr(array):
+    return _rq.ffi.cast("void*", array.ctypes.data)
+
+
+def _contiguous(array):
+    return np.ascontiguousarray(array)
+
+
+def _writable(array, what):
+    if not isinstance(array, np.ndarray):
+        raise InvalidArgumentError("%s must be a numpy array to be updated in place" % what)
+    if not array.flags.writeable:
+        raise InvalidArgumentError("%s is read-only and cannot be updated in place" % what)
+    if not array.flags.c_contiguous:
+        raise InvalidArgumentError("%s is not C-contiguous; in-place operations need a "
+                                   "contiguous array (use the out-of-place form)" % what)
+    return array
+
+
+def allreduce_async(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces ``array`` across ranks into a new array (``op``: Average, Sum,
+    Min, Max, Product; Average divides the sum by size())."""
+    src = _contiguous(array)
+    out = np.empty_like(src)
+    return _rq.enqueue(_rq.ALLREDUCE, name, _dtype_name(src), src.shape, _ptr(src), _ptr(out),
+                       reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
+                       keepalive=(src, out), finish=lambda _: out)
+
+
+def allreduce_async_(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
+    """In-place allreduce: ``array`` holds the result when the handle completes."""
+    buf = _writable(array, "allreduce_ input")
+    return _rq.enqueue(_rq.ALLREDUCE, name, _dtype_name(buf), buf.shape, _ptr(buf), _ptr(buf),
+                       reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
+                       keepalive=(buf,), finish=lambda _: buf)
+
+
+def grouped_allreduce_async(arrays, names=None, op=Average, prescale_factor=1.0,
+                            postscale_factor=1.0):
+    """Allreduces a list together; they are negotiated in one round and fused."""
+    names = names or [None] * len(arrays)
+    handles = [allreduce_async(a, n, op, prescale_factor, postscale_factor)
+               for a, n in zip(arrays, names)]
+    return _Group(handles)
+
+
+class _Group:
+    """Handles of a grouped operation, waited on together."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def poll(self):
+        return all(h.poll() for h in self.handles)
+
+    def wait(self, timeout=None):
+        return [h.wait(timeout) for h in self.handles]
+
+
+def allgather_async(array, name=None):
+    """Concatenates every rank's array along the first dimension (which may
+    differ per rank; the other dimensions must match)."""
+    src = _contiguous(array)
+    if src.ndim == 0:
+        raise InvalidArgumentError("allgather needs at least one dimension")
+
+    def finish(raw):
+        return np.frombuffer(raw.buffer, dtype=src.dtype).reshape((raw.first_dim,) + src.shape[1:])
+
+    return _rq.enqueue(_rq.ALLGATHER, name, _dtype_name(src), src.shape, _ptr(src),
+                       keepalive=(src,), finish=finish)
+
+
+def broadcast_async(array, root_rank, name=None):
+    """Every rank receives ``root_rank``'s array (as a new array)."""
+    src = _contiguous(array)
+    out = np.empty_like(src)
+    return _rq.enqueue(_rq.BROADCAST, name, _dtype_name(src), src.shape, _ptr(src), _ptr(out),
+                       root=root_rank, keepalive=(src, out), finish=lambda _: out)
+
+
+def broadcast_async_(array, root_rank, name=None):
+    """In-place broadcast into ``array``."""
+    buf = _writable(array, "broadcast_ input")
+    return _rq.enqueue(_rq.BROADCAST, name, _dtype_name(buf), buf.shape, _ptr(buf), _ptr(buf),
+                       root=root_rank, keepalive=(buf,), finish=lambda _: buf)
+
+
+def alltoall_async(array, splits=None, name=None):
+    """Sends ``splits[r]`` consecutive rows to rank r (an even split when
+    None). The result is ``(received_rows, received_splits)``."""
+    src = _contiguous(array)
+    if src.ndim == 0:
+        raise InvalidArgumentError("alltoall needs at least one dimension")
+    if splits is not None:
+        splits = [int(s) for s in np.asarray(splits).reshape(-1)]
+
+    def finish(raw):
+        out = np.frombuffer(raw.buffer, dtype=src.dtype).reshape((raw.first_dim,) + src.shape[1:])
+        return out, np.asarray(raw.recv_splits, dtype=np.int64)
+
+    return _rq.enqueue(_rq.ALLTOALL, name, _dtype_name(src), src.shape, _ptr(src),
+                       splits=splits, keepalive=(src,), finish=finish)
+
+
+def reducescatter_rows(rows, rank, size):
+    """Rows of a reducescatter result on ``rank``: the first rows % size ranks
+    get one extra."""
+    return rows // size + (1 if rank < rows % size else 0)
+
+
+def reducescatter_async(array, name=None, op=Average, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Reduces across ranks and returns this rank's slice of the first
+    dimension (see :func:`reducescatter_rows`)."""
+    from .runtime import rank, size
+    src = _contiguous(array)
+    if src.ndim == 0:
+        raise InvalidArgumentError("reducescatter needs at least one dimension")
+    out = np.empty((reducescatter_rows(src.shape[0], rank(), size()),) + src.shape[1:],
+                   dtype=src.dtype)
+    return _rq.enqueue(_rq.REDUCESCATTER, name, _dtype_name(src), src.shape, _ptr(src),
+                       _ptr(out), reduce_op=op, prescale=prescale_factor,
+                       postscale=postscale_factor, keepalive=(src, out), finish=lambda _: out)
+
+
+def _blocking(async_fn):
+    def run(*args, **kwargs):
+        return async_fn(*args, **kwargs).wait()
+    run.__name__ = async_fn.__name__.replace("_async", "")
+    run.__doc__ = "Blocking form of :func:`%s`." % async_fn.__name__
+    return run
+
+
+allreduce = _blocking(allreduce_async)
+allreduce_ = _blocking(allreduce_async_)
+grouped_allreduce = _blocking(grouped_allreduce_async)
+allgather = _blocking(allgather_async)
+broadcast = _blocking(broadcast_async)
+broadcast_ = _blocking(broadcast_async_)
+alltoall = _blocking(alltoall_async)
+reducescatter = _blocking(reducescatter_async)
+
+
+def barrier():
+    """Returns once every rank has called barrier()."""
+    _rq.enqueue_control(_rq.BARRIER).wait()
+
+
+def join():
+    """Declares this rank out of data. Until every rank has joined, it keeps
+    taking part in the others' collectives with neutral values (zeros for
+    sums, so averages still divide by size()). Returns when all have joined."""
+    _rq.enqueue_control(_rq.JOIN, "join").wait()
+
+
+def poll(handle):
+    return handle.poll()
+
+
+def synchronize(handle, timeout=None):
+    """Waits for a handle and returns its result (Horovod's name for wait)."""
+    return handle.wait(timeout)

@@ -1,0 +1,120 @@
+"""Framework-neutral enqueue: describe a buffer, get a Handle.
+
+Bindings (numpy here, torch, TensorFlow) turn their tensors into raw pointers,
+a dtype name and a shape, and call :func:`enqueue`; they never talk to the
+network. The core copies the metadata at once and uses the buffers until the
+handle's wait returns, so the Handle keeps the tensors alive until then.
+"""
+from ._native import ffi, lib
+from . import runtime
+from .dtypes import code_for
+from .errors import check
+
+ALLREDUCE = lib.FUSEOPT_ALLREDUCE
+ALLGATHER = lib.FUSEOPT_ALLGATHER
+BROADCAST = lib.FUSEOPT_BROADCAST
+ALLTOALL = lib.FUSEOPT_ALLTOALL
+REDUCESCATTER = lib.FUSEOPT_REDUCESCATTER
+BARRIER = lib.FUSEOPT_BARRIER
+JOIN = lib.FUSEOPT_JOIN
+
+_NULL = ffi.NULL
+
+
+class RuntimeOutput:
+    """A result whose size the other ranks decided (allgather, alltoall).
+
+    ``buffer`` is a writable bytes-like object that owns the native memory;
+    ``first_dim`` rows arrived in all, ``recv_splits[r]`` of them from rank r.
+    """
+
+    __slots__ = ("buffer", "first_dim", "recv_splits")
+
+    def __init__(self, out):
+        ptr = ffi.gc(ffi.cast("char*", out.data), lib.fuseopt_free) if out.data else None
+        self.buffer = ffi.buffer(ptr, out.nbytes) if ptr is not None else bytearray(0)
+        self.first_dim = int(out.first_dim)
+        n = runtime.size()
+        self.recv_splits = ([int(out.recv_splits[i]) for i in range(n)]
+                            if out.recv_splits else [0] * n)
+        lib.fuseopt_free(out.recv_splits)
+
+
+class Handle:
+    """An operation in flight. ``wait()`` returns its result; ``poll()`` says
+    whether it is done. Wait exactly once: that releases the native handle."""
+
+    __slots__ = ("_ctx", "_id", "_keepalive", "_finish", "_runtime_output", "_done", "_result")
+
+    def __init__(self, ctx, handle_id, keepalive, finish, runtime_output):
+        self._ctx = ctx
+        self._id = handle_id
+        self._keepalive = keepalive
+        self._finish = finish
+        self._runtime_output = runtime_output
+        self._done = False
+        self._result = None
+
+    def poll(self):
+        if self._done:
+            return True
+        done = ffi.new("int*")
+        check(lib.fuseopt_poll(self._ctx, self._id, done))
+        return bool(done[0])
+
+    def wait(self, timeout=None):
+        """Blocks until done (or ``timeout`` seconds: TimeoutError, and the
+        handle may be waited on again). Raises the operation's error, if any."""
+        if self._done:
+            return self._result
+        timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        if self._runtime_output:
+            out = ffi.new("fuseopt_output_t*")
+            check(lib.fuseopt_wait_output(self._ctx, self._id, timeout_ms, out))
+            raw = RuntimeOutput(out)
+        else:
+            check(lib.fuseopt_wait(self._ctx, self._id, timeout_ms))
+            raw = None
+        self._done = True
+        self._keepalive = None
+        self._result = self._finish(raw) if self._finish else None
+        return self._result
+
+
+def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
+            reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
+            keepalive=None, finish=None):
+    """Submits one operation on raw buffers and returns its Handle.
+
+    dtype is a name ("float32"); shape a sequence of ints; pointers are cffi
+    ``void*`` (or NULL). ``finish(raw)`` turns the completed operation into
+    the handle's result; raw is a RuntimeOutput for allgather/alltoall.
+    """
+    ctx = runtime.context()
+    req = ffi.new("fuseopt_request_t*")
+    req.struct_size = ffi.sizeof("fuseopt_request_t")
+    req.collective = collective
+    c_name = ffi.new("char[]", name.encode()) if name is not None else _NULL
+    req.name = c_name
+    req.dtype = code_for(dtype, "tensor %r" % (name or "(unnamed)"))
+    req.reduce_op = reduce_op
+    c_shape = ffi.new("int64_t[]", list(shape))
+    req.ndim = len(shape)
+    req.shape = c_shape
+    req.input = input_ptr
+    req.output = output_ptr
+    req.root = root
+    req.prescale = prescale
+    req.postscale = postscale
+    c_splits = ffi.new("int64_t[]", list(splits)) if splits is not None else _NULL
+    req.splits = c_splits
+    req.num_splits = len(splits) if splits is not None else 0
+    handle = ffi.new("int64_t*")
+    check(lib.fuseopt_enqueue(ctx, req, handle))
+    runtime_output = collective in (ALLGATHER, ALLTOALL)
+    return Handle(ctx, handle[0], keepalive, finish, runtime_output)
+
+
+def enqueue_control(collective, name=None):
+    """Barrier or join: no buffers."""
+    return enqueue(collective, name, "uint8", ())

@@ -1,0 +1,111 @@
+"""Lifecycle of the process's one default context: init, shutdown, topology.
+
+The native core takes an explicit context; this module holds the single one
+that Python users see, the way ``hvd.init()`` does.
+"""
+import atexit
+import threading
+
+from . import config as _config
+from ._native import ffi, lib
+from .errors import NotInitializedError, check
+
+_lock = threading.Lock()
+_ctx = None
+_info = None
+_settings = None
+
+
+def init(**settings):
+    """Starts fuseopt on this rank. Collective: every rank must call it.
+
+    Keyword arguments override ``FUSEOPT_*`` environment variables; see
+    ``fuseopt.config.KNOBS`` (e.g. ``fusion_threshold=4 << 20``). Calling it
+    again while initialized does nothing. Without a launcher the process is a
+    world of size 1.
+    """
+    global _ctx, _info, _settings
+    with _lock:
+        if _ctx is not None:
+            return
+        cfg = _config.build_config(settings)
+        out = ffi.new("fuseopt_ctx_t**")
+        check(lib.fuseopt_init(cfg, out))
+        info = ffi.new("fuseopt_comm_info_t*")
+        check(lib.fuseopt_comm_info(out[0], info))
+        _ctx, _settings = out[0], _config.describe(cfg)
+        _info = {k: getattr(info, k) for k in
+                 ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")}
+
+
+def shutdown():
+    """Stops fuseopt on this rank (collective). Pending operations fail with
+    ShutDownError. Safe to call twice; init() may be called again afterwards."""
+    global _ctx
+    with _lock:
+        ctx, _ctx = _ctx, None
+        if ctx is not None:
+            check(lib.fuseopt_shutdown(ctx))
+
+
+atexit.register(shutdown)
+
+
+def is_initialized():
+    return _ctx is not None
+
+
+def context():
+    """The native context, or NotInitializedError."""
+    ctx = _ctx
+    if ctx is None:
+        raise NotInitializedError("fuseopt has not been initialized: call fuseopt.init() first")
+    return ctx
+
+
+def _topology(key):
+    context()
+    return _info[key]
+
+
+def rank():
+    """This process's rank in the job, 0..size()-1."""
+    return _topology("rank")
+
+
+def size():
+    """Number of ranks in the job."""
+    return _topology("size")
+
+
+def local_rank():
+    """Rank among the processes on this node."""
+    return _topology("local_rank")
+
+
+def local_size():
+    """Number of ranks on this node."""
+    return _topology("local_size")
+
+
+def cross_rank():
+    """Index of this node among the nodes."""
+    return _topology("cross_rank")
+
+
+def cross_size():
+    """Number of nodes."""
+    return _topology("cross_size")
+
+
+def settings():
+    """The knob values this rank was initialized with, as a dict."""
+    context()
+    return dict(_settings)
+
+
+def pending_handles():
+    """Handles issued and not yet waited on (for leak checks)."""
+    count = ffi.new("int64_t*")
+    check(lib.fuseopt_pending_handles(context(), count))
+    return int(count[0])

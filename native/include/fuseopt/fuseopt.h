@@ -1,0 +1,190 @@
+/*
+ * fuseopt.h: the one public surface of the fuseopt native core.
+ *
+ * A process creates one context (fuseopt_init). The context owns a background
+ * loop thread, which is the only thread that talks to the network. Framework
+ * threads describe tensors in fuseopt_request_t, enqueue them, and get an
+ * integer handle back at once; they later poll or wait on that handle.
+ *
+ * Conventions
+ *  - Every entry point returns a fuseopt_status_t. When it is not FUSEOPT_OK,
+ *    fuseopt_last_error() holds a human-readable detail for the calling thread.
+ *  - No C++ exception crosses this boundary.
+ *  - Buffers passed in a request belong to the caller, and must stay valid and
+ *    untouched, until fuseopt_wait has returned a final status for the handle.
+ *  - Tensor names are the negotiation key: the same logical tensor must carry
+ *    the same name on every rank, and a name may not be reused while an earlier
+ *    request with that name is still in flight on the same rank.
+ *
+ * The block between the cdef markers is read verbatim by fuseopt/_build.py
+ * (cffi), so constants reach Python from here and are never copied by hand.
+ * Keep it free of preprocessor conditionals and expressions in #defines.
+ */
+#ifndef FUSEOPT_FUSEOPT_H_
+#define FUSEOPT_FUSEOPT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cdef-begin */
+#define FUSEOPT_ABI_VERSION 1
+
+typedef enum {
+  FUSEOPT_OK = 0,
+  FUSEOPT_INVALID_ARG = 1,     /* the caller passed something unusable          */
+  FUSEOPT_NOT_INITIALIZED = 2, /* no context, or used before init              */
+  FUSEOPT_UNSUPPORTED = 3,     /* valid, but this build/backend cannot do it     */
+  FUSEOPT_MISMATCH = 4,        /* ranks disagree about a tensor (same on all)    */
+  FUSEOPT_BACKEND = 5,         /* the communication library reported an error    */
+  FUSEOPT_TIMEOUT = 6,         /* wait timed out; the handle stays valid         */
+  FUSEOPT_SHUT_DOWN = 7,       /* the context was shut down before completion    */
+  FUSEOPT_RANK_FAILED = 8,     /* a peer rank died or stalled past the limit     */
+  FUSEOPT_INTERNAL = 9         /* a bug in fuseopt; please report it            */
+} fuseopt_status_t;
+
+typedef enum {
+  FUSEOPT_UINT8 = 0,
+  FUSEOPT_INT8 = 1,
+  FUSEOPT_INT32 = 2,
+  FUSEOPT_INT64 = 3,
+  FUSEOPT_FLOAT16 = 4,
+  FUSEOPT_BFLOAT16 = 5,
+  FUSEOPT_FLOAT32 = 6,
+  FUSEOPT_FLOAT64 = 7,
+  FUSEOPT_DTYPE_COUNT = 8
+} fuseopt_dtype_t;
+
+typedef enum {
+  FUSEOPT_ALLREDUCE = 0,
+  FUSEOPT_ALLGATHER = 1,
+  FUSEOPT_BROADCAST = 2,
+  FUSEOPT_ALLTOALL = 3,
+  FUSEOPT_REDUCESCATTER = 4,
+  FUSEOPT_BARRIER = 5,
+  FUSEOPT_JOIN = 6,
+  FUSEOPT_COLLECTIVE_COUNT = 7
+} fuseopt_collective_t;
+
+typedef enum {
+  FUSEOPT_SUM = 0,
+  FUSEOPT_AVERAGE = 1,
+  FUSEOPT_MIN = 2,
+  FUSEOPT_MAX = 3,
+  FUSEOPT_PRODUCT = 4,
+  FUSEOPT_REDUCE_OP_COUNT = 5
+} fuseopt_reduce_op_t;
+
+#define FUSEOPT_MAX_NDIM 16
+
+/* Runtime configuration. Fill with fuseopt_config_default(), then override.
+ * struct_size lets later versions grow the struct without breaking callers. */
+typedef struct {
+  size_t struct_size;
+  int64_t fusion_threshold_bytes; /* bytes per fused bucket; 0 disables fusion   */
+  int64_t cycle_time_us;          /* extra wait to collect tensors after a wake  */
+  int64_t cache_capacity;         /* response-cache entries; 0 disables the cache */
+  int64_t stall_check_s;          /* warn about a stalled tensor after this; 0 off */
+  int64_t stall_shutdown_s;       /* fail stalled tensors after this; 0 off       */
+  int32_t log_level;              /* 0 trace, 1 debug, 2 info, 3 warning, 4 error */
+  int32_t emulated_local_size;    /* test knob: pretend nodes have this many ranks */
+} fuseopt_config_t;
+
+typedef struct {
+  int32_t rank, size;
+  int32_t local_rank, local_size; /* ranks on this node                          */
+  int32_t cross_rank, cross_size; /* this node's index, number of nodes          */
+} fuseopt_comm_info_t;
+
+/* One tensor operation. Shapes are in elements, row-major; the first dimension
+ * is the one that allgather concatenates and alltoall/reducescatter split. */
+typedef struct {
+  size_t struct_size;
+  fuseopt_collective_t collective;
+  const char* name;               /* NULL: an automatic per-collective name      */
+  fuseopt_dtype_t dtype;
+  fuseopt_reduce_op_t reduce_op;  /* allreduce, reducescatter                    */
+  int32_t ndim;
+  const int64_t* shape;           /* ndim entries                                */
+  const void* input;              /* may equal output (in place)                 */
+  void* output;                   /* NULL for allgather/alltoall: see below      */
+  int32_t root;                   /* broadcast                                   */
+  double prescale;                /* applied to the input before reducing        */
+  double postscale;               /* applied to the result after reducing        */
+  const int64_t* splits;          /* alltoall: rows sent to each rank; NULL
+                                     means an even split                         */
+  int32_t num_splits;             /* entries in splits; must equal the size      */
+} fuseopt_request_t;
+
+/* A result whose size is decided by the other ranks (allgather, alltoall) is
+ * allocated by the runtime. fuseopt_wait_output hands it over: the caller owns
+ * data and recv_splits afterwards and frees both with fuseopt_free. */
+typedef struct {
+  void* data;
+  int64_t nbytes;
+  int64_t first_dim;              /* rows in the result                          */
+  int64_t* recv_splits;           /* rows that came from each rank (size entries) */
+} fuseopt_output_t;
+
+typedef struct fuseopt_ctx fuseopt_ctx_t;
+
+int fuseopt_abi_version(void);
+
+/* Fills cfg with the built-in defaults. */
+int fuseopt_config_default(fuseopt_config_t* cfg);
+
+/* Starts the loop thread and, if nobody has yet, MPI (thread level
+ * SERIALIZED; MPI is only ever called from the loop thread). Collective: every
+ * rank must call it. cfg may be NULL for the defaults. */
+int fuseopt_init(const fuseopt_config_t* cfg, fuseopt_ctx_t** out);
+
+/* Collective. Agrees with the other ranks to stop, fails every pending handle
+ * with FUSEOPT_SHUT_DOWN, joins the loop thread and frees the context. Handles
+ * are invalid afterwards. */
+int fuseopt_shutdown(fuseopt_ctx_t* ctx);
+
+int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out);
+
+/* Validates the request, copies its metadata (not its buffers) and returns a
+ * handle at once. Errors that need the other ranks to detect (mismatches)
+ * surface later, from fuseopt_wait. */
+int fuseopt_enqueue(fuseopt_ctx_t* ctx, const fuseopt_request_t* req, int64_t* handle);
+
+/* *done becomes 1 once the handle has a final status. Does not release it. */
+int fuseopt_poll(fuseopt_ctx_t* ctx, int64_t handle, int* done);
+
+/* Blocks until the handle completes or timeout_ms passes (negative: forever).
+ * Returns the operation's final status and releases the handle, except on
+ * FUSEOPT_TIMEOUT, after which the handle may be waited on again. A runtime-
+ * allocated output (allgather, alltoall) is freed: use fuseopt_wait_output. */
+int fuseopt_wait(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms);
+
+/* As fuseopt_wait, and on FUSEOPT_OK moves a runtime-allocated output into *out
+ * (for requests made with output == NULL; otherwise *out is zeroed). */
+int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,
+                        fuseopt_output_t* out);
+
+/* Frees memory handed over by fuseopt_wait_output. NULL is a no-op. */
+void fuseopt_free(void* p);
+
+/* Handles enqueued and not yet released: for leak checks. */
+int fuseopt_pending_handles(fuseopt_ctx_t* ctx, int64_t* count);
+
+const char* fuseopt_status_string(int status);
+const char* fuseopt_dtype_name(int dtype);
+int fuseopt_dtype_size(int dtype);  /* bytes per element; 0 for an unknown code */
+const char* fuseopt_collective_name(int collective);
+const char* fuseopt_reduce_op_name(int op);
+
+/* Detail of the last failing call on this thread. */
+const char* fuseopt_last_error(void);
+/* cdef-end */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FUSEOPT_FUSEOPT_H_ */

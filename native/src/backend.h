@@ -1,0 +1,44 @@
+// The data-plane interface: one collective on one buffer, already negotiated
+// and fused. Backends (MPI for host memory today; NCCL/HCCL for device memory
+// as separate folders later) implement what they can. Anything left out fails
+// with "backend X does not support Y" instead of misbehaving.
+//
+// Counts are in elements of dtype; byte-sized arguments say so. A send buffer
+// equal to the receive buffer means in place.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fuseopt/fuseopt.h"
+
+namespace fuseopt {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  virtual void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
+                         fuseopt_reduce_op_t op);
+  virtual void broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root);
+  // Concatenates every rank's bytes, rank order; recv_bytes[r] from rank r.
+  virtual void allgatherv(const void* send, int64_t send_bytes, void* recv,
+                          const std::vector<int64_t>& recv_bytes);
+  // send_bytes[r] go to rank r; recv_bytes[r] arrive from rank r.
+  virtual void alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                         const std::vector<int64_t>& recv_bytes);
+  // Exchanges one int64 per rank pair (used to learn alltoall receive sizes).
+  virtual void alltoall_counts(const std::vector<int64_t>& send, std::vector<int64_t>* recv);
+  // Reduces, then leaves recv_counts[r] elements of the result on rank r.
+  virtual void reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                             fuseopt_dtype_t dtype, fuseopt_reduce_op_t op);
+  virtual void barrier();
+
+ protected:
+  [[noreturn]] void unsupported(const char* what) const;
+};
+
+}  // namespace fuseopt

@@ -1,0 +1,164 @@
+// The C boundary. Every exported function is "validate, call one method,
+// translate": exceptions are caught here and nowhere else, and become a
+// status plus a thread-local detail string.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "common.h"
+#include "context.h"
+#include "dtype.h"
+
+struct fuseopt_ctx {
+  fuseopt::Context context;
+  explicit fuseopt_ctx(const fuseopt_config_t& c) : context(c) {}
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+int fail(fuseopt_status_t status, const std::string& message) {
+  t_last_error = message;
+  return status;
+}
+
+template <typename F>
+int guarded(F&& body) {
+  try {
+    body();
+    return FUSEOPT_OK;
+  } catch (const fuseopt::Error& e) {
+    return fail(e.status(), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(FUSEOPT_INTERNAL, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(FUSEOPT_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(FUSEOPT_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+#define REQUIRE_CTX(ctx) \
+  if (!(ctx)) return fail(FUSEOPT_NOT_INITIALIZED, "fuseopt is not initialized (NULL context)")
+
+int finish_wait(fuseopt_ctx* ctx, int64_t handle, int64_t timeout_ms, fuseopt_output_t* out) {
+  fuseopt::Outcome outcome;
+  fuseopt::OwnedOutput owned;
+  int rc = guarded([&] { outcome = ctx->context.handles().wait(handle, timeout_ms, out ? &owned : nullptr); });
+  if (rc != FUSEOPT_OK) return rc;
+  if (!outcome.ok()) return fail(outcome.status, outcome.message);
+  if (out) {
+    std::memset(out, 0, sizeof(*out));
+    out->data = owned.data;
+    out->nbytes = owned.nbytes;
+    out->first_dim = owned.first_dim;
+    if (!owned.recv_splits.empty()) {
+      size_t bytes = owned.recv_splits.size() * sizeof(int64_t);
+      out->recv_splits = static_cast<int64_t*>(std::malloc(bytes));
+      if (out->recv_splits) std::memcpy(out->recv_splits, owned.recv_splits.data(), bytes);
+    }
+  }
+  return FUSEOPT_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int fuseopt_abi_version(void) { return FUSEOPT_ABI_VERSION; }
+
+int fuseopt_config_default(fuseopt_config_t* cfg) {
+  if (!cfg) return fail(FUSEOPT_INVALID_ARG, "cfg is NULL");
+  fuseopt::default_config(cfg);
+  return FUSEOPT_OK;
+}
+
+int fuseopt_init(const fuseopt_config_t* cfg, fuseopt_ctx_t** out) {
+  if (!out) return fail(FUSEOPT_INVALID_ARG, "out is NULL");
+  *out = nullptr;
+  fuseopt_config_t defaults;
+  fuseopt::default_config(&defaults);
+  return guarded([&] { *out = new fuseopt_ctx(cfg ? *cfg : defaults); });
+}
+
+int fuseopt_shutdown(fuseopt_ctx_t* ctx) {
+  REQUIRE_CTX(ctx);
+  return guarded([&] { delete ctx; });
+}
+
+int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out) {
+  REQUIRE_CTX(ctx);
+  if (!out) return fail(FUSEOPT_INVALID_ARG, "out is NULL");
+  *out = ctx->context.comm_info();
+  return FUSEOPT_OK;
+}
+
+int fuseopt_enqueue(fuseopt_ctx_t* ctx, const fuseopt_request_t* req, int64_t* handle) {
+  REQUIRE_CTX(ctx);
+  if (!req || !handle) return fail(FUSEOPT_INVALID_ARG, "request or handle pointer is NULL");
+  return guarded([&] { *handle = ctx->context.enqueue(*req); });
+}
+
+int fuseopt_poll(fuseopt_ctx_t* ctx, int64_t handle, int* done) {
+  REQUIRE_CTX(ctx);
+  if (!done) return fail(FUSEOPT_INVALID_ARG, "done is NULL");
+  return guarded([&] { *done = ctx->context.handles().poll(handle) ? 1 : 0; });
+}
+
+int fuseopt_wait(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms) {
+  REQUIRE_CTX(ctx);
+  return finish_wait(ctx, handle, timeout_ms, nullptr);
+}
+
+int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,
+                        fuseopt_output_t* out) {
+  REQUIRE_CTX(ctx);
+  if (!out) return fail(FUSEOPT_INVALID_ARG, "out is NULL");
+  std::memset(out, 0, sizeof(*out));
+  return finish_wait(ctx, handle, timeout_ms, out);
+}
+
+void fuseopt_free(void* p) { std::free(p); }
+
+int fuseopt_pending_handles(fuseopt_ctx_t* ctx, int64_t* count) {
+  REQUIRE_CTX(ctx);
+  if (!count) return fail(FUSEOPT_INVALID_ARG, "count is NULL");
+  *count = ctx->context.handles().count();
+  return FUSEOPT_OK;
+}
+
+const char* fuseopt_status_string(int status) {
+  static const char* names[] = {"OK",       "INVALID_ARG", "NOT_INITIALIZED", "UNSUPPORTED",
+                                "MISMATCH", "BACKEND",     "TIMEOUT",         "SHUT_DOWN",
+                                "RANK_FAILED", "INTERNAL"};
+  return status >= 0 && status <= FUSEOPT_INTERNAL ? names[status] : "UNKNOWN_STATUS";
+}
+
+const char* fuseopt_dtype_name(int dtype) {
+  static const char* names[] = {"uint8",    "int8",     "int32",   "int64",
+                                "float16",  "bfloat16", "float32", "float64"};
+  return fuseopt::is_valid_dtype(dtype) ? names[dtype] : "unknown_dtype";
+}
+
+int fuseopt_dtype_size(int dtype) {
+  return fuseopt::is_valid_dtype(dtype)
+             ? static_cast<int>(fuseopt::dtype_size(static_cast<fuseopt_dtype_t>(dtype)))
+             : 0;
+}
+
+const char* fuseopt_collective_name(int c) {
+  static const char* names[] = {"allreduce",     "allgather", "broadcast", "alltoall",
+                                "reducescatter", "barrier",   "join"};
+  return c >= 0 && c < FUSEOPT_COLLECTIVE_COUNT ? names[c] : "unknown_collective";
+}
+
+const char* fuseopt_reduce_op_name(int op) {
+  static const char* names[] = {"sum", "average", "min", "max", "product"};
+  return op >= 0 && op < FUSEOPT_REDUCE_OP_COUNT ? names[op] : "unknown_op";
+}
+
+const char* fuseopt_last_error(void) { return t_last_error.c_str(); }
+
+}  // extern "C"

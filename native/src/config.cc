@@ -1,0 +1,40 @@
+// Built-in defaults for every knob, declared once. The Python layer reads
+// these through fuseopt_config_default and only adds environment overrides.
+#include <cmath>
+#include <string>
+
+#include "common.h"
+#include "context.h"
+
+namespace fuseopt {
+
+void default_config(fuseopt_config_t* c) {
+  c->struct_size = sizeof(fuseopt_config_t);
+  // Bounds bucket (and fusion buffer) size. Buckets hold only what is ready,
+  // so a large threshold never delays a collective; 64 MiB keeps memory modest
+  // while a 64 MiB MPI allreduce already runs at full bandwidth.
+  c->fusion_threshold_bytes = int64_t(64) << 20;
+  // No artificial delay: the loop wakes on enqueue, and tensors that arrive
+  // while a round is in progress are batched into the next one anyway.
+  c->cycle_time_us = 0;
+  c->cache_capacity = 1024;
+  c->stall_check_s = 60;
+  c->stall_shutdown_s = 0;
+  c->log_level = 3;  // warnings and errors
+  c->emulated_local_size = 0;
+}
+
+void validate_config(const fuseopt_config_t& c) {
+  auto bad = [](const std::string& what) { throw Error(FUSEOPT_INVALID_ARG, what); };
+  if (c.struct_size < sizeof(fuseopt_config_t))
+    bad("config.struct_size is smaller than this library's fuseopt_config_t");
+  if (c.fusion_threshold_bytes < 0) bad("fusion threshold must be >= 0 bytes");
+  if (c.cycle_time_us < 0) bad("cycle time must be >= 0");
+  if (c.cache_capacity < 0) bad("cache capacity must be >= 0");
+  if (c.cache_capacity > (int64_t(1) << 20)) bad("cache capacity must be <= 1048576");
+  if (c.stall_check_s < 0 || c.stall_shutdown_s < 0) bad("stall timeouts must be >= 0");
+  if (c.log_level < 0 || c.log_level > 4) bad("log level must be 0 (trace) .. 4 (error)");
+  if (c.emulated_local_size < 0) bad("emulated local size must be >= 0");
+}
+
+}  // namespace fuseopt

@@ -1,0 +1,57 @@
+// The runtime context: what fuseopt_init creates. It validates and queues
+// requests from framework threads, owns the handle table, and runs the loop
+// thread (loop.h) that negotiates and executes them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "entry.h"
+#include "handle_table.h"
+
+namespace fuseopt {
+
+class Loop;
+
+// What the framework threads and the loop thread share, under one mutex.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable wake;
+  std::deque<Entry> queue;
+  bool shutdown_requested = false;
+  bool stopped = false;                       // the loop thread has exited
+  Outcome stop_reason;                        // why enqueue now fails
+};
+
+class Context {
+ public:
+  explicit Context(const fuseopt_config_t& config);  // throws Error
+  ~Context();
+
+  void shutdown();
+  const fuseopt_comm_info_t& comm_info() const { return info_; }
+  int64_t enqueue(const fuseopt_request_t& request);
+  HandleTable& handles() { return handles_; }
+
+ private:
+  Entry validate(const fuseopt_request_t& request);
+
+  fuseopt_config_t config_;
+  fuseopt_comm_info_t info_{};
+  HandleTable handles_;
+  Inbox inbox_;
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
+  uint64_t auto_name_counter_[FUSEOPT_COLLECTIVE_COUNT] = {};
+};
+
+void default_config(fuseopt_config_t* config);
+void validate_config(const fuseopt_config_t& config);  // throws Error
+
+}  // namespace fuseopt

@@ -1,0 +1,45 @@
+// The negotiation channel between ranks, over MPI.
+//
+// A *round* is one bitwise-AND allreduce of a small word vector (see
+// negotiator.h for its layout). It is posted non-blocking and then polled
+// with a growing sleep, because MPICH's blocking calls busy-poll a core, and
+// the loop thread must not steal CPU from training while it waits for a
+// slower rank. Full negotiation (names, shapes) uses gather-to-coordinator and
+// broadcast-from-coordinator of byte blobs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "mpi_world.h"
+
+namespace fuseopt {
+
+class ControlPlane {
+ public:
+  explicit ControlPlane(const MpiWorld& world) : world_(world) {}
+
+  // Runs one AND-allreduce of words in place. keep_waiting is consulted
+  // between polls; when it returns false the round is abandoned and the
+  // function throws (used for stall shutdown).
+  void and_round(std::vector<uint64_t>* words, const std::function<bool()>& keep_waiting);
+
+  // On the coordinator: every rank's blob, indexed by rank. Elsewhere: empty.
+  std::vector<std::vector<char>> gather(const std::vector<char>& mine);
+
+  // The coordinator's blob, on every rank.
+  std::vector<char> broadcast(std::vector<char> blob);
+
+  // Broadcasts a fixed-size POD from the coordinator.
+  template <typename T>
+  void broadcast_value(T* value) {
+    mpi_check(MPI_Bcast(value, sizeof(T), MPI_BYTE, 0, world_.comm()), "MPI_Bcast");
+  }
+
+ private:
+  const MpiWorld& world_;
+};
+
+}  // namespace fuseopt

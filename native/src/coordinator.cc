@@ -1,0 +1,112 @@
+#include "coordinator.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace fuseopt {
+
+void Coordinator::add(const std::vector<Request>& requests, double now_s) {
+  for (const Request& q : requests) {
+    auto it = table_.find(q.spec.name);
+    if (it == table_.end()) {
+      Entry e;
+      e.present.assign(size_, false);
+      e.first_seen_s = now_s;
+      e.order = next_order_++;
+      it = table_.emplace(q.spec.name, std::move(e)).first;
+    }
+    Entry& e = it->second;
+    // A rank cannot have two requests for one name in flight (enqueue refuses
+    // it), so a repeat here can only be a bug; keep the first.
+    if (!e.present[q.rank]) {
+      e.present[q.rank] = true;
+      e.requests.push_back(q);
+    }
+  }
+}
+
+Response Coordinator::make_response(Entry& entry, const std::vector<bool>& joined) const {
+  std::sort(entry.requests.begin(), entry.requests.end(),
+            [](const Request& a, const Request& b) { return a.rank < b.rank; });
+  const Request& first = entry.requests.front();
+  Response out;
+  out.spec = first.spec;
+  for (const Request& q : entry.requests) {
+    if (!q.spec.compatible_with(first.spec)) {
+      std::ostringstream m;
+      m << "ranks disagree about tensor '" << first.spec.name << "': rank " << first.rank
+        << " has " << first.spec.describe() << ", rank " << q.rank << " has "
+        << q.spec.describe();
+      out.error = FUSEOPT_MISMATCH;
+      out.error_message = m.str();
+      return out;
+    }
+  }
+  for (int r = 0; r < size_; ++r)
+    if (!entry.present[r] && joined[r]) out.joined.push_back(r);
+  if (first.spec.collective == FUSEOPT_BROADCAST &&
+      std::find(out.joined.begin(), out.joined.end(), first.spec.root) != out.joined.end()) {
+    out.error = FUSEOPT_INVALID_ARG;
+    out.error_message = "broadcast of '" + first.spec.name + "' from root " +
+                        std::to_string(first.spec.root) + ", which has already joined";
+    return out;
+  }
+  if (first.spec.first_dim_may_differ()) {
+    out.first_dims.assign(size_, 0);  // joined ranks contribute no rows
+    for (const Request& q : entry.requests)
+      out.first_dims[q.rank] = q.spec.shape.empty() ? 0 : q.spec.shape[0];
+  }
+  return out;
+}
+
+std::vector<Response> Coordinator::take_ready(const std::vector<bool>& joined) {
+  std::vector<std::pair<uint64_t, std::string>> ready;
+  for (const auto& kv : table_) {
+    bool all = true;
+    for (int r = 0; r < size_ && all; ++r) all = kv.second.present[r] || joined[r];
+    if (all) ready.emplace_back(kv.second.order, kv.first);
+  }
+  std::sort(ready.begin(), ready.end());
+  std::vector<Response> out;
+  for (const auto& item : ready) {
+    auto it = table_.find(item.second);
+    out.push_back(make_response(it->second, joined));
+    table_.erase(it);
+  }
+  return out;
+}
+
+std::vector<Stall> Coordinator::stalls(double now_s, double min_s) const {
+  std::vector<Stall> out;
+  for (const auto& kv : table_) {
+    if (now_s - kv.second.first_seen_s < min_s) continue;
+    Stall s;
+    s.name = kv.first;
+    s.waiting_s = now_s - kv.second.first_seen_s;
+    for (int r = 0; r < size_; ++r)
+      if (!kv.second.present[r]) s.missing_ranks.push_back(r);
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const Stall& a, const Stall& b) { return a.name < b.name; });
+  return out;
+}
+
+std::vector<Response> Coordinator::take_stalled(double now_s, double min_s) {
+  std::vector<Response> out;
+  for (const Stall& s : stalls(now_s, min_s)) {
+    auto it = table_.find(s.name);
+    Response r;
+    r.spec = it->second.requests.front().spec;
+    r.error = FUSEOPT_RANK_FAILED;
+    std::ostringstream m;
+    m << "tensor '" << s.name << "' stalled for " << int(s.waiting_s) << " s: rank(s) ";
+    for (size_t i = 0; i < s.missing_ranks.size(); ++i) m << (i ? ", " : "") << s.missing_ranks[i];
+    m << " never submitted it (FUSEOPT_STALL_SHUTDOWN_S)";
+    r.error_message = m.str();
+    out.push_back(std::move(r));
+    table_.erase(it);
+  }
+  return out;
+}
+
+}  // namespace fuseopt

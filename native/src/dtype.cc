@@ -1,0 +1,181 @@
+#include "dtype.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "common.h"
+
+namespace fuseopt {
+
+size_t dtype_size(fuseopt_dtype_t dtype) {
+  switch (dtype) {
+    case FUSEOPT_UINT8:
+    case FUSEOPT_INT8: return 1;
+    case FUSEOPT_FLOAT16:
+    case FUSEOPT_BFLOAT16: return 2;
+    case FUSEOPT_INT32:
+    case FUSEOPT_FLOAT32: return 4;
+    case FUSEOPT_INT64:
+    case FUSEOPT_FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+bool is_valid_dtype(int dtype) { return dtype >= 0 && dtype < FUSEOPT_DTYPE_COUNT; }
+
+bool is_floating(fuseopt_dtype_t dtype) {
+  return dtype == FUSEOPT_FLOAT16 || dtype == FUSEOPT_BFLOAT16 ||
+         dtype == FUSEOPT_FLOAT32 || dtype == FUSEOPT_FLOAT64;
+}
+
+// IEEE binary16 <-> binary32, round to nearest even, with subnormals, inf, nan.
+float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) { mant <<= 1; --exp; }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint16_t sign = (x >> 16) & 0x8000;
+  uint32_t absx = x & 0x7fffffff;
+  if (absx >= 0x7f800000)  // inf or nan (keep nan quiet)
+    return sign | 0x7c00 | (absx > 0x7f800000 ? 0x200 : 0);
+  if (absx >= 0x477ff000) return sign | 0x7c00;  // rounds to overflow
+  if (absx < 0x38800000) {                        // subnormal or zero in half
+    if (absx < 0x33000000) return sign;           // rounds to zero
+    // value = M * 2^(e-150) and a half subnormal is r * 2^-24, so r = M >> (126-e)
+    uint32_t e = absx >> 23;
+    uint32_t m = (absx & 0x7fffff) | 0x800000;
+    uint32_t shift = 126 - e;
+    uint32_t r = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (r & 1))) ++r;  // r == 0x400 is the smallest normal
+    return sign | (uint16_t)r;
+  }
+  uint32_t e = (absx >> 23) - 127 + 15;
+  uint32_t m = absx & 0x7fffff;
+  uint16_t out = (uint16_t)((e << 10) | (m >> 13));
+  uint32_t rem = m & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (out & 1))) ++out;  // may carry into exp
+  return sign | out;
+}
+
+float bfloat_to_float(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_bfloat(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
+  uint32_t rounding = 0x7fff + ((x >> 16) & 1);
+  return (uint16_t)((x + rounding) >> 16);
+}
+
+namespace {
+
+template <typename T>
+void scale_typed(const void* src, void* dst, int64_t n, double factor) {
+  const T* s = static_cast<const T*>(src);
+  T* d = static_cast<T*>(dst);
+  if (std::is_floating_point<T>::value) {
+    const T f = static_cast<T>(factor);
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i] * f;
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<double>(s[i]) * factor);
+  }
+}
+
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+void scale_16(const void* src, void* dst, int64_t n, double factor) {
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const float f = static_cast<float>(factor);
+  for (int64_t i = 0; i < n; ++i) d[i] = FromF(ToF(s[i]) * f);
+}
+
+template <typename T>
+void fill_typed(void* buf, int64_t n, T value) {
+  T* b = static_cast<T*>(buf);
+  for (int64_t i = 0; i < n; ++i) b[i] = value;
+}
+
+template <typename T>
+T identity_of(fuseopt_reduce_op_t op) {
+  switch (op) {
+    case FUSEOPT_MIN:
+      return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::max();
+    case FUSEOPT_MAX:
+      return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                  : std::numeric_limits<T>::lowest();
+    case FUSEOPT_PRODUCT: return T(1);
+    default: return T(0);
+  }
+}
+
+}  // namespace
+
+void scale_copy(fuseopt_dtype_t dtype, const void* src, void* dst, int64_t count,
+                double factor) {
+  if (factor == 1.0) {
+    if (src != dst) std::memcpy(dst, src, count * dtype_size(dtype));
+    return;
+  }
+  switch (dtype) {
+    case FUSEOPT_UINT8: return scale_typed<uint8_t>(src, dst, count, factor);
+    case FUSEOPT_INT8: return scale_typed<int8_t>(src, dst, count, factor);
+    case FUSEOPT_INT32: return scale_typed<int32_t>(src, dst, count, factor);
+    case FUSEOPT_INT64: return scale_typed<int64_t>(src, dst, count, factor);
+    case FUSEOPT_FLOAT16: return scale_16<half_to_float, float_to_half>(src, dst, count, factor);
+    case FUSEOPT_BFLOAT16:
+      return scale_16<bfloat_to_float, float_to_bfloat>(src, dst, count, factor);
+    case FUSEOPT_FLOAT32: return scale_typed<float>(src, dst, count, factor);
+    case FUSEOPT_FLOAT64: return scale_typed<double>(src, dst, count, factor);
+    default: throw Error(FUSEOPT_INTERNAL, "scale_copy: bad dtype");
+  }
+}
+
+void fill_identity(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, void* buf, int64_t count) {
+  switch (dtype) {
+    case FUSEOPT_UINT8: return fill_typed<uint8_t>(buf, count, identity_of<uint8_t>(op));
+    case FUSEOPT_INT8: return fill_typed<int8_t>(buf, count, identity_of<int8_t>(op));
+    case FUSEOPT_INT32: return fill_typed<int32_t>(buf, count, identity_of<int32_t>(op));
+    case FUSEOPT_INT64: return fill_typed<int64_t>(buf, count, identity_of<int64_t>(op));
+    case FUSEOPT_FLOAT16:
+      return fill_typed<uint16_t>(buf, count, float_to_half(identity_of<float>(op)));
+    case FUSEOPT_BFLOAT16:
+      return fill_typed<uint16_t>(buf, count, float_to_bfloat(identity_of<float>(op)));
+    case FUSEOPT_FLOAT32: return fill_typed<float>(buf, count, identity_of<float>(op));
+    case FUSEOPT_FLOAT64: return fill_typed<double>(buf, count, identity_of<double>(op));
+    default: throw Error(FUSEOPT_INTERNAL, "fill_identity: bad dtype");
+  }
+}
+
+}  // namespace fuseopt

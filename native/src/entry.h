@@ -1,0 +1,30 @@
+// A tensor operation as it lives on its own rank, from enqueue until its
+// handle completes: the agreed-upon spec plus the caller's buffers and where
+// it stands in negotiation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "message.h"
+
+namespace fuseopt {
+
+struct Entry {
+  int64_t handle = 0;
+  TensorSpec spec;
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<int64_t> splits;  // alltoall rows per destination rank
+
+  enum class State {
+    kNew,     // not yet announced: will go to the coordinator in full
+    kSent,    // announced in full; the coordinator's table holds it
+    kCached,  // announced as bit `slot` of the response cache
+  };
+  State state = State::kNew;
+  int64_t slot = -1;
+  double enqueued_s = 0;
+};
+
+}  // namespace fuseopt

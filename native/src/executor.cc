@@ -1,0 +1,236 @@
+#include "executor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "dtype.h"
+#include "fusion_planner.h"
+
+namespace fuseopt {
+namespace {
+
+int64_t tensor_bytes(const TensorSpec& s) { return s.num_elements() * dtype_size(s.dtype); }
+
+// Tensors may share a bucket only if one collective call can serve them all.
+std::string fusion_key(const TensorSpec& s) {
+  std::ostringstream k;
+  switch (s.collective) {
+    case FUSEOPT_ALLREDUCE:
+      k << "allreduce/" << s.dtype << "/" << s.reduce_op << "/" << s.prescale << "/"
+        << s.postscale;
+      return k.str();
+    case FUSEOPT_BROADCAST:
+      k << "broadcast/" << s.dtype << "/" << s.root;
+      return k.str();
+    default: return "";
+  }
+}
+
+void* checked_malloc(int64_t bytes) {
+  void* p = std::malloc(bytes > 0 ? bytes : 1);
+  if (!p) throw Error(FUSEOPT_INTERNAL, "out of memory allocating " + std::to_string(bytes));
+  return p;
+}
+
+}  // namespace
+
+double Executor::postscale_of(const TensorSpec& spec) const {
+  return spec.reduce_op == FUSEOPT_AVERAGE ? spec.postscale / size_ : spec.postscale;
+}
+
+char* Executor::fusion_buffer(int64_t bytes) {
+  if ((int64_t)fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
+  return fusion_buffer_.data();
+}
+
+void Executor::complete(Work& w, OwnedOutput output) {
+  if (w.entry && w.entry->handle) handles_.complete(w.entry->handle, Outcome(), std::move(output));
+  else std::free(output.data);
+}
+
+void Executor::run(std::vector<Work>& work) {
+  // Stand-in entries for responses this rank only takes part in as joined.
+  std::vector<Entry> stand_ins;
+  std::vector<std::vector<char>> buffers;
+  stand_ins.reserve(work.size());
+  buffers.reserve(work.size());
+  std::vector<Work*> runnable;
+  std::vector<PlanItem> items;
+  for (Work& w : work) {
+    if (w.response.is_error()) {
+      if (w.entry) handles_.complete(w.entry->handle,
+                                     Outcome{w.response.error, w.response.error_message});
+      continue;
+    }
+    if (!w.entry) {
+      Entry e;
+      e.spec = w.response.spec;
+      if (e.spec.first_dim_may_differ() && !e.spec.shape.empty()) e.spec.shape[0] = 0;
+      e.splits.assign(size_, 0);
+      buffers.emplace_back(std::max<int64_t>(tensor_bytes(e.spec), 1));
+      fill_identity(e.spec.dtype, e.spec.reduce_op, buffers.back().data(),
+                    e.spec.num_elements());
+      e.input = e.output = buffers.back().data();
+      stand_ins.push_back(std::move(e));
+      w.entry = &stand_ins.back();
+    }
+    runnable.push_back(&w);
+    items.push_back({fusion_key(w.response.spec), tensor_bytes(w.response.spec)});
+  }
+  for (const Bucket& b : plan_buckets(items, fusion_threshold_)) {
+    std::vector<Work*> bucket;
+    for (size_t i : b) bucket.push_back(runnable[i]);
+    run_bucket(bucket);
+  }
+  for (Work* w : runnable)
+    if (w->entry >= stand_ins.data() && w->entry < stand_ins.data() + stand_ins.size())
+      w->entry = nullptr;
+}
+
+void Executor::run_bucket(std::vector<Work*>& bucket) {
+  switch (bucket.front()->response.spec.collective) {
+    case FUSEOPT_ALLREDUCE: return allreduce(bucket);
+    case FUSEOPT_BROADCAST: return broadcast(bucket);
+    case FUSEOPT_ALLGATHER: return allgather(*bucket.front());
+    case FUSEOPT_ALLTOALL: return alltoall(*bucket.front());
+    case FUSEOPT_REDUCESCATTER: return reducescatter(*bucket.front());
+    case FUSEOPT_BARRIER:
+      backend_.barrier();
+      return complete(*bucket.front());
+    default: throw Error(FUSEOPT_INTERNAL, "executor: unexpected collective");
+  }
+}
+
+void Executor::allreduce(std::vector<Work*>& bucket) {
+  const TensorSpec& s = bucket.front()->response.spec;
+  const double post = postscale_of(s);
+  if (bucket.size() == 1) {
+    // No fusion buffer: reduce straight into the caller's output.
+    Entry& e = *bucket.front()->entry;
+    const int64_t n = s.num_elements();
+    const void* send = e.input;
+    if (s.prescale != 1.0) {
+      scale_copy(s.dtype, e.input, e.output, n, s.prescale);
+      send = e.output;
+    }
+    backend_.allreduce(send, e.output, n, s.dtype, s.reduce_op);
+    if (post != 1.0) scale_copy(s.dtype, e.output, e.output, n, post);
+    return complete(*bucket.front());
+  }
+  int64_t total = 0;
+  for (Work* w : bucket) total += tensor_bytes(w->response.spec);
+  char* buf = fusion_buffer(total);
+  int64_t offset = 0;
+  for (Work* w : bucket) {
+    const TensorSpec& t = w->response.spec;
+    scale_copy(t.dtype, w->entry->input, buf + offset, t.num_elements(), t.prescale);
+    offset += tensor_bytes(t);
+  }
+  backend_.allreduce(buf, buf, total / dtype_size(s.dtype), s.dtype, s.reduce_op);
+  offset = 0;
+  for (Work* w : bucket) {
+    const TensorSpec& t = w->response.spec;
+    scale_copy(t.dtype, buf + offset, w->entry->output, t.num_elements(), post);
+    offset += tensor_bytes(t);
+    complete(*w);
+  }
+}
+
+void Executor::broadcast(std::vector<Work*>& bucket) {
+  const TensorSpec& s = bucket.front()->response.spec;
+  const bool root = rank_ == s.root;
+  for (Work* w : bucket)
+    if (root && w->entry->input != w->entry->output)
+      std::memcpy(w->entry->output, w->entry->input, tensor_bytes(w->response.spec));
+  if (bucket.size() == 1) {
+    backend_.broadcast(bucket.front()->entry->output, s.num_elements(), s.dtype, s.root);
+    return complete(*bucket.front());
+  }
+  int64_t total = 0;
+  for (Work* w : bucket) total += tensor_bytes(w->response.spec);
+  char* buf = fusion_buffer(total);
+  int64_t offset = 0;
+  if (root) {
+    for (Work* w : bucket) {
+      std::memcpy(buf + offset, w->entry->output, tensor_bytes(w->response.spec));
+      offset += tensor_bytes(w->response.spec);
+    }
+  }
+  backend_.broadcast(buf, total / dtype_size(s.dtype), s.dtype, s.root);
+  offset = 0;
+  for (Work* w : bucket) {
+    if (!root) std::memcpy(w->entry->output, buf + offset, tensor_bytes(w->response.spec));
+    offset += tensor_bytes(w->response.spec);
+    complete(*w);
+  }
+}
+
+void Executor::allgather(Work& w) {
+  const TensorSpec& s = w.response.spec;
+  const int64_t row_bytes = s.row_elements() * dtype_size(s.dtype);
+  OwnedOutput out;
+  out.recv_splits = w.response.first_dims;
+  std::vector<int64_t> recv_bytes(size_);
+  for (int r = 0; r < size_; ++r) {
+    recv_bytes[r] = out.recv_splits[r] * row_bytes;
+    out.first_dim += out.recv_splits[r];
+  }
+  out.nbytes = out.first_dim * row_bytes;
+  out.data = checked_malloc(out.nbytes);
+  try {
+    backend_.allgatherv(w.entry->input, recv_bytes[rank_], out.data, recv_bytes);
+  } catch (...) {
+    std::free(out.data);
+    throw;
+  }
+  complete(w, std::move(out));
+}
+
+void Executor::alltoall(Work& w) {
+  const TensorSpec& s = w.response.spec;
+  const int64_t row_bytes = s.row_elements() * dtype_size(s.dtype);
+  std::vector<int64_t> send_rows = w.entry->splits;
+  if (send_rows.empty()) {  // even split, validated at enqueue
+    const int64_t rows = s.shape.empty() ? 0 : w.entry->spec.shape[0];
+    send_rows.assign(size_, rows / size_);
+  }
+  OwnedOutput out;
+  backend_.alltoall_counts(send_rows, &out.recv_splits);
+  std::vector<int64_t> send_bytes(size_), recv_bytes(size_);
+  for (int r = 0; r < size_; ++r) {
+    send_bytes[r] = send_rows[r] * row_bytes;
+    recv_bytes[r] = out.recv_splits[r] * row_bytes;
+    out.first_dim += out.recv_splits[r];
+  }
+  out.nbytes = out.first_dim * row_bytes;
+  out.data = checked_malloc(out.nbytes);
+  try {
+    backend_.alltoallv(w.entry->input, send_bytes, out.data, recv_bytes);
+  } catch (...) {
+    std::free(out.data);
+    throw;
+  }
+  complete(w, std::move(out));
+}
+
+void Executor::reducescatter(Work& w) {
+  const TensorSpec& s = w.response.spec;
+  const int64_t rows = s.shape.empty() ? 1 : s.shape[0];
+  const int64_t row_elems = s.row_elements();
+  std::vector<int64_t> counts(size_);
+  for (int r = 0; r < size_; ++r) counts[r] = (rows / size_ + (r < rows % size_ ? 1 : 0)) * row_elems;
+  const void* send = w.entry->input;
+  if (s.prescale != 1.0 || send == w.entry->output) {  // MPI forbids aliased buffers
+    char* buf = fusion_buffer(tensor_bytes(s));
+    scale_copy(s.dtype, w.entry->input, buf, s.num_elements(), s.prescale);
+    send = buf;
+  }
+  backend_.reducescatter(send, w.entry->output, counts, s.dtype, s.reduce_op);
+  const double post = postscale_of(s);
+  if (post != 1.0) scale_copy(s.dtype, w.entry->output, w.entry->output, counts[rank_], post);
+  complete(w);
+}
+
+}  // namespace fuseopt

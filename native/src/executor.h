@@ -1,0 +1,55 @@
+// Runs agreed responses on this rank: plans fusion buckets, moves tensors in
+// and out of the fusion buffer (applying prescale on the way in and postscale
+// on the way out), calls the backend once per bucket, and completes handles.
+//
+// A rank that has joined has no tensor of its own for a response; it takes
+// part with a scratch buffer holding the identity of the reduction (or no
+// rows, for gathers), so that the others' results are unaffected.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend.h"
+#include "entry.h"
+#include "handle_table.h"
+
+namespace fuseopt {
+
+// One response paired with this rank's entry (nullptr when joined).
+struct Work {
+  Response response;
+  Entry* entry = nullptr;
+};
+
+class Executor {
+ public:
+  Executor(Backend& backend, HandleTable& handles, int rank, int size)
+      : backend_(backend), handles_(handles), rank_(rank), size_(size) {}
+
+  void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
+
+  // Executes all work items (errors complete their handles at once).
+  // Throws Error on a backend failure; the caller treats that as fatal.
+  void run(std::vector<Work>& work);
+
+ private:
+  void run_bucket(std::vector<Work*>& bucket);
+  void allreduce(std::vector<Work*>& bucket);
+  void broadcast(std::vector<Work*>& bucket);
+  void allgather(Work& w);
+  void alltoall(Work& w);
+  void reducescatter(Work& w);
+  void complete(Work& w, OwnedOutput output = OwnedOutput());
+  double postscale_of(const TensorSpec& spec) const;
+  char* fusion_buffer(int64_t bytes);
+
+  Backend& backend_;
+  HandleTable& handles_;
+  int rank_, size_;
+  int64_t fusion_threshold_ = 0;
+  std::vector<char> fusion_buffer_;  // persistent, grows to the largest bucket
+  std::vector<char> scratch_;        // a joined rank's stand-in tensor
+};
+
+}  // namespace fuseopt

@@ -1,0 +1,93 @@
+#include "handle_table.h"
+
+#include <chrono>
+#include <cstdlib>
+
+namespace fuseopt {
+
+HandleTable::~HandleTable() {
+  for (auto& kv : states_) std::free(kv.second.output.data);
+}
+
+int64_t HandleTable::create(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!in_flight_.insert(name).second)
+    throw Error(FUSEOPT_INVALID_ARG,
+                "tensor name '" + name +
+                    "' is already in flight on this rank; wait for it before reusing the name");
+  int64_t h = next_++;
+  State s;
+  s.name = name;
+  states_.emplace(h, std::move(s));
+  return h;
+}
+
+void HandleTable::complete(int64_t handle, Outcome outcome, OwnedOutput output) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = states_.find(handle);
+    if (it == states_.end() || it->second.done) {
+      std::free(output.data);
+      return;
+    }
+    it->second.done = true;
+    in_flight_.erase(it->second.name);
+    it->second.outcome = std::move(outcome);
+    it->second.output = std::move(output);
+  }
+  cv_.notify_all();
+}
+
+void HandleTable::fail_pending(const Outcome& outcome) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& kv : states_) {
+      if (kv.second.done) continue;
+      kv.second.done = true;
+      in_flight_.erase(kv.second.name);
+      kv.second.outcome = outcome;
+    }
+  }
+  cv_.notify_all();
+}
+
+HandleTable::State& HandleTable::find(int64_t handle) {
+  auto it = states_.find(handle);
+  if (it == states_.end())
+    throw Error(FUSEOPT_INVALID_ARG, "unknown handle " + std::to_string(handle) +
+                                         " (never issued, or already waited on)");
+  return it->second;
+}
+
+bool HandleTable::poll(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return find(handle).done;
+}
+
+Outcome HandleTable::wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  find(handle);
+  auto is_done = [&] { return find(handle).done; };
+  if (timeout_ms < 0) {
+    cv_.wait(lock, is_done);
+  } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), is_done)) {
+    return Outcome{FUSEOPT_TIMEOUT, "handle " + std::to_string(handle) + " not complete after " +
+                                        std::to_string(timeout_ms) + " ms"};
+  }
+  State& s = find(handle);
+  Outcome outcome = s.outcome;
+  if (out && outcome.ok()) {
+    *out = std::move(s.output);
+    s.output = OwnedOutput();
+  }
+  std::free(s.output.data);
+  states_.erase(handle);
+  return outcome;
+}
+
+int64_t HandleTable::count() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(states_.size());
+}
+
+}  // namespace fuseopt

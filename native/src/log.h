@@ -1,0 +1,26 @@
+// Minimal leveled logging to stderr, prefixed with the rank. The level is
+// process-wide because log lines may come from any layer.
+#pragma once
+
+#include <sstream>
+#include <string>
+
+namespace fuseopt {
+
+enum LogLevel { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4 };
+
+void set_log_level(int level);
+void set_log_rank(int rank);
+bool log_enabled(int level);
+void log_line(int level, const std::string& message);
+
+}  // namespace fuseopt
+
+#define FUSEOPT_LOG(level, expr)                                  \
+  do {                                                            \
+    if (::fuseopt::log_enabled(::fuseopt::level)) {               \
+      std::ostringstream fuseopt_log_stream_;                     \
+      fuseopt_log_stream_ << expr;                                \
+      ::fuseopt::log_line(::fuseopt::level, fuseopt_log_stream_.str()); \
+    }                                                             \
+  } while (0)

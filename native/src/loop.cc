@@ -1,0 +1,341 @@
+#include "loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+#include "log.h"
+#include "wire.h"
+
+namespace fuseopt {
+namespace {
+
+// Round-vector flag bits. "No*" bits are OR-facts stored inverted.
+constexpr uint64_t kNoNewRequests = 1 << 0;  // nobody has uncached requests
+constexpr uint64_t kNoShutdown = 1 << 1;     // nobody asked to shut down
+constexpr uint64_t kIdle = 1 << 2;           // nobody has anything in flight
+constexpr uint64_t kJoined = 1 << 3;         // everybody has joined
+constexpr uint64_t kNoneJoined = 1 << 4;     // nobody has joined
+
+// How long a rank with nothing in flight sleeps before joining a round that
+// another rank may have started (e.g. to shut down). Enqueues wake it sooner.
+constexpr auto kIdleTick = std::chrono::milliseconds(50);
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool bit(const std::vector<uint64_t>& w, int64_t base, int64_t i) {
+  return (w[base + i / 64] >> (i % 64)) & 1;
+}
+void set_bit(std::vector<uint64_t>& w, int64_t base, int64_t i, bool on) {
+  uint64_t m = uint64_t(1) << (i % 64);
+  if (on) w[base + i / 64] |= m;
+  else w[base + i / 64] &= ~m;
+}
+
+std::string join_names(const std::vector<std::string>& names, size_t max) {
+  std::ostringstream s;
+  for (size_t i = 0; i < names.size() && i < max; ++i) s << (i ? ", " : "") << names[i];
+  if (names.size() > max) s << ", ... (" << names.size() << " in all)";
+  return s.str();
+}
+
+}  // namespace
+
+void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
+  try {
+    start();
+  } catch (...) {
+    started->set_exception(std::current_exception());
+    return;
+  }
+  started->set_value(world_->info());
+  Outcome reason{FUSEOPT_SHUT_DOWN, "fuseopt has been shut down"};
+  bool clean = true;
+  try {
+    while (round()) {
+    }
+  } catch (const Error& e) {
+    reason = Outcome{e.status(), e.what()};
+    clean = false;
+  } catch (const std::exception& e) {
+    reason = Outcome{FUSEOPT_INTERNAL, e.what()};
+    clean = false;
+  }
+  if (!clean) FUSEOPT_LOG(kError, "runtime stopped: " << reason.message);
+  stop(reason);
+  // After a failure an MPI request may still be outstanding; leave the
+  // communicators to process exit rather than free them under it.
+  if (!clean) world_.release();
+}
+
+void Loop::start() {
+  world_.reset(new MpiWorld(config_.emulated_local_size));
+  rank_ = world_->info().rank;
+  size_ = world_->info().size;
+  set_log_rank(rank_);
+  control_.reset(new ControlPlane(*world_));
+  // Every rank must plan identical buckets and size identical round vectors,
+  // so the coordinator's settings win; say so if they differed here.
+  fuseopt_config_t agreed = config_;
+  control_->broadcast_value(&agreed);
+  if (agreed.fusion_threshold_bytes != config_.fusion_threshold_bytes ||
+      agreed.cache_capacity != config_.cache_capacity ||
+      agreed.cycle_time_us != config_.cycle_time_us)
+    FUSEOPT_LOG(kWarning, "configuration differs from rank 0; using rank 0's fusion threshold, "
+                          "cycle time and cache capacity");
+  config_.fusion_threshold_bytes = agreed.fusion_threshold_bytes;
+  config_.cache_capacity = agreed.cache_capacity;
+  config_.cycle_time_us = agreed.cycle_time_us;
+  backend_.reset(new MpiBackend(*world_));
+  executor_.reset(new Executor(*backend_, handles_, rank_, size_));
+  executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
+  cache_.reset(new ResponseCache(config_.cache_capacity));
+  if (rank_ == 0) coordinator_.reset(new Coordinator(size_));
+}
+
+bool Loop::wait_for_work() {
+  std::deque<Entry> incoming;
+  bool shutdown;
+  {
+    std::unique_lock<std::mutex> lock(inbox_.mu);
+    auto has_news = [&] { return !inbox_.queue.empty() || inbox_.shutdown_requested; };
+    if (pending_.empty() && !joined_) {
+      inbox_.wake.wait_for(lock, kIdleTick, has_news);
+    } else if (no_progress_rounds_ > 0) {
+      // Everyone has something in flight but nothing matched last round:
+      // rounds would spin. Progress needs a new enqueue somewhere, so wait
+      // for ours a little, backing off.
+      auto backoff = std::chrono::microseconds(10 << std::min(no_progress_rounds_, 7));
+      inbox_.wake.wait_for(lock, backoff, has_news);
+    }
+    if (!inbox_.queue.empty() && config_.cycle_time_us > 0) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(config_.cycle_time_us));
+      lock.lock();
+    }
+    incoming.swap(inbox_.queue);
+    shutdown = inbox_.shutdown_requested;
+  }
+  drain(&incoming);
+  return shutdown;
+}
+
+void Loop::drain(std::deque<Entry>* incoming) {
+  for (Entry& e : *incoming) {
+    if (e.spec.collective == FUSEOPT_JOIN) {
+      joined_ = true;
+      join_handle_ = e.handle;
+      continue;
+    }
+    e.enqueued_s = now_s();
+    int64_t slot = -1;
+    switch (cache_->lookup(e.spec, rank_, &slot)) {
+      case ResponseCache::Lookup::kHit:
+        e.state = Entry::State::kCached;
+        e.slot = slot;
+        break;
+      case ResponseCache::Lookup::kStale:
+        invalid_slots_.insert(slot);
+        e.state = Entry::State::kNew;
+        new_order_.push_back(e.spec.name);
+        break;
+      case ResponseCache::Lookup::kMiss:
+        e.state = Entry::State::kNew;
+        new_order_.push_back(e.spec.name);
+        break;
+    }
+    std::string name = e.spec.name;
+    pending_.emplace(name, std::move(e));
+  }
+}
+
+std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
+  const int64_t W = words_per_section();
+  std::vector<uint64_t> words(1 + 2 * W, 0);
+  for (int64_t i = 0; i < W; ++i) words[1 + W + i] = ~uint64_t(0);
+  uint64_t flags = 0;
+  if (new_order_.empty()) flags |= kNoNewRequests;
+  if (!shutdown) flags |= kNoShutdown;
+  if (pending_.empty() && !joined_) flags |= kIdle;
+  flags |= joined_ ? kJoined : kNoneJoined;
+  words[0] = flags;
+  const double now = now_s();
+  for (auto& kv : pending_) {
+    Entry& e = kv.second;
+    if (e.state != Entry::State::kCached) continue;
+    if (config_.stall_check_s > 0 && now - e.enqueued_s > config_.stall_check_s &&
+        !stall_warned_.count(e.spec.name)) {
+      // Renegotiate in full so the coordinator can name the missing ranks.
+      invalid_slots_.insert(e.slot);
+    } else {
+      set_bit(words, 1, e.slot, true);
+    }
+  }
+  if (joined_) {
+    // A joined rank is ready for everything, except what it cannot fake from
+    // the cache: gathers (its row count is now 0) and broadcasts it roots.
+    for (int64_t slot : cache_->used_slots()) {
+      const TensorSpec& s = cache_->get(slot).spec;
+      if (s.first_dim_may_differ() || (s.collective == FUSEOPT_BROADCAST && s.root == rank_))
+        invalid_slots_.insert(slot);
+      else
+        set_bit(words, 1, slot, true);
+    }
+  }
+  for (int64_t slot : invalid_slots_) {
+    set_bit(words, 1 + W, slot, false);
+    set_bit(words, 1, slot, false);
+  }
+  invalid_slots_.clear();
+  return words;
+}
+
+bool Loop::keep_waiting(double started_s) {
+  const double waited = now_s() - started_s;
+  if (config_.stall_shutdown_s > 0 && waited > config_.stall_shutdown_s) return false;
+  return true;
+}
+
+bool Loop::round() {
+  const bool shutdown = wait_for_work();
+  std::vector<uint64_t> words = build_round_vector(shutdown);
+  const double started = now_s();
+  bool warned = false;
+  try {
+    control_->and_round(&words, [&] {
+      if (!warned && config_.stall_check_s > 0 && now_s() - started > config_.stall_check_s) {
+        warned = true;
+        std::vector<std::string> names;
+        for (auto& kv : pending_) names.push_back(kv.first);
+        std::sort(names.begin(), names.end());
+        FUSEOPT_LOG(kWarning, "waited " << config_.stall_check_s
+                                        << " s for other ranks to negotiate; in flight here: "
+                                        << (names.empty() ? "nothing" : join_names(names, 10)));
+      }
+      return keep_waiting(started);
+    });
+  } catch (const Error& e) {
+    if (e.status() != FUSEOPT_RANK_FAILED) throw;
+    throw Error(FUSEOPT_RANK_FAILED,
+                "other ranks did not take part in negotiation for " +
+                    std::to_string(config_.stall_shutdown_s) +
+                    " s (FUSEOPT_STALL_SHUTDOWN_S); a rank has died or stalled");
+  }
+  const uint64_t flags = words[0];
+  if (!(flags & kNoShutdown)) return false;
+
+  const int64_t W = words_per_section();
+  std::vector<Work> work;
+  for (int64_t slot : cache_->used_slots())
+    if (!bit(words, 1 + W, slot)) cache_->erase(slot);
+  for (int64_t slot : cache_->used_slots()) {
+    if (!bit(words, 1, slot)) continue;
+    cache_->touch(slot);
+    const Response& r = cache_->get(slot);
+    work.push_back(Work{r, pending_entry(r.spec.name)});
+  }
+  const bool joined_anywhere = !(flags & kNoneJoined);
+  bool progress = !work.empty() || !(flags & kNoNewRequests);
+  if (!(flags & kNoNewRequests) || (joined_anywhere && !(flags & kIdle))) {
+    for (Response& r : negotiate_full()) {
+      if (is_cacheable(r)) cache_->put(r);
+      progress = true;
+      Entry* e = pending_entry(r.spec.name);
+      work.push_back(Work{std::move(r), e});
+    }
+  }
+  // Entries announced by a slot that has since been evicted start over.
+  for (auto& kv : pending_) {
+    Entry& e = kv.second;
+    if (e.state == Entry::State::kCached && !cache_->holds(e.slot, e.spec.name)) {
+      bool running = false;
+      for (const Work& w : work) running = running || w.entry == &e;
+      if (!running) {
+        e.state = Entry::State::kNew;
+        new_order_.push_back(e.spec.name);
+      }
+    }
+  }
+  executor_->run(work);
+  finish(work);
+  if (flags & kJoined) {  // every rank has joined: join completes everywhere
+    if (join_handle_) handles_.complete(join_handle_, Outcome());
+    joined_ = false;
+    join_handle_ = 0;
+    progress = true;
+  }
+  no_progress_rounds_ = progress ? 0 : no_progress_rounds_ + 1;
+  return true;
+}
+
+std::vector<Response> Loop::negotiate_full() {
+  std::vector<Request> mine;
+  for (const std::string& name : new_order_) {
+    auto it = pending_.find(name);
+    if (it == pending_.end() || it->second.state != Entry::State::kNew) continue;
+    it->second.state = Entry::State::kSent;
+    mine.push_back(Request{rank_, it->second.spec});
+  }
+  new_order_.clear();
+  std::vector<char> blob = encode_requests(mine);
+  blob.insert(blob.begin(), static_cast<char>(joined_));
+  std::vector<std::vector<char>> all = control_->gather(blob);
+  std::vector<char> answer;
+  if (coordinator_) {
+    const double now = now_s();
+    std::vector<bool> joined(size_, false);
+    for (int r = 0; r < size_; ++r) {
+      joined[r] = all[r][0] != 0;
+      coordinator_->add(decode_requests(all[r].data() + 1, all[r].size() - 1), now);
+    }
+    std::vector<Response> ready = coordinator_->take_ready(joined);
+    if (config_.stall_check_s > 0) {
+      for (const Stall& s : coordinator_->stalls(now, config_.stall_check_s)) {
+        if (stall_warned_.count(s.name)) continue;
+        stall_warned_.insert(s.name);
+        std::ostringstream ranks;
+        for (size_t i = 0; i < s.missing_ranks.size(); ++i)
+          ranks << (i ? ", " : "") << s.missing_ranks[i];
+        FUSEOPT_LOG(kWarning, "tensor '" << s.name << "' has waited " << int(s.waiting_s)
+                                         << " s: ranks " << ranks.str()
+                                         << " have not submitted it");
+      }
+    }
+    if (config_.stall_shutdown_s > 0) {
+      std::vector<Response> failed = coordinator_->take_stalled(now, config_.stall_shutdown_s);
+      ready.insert(ready.end(), failed.begin(), failed.end());
+    }
+    answer = encode_responses(ready);
+  }
+  answer = control_->broadcast(std::move(answer));
+  return decode_responses(answer.data(), answer.size());
+}
+
+Entry* Loop::pending_entry(const std::string& name) {
+  auto it = pending_.find(name);
+  return it == pending_.end() ? nullptr : &it->second;
+}
+
+void Loop::finish(std::vector<Work>& work) {
+  std::vector<std::string> done;
+  for (const Work& w : work)
+    if (w.entry) done.push_back(w.entry->spec.name);
+  for (const std::string& name : done) pending_.erase(name);
+}
+
+void Loop::stop(const Outcome& reason) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    inbox_.stopped = true;
+    inbox_.stop_reason = reason;
+    inbox_.queue.clear();
+  }
+  pending_.clear();
+  handles_.fail_pending(reason);
+}
+
+}  // namespace fuseopt

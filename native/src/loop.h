@@ -1,0 +1,82 @@
+// The loop thread: the only code that talks to other ranks.
+//
+// Vocabulary. A *round* is one pass of negotiation that every rank takes
+// part in, in lock-step:
+//   1. drain newly enqueued entries; look each up in the response cache;
+//   2. post the *round vector*: one AND-allreduce of
+//        [flags][ready bit per cache slot][not-invalid bit per cache slot]
+//      where OR-style facts ("someone wants to shut down") are stored
+//      inverted so a single AND answers both kinds;
+//   3. evict slots anyone marked invalid; slots ready everywhere become work;
+//   4. if anyone has uncached requests, run *full negotiation*: gather them
+//      to the coordinator (rank 0), which answers every rank with the same
+//      ordered response list (coordinator.h);
+//   5. execute the work in fusion buckets (executor.h) and complete handles.
+//
+// Pacing. A rank with nothing in flight does not post a round until it is
+// woken by an enqueue or an idle tick (so an idle job costs next to no CPU);
+// a rank with work in flight posts at once and polls without spinning.
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "context.h"
+#include "control_plane.h"
+#include "coordinator.h"
+#include "executor.h"
+#include "mpi_backend.h"
+#include "mpi_world.h"
+#include "response_cache.h"
+
+namespace fuseopt {
+
+class Loop {
+ public:
+  Loop(const fuseopt_config_t& config, Inbox& inbox, HandleTable& handles)
+      : config_(config), inbox_(inbox), handles_(handles) {}
+
+  // Thread body. Reports MPI start-up (topology or failure) through started.
+  void run(std::promise<fuseopt_comm_info_t>* started);
+
+ private:
+  void start();             // MPI, backend, agreed configuration
+  bool round();             // false once every rank agreed to shut down
+  bool wait_for_work();     // returns whether this rank asked to shut down
+  void drain(std::deque<Entry>* incoming);
+  std::vector<uint64_t> build_round_vector(bool shutdown);
+  bool keep_waiting(double started_s);
+  std::vector<Response> negotiate_full();
+  void finish(std::vector<Work>& work);
+  void stop(const Outcome& reason);
+
+  Entry* pending_entry(const std::string& name);
+  int64_t words_per_section() const { return (config_.cache_capacity + 63) / 64; }
+
+  fuseopt_config_t config_;
+  Inbox& inbox_;
+  HandleTable& handles_;
+
+  std::unique_ptr<MpiWorld> world_;
+  std::unique_ptr<ControlPlane> control_;
+  std::unique_ptr<MpiBackend> backend_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<ResponseCache> cache_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  int rank_ = 0, size_ = 1;
+
+  std::unordered_map<std::string, Entry> pending_;  // by name
+  std::vector<std::string> new_order_;              // kNew names, enqueue order
+  std::set<int64_t> invalid_slots_;                 // to report next round
+  std::set<std::string> stall_warned_;
+  bool joined_ = false;
+  int64_t join_handle_ = 0;
+  int no_progress_rounds_ = 0;
+};
+
+}  // namespace fuseopt

@@ -1,0 +1,98 @@
+#include "mpi_backend.h"
+
+#include <algorithm>
+#include <climits>
+#include <numeric>
+
+#include "common.h"
+#include "dtype.h"
+
+namespace fuseopt {
+namespace {
+
+// MPI-3 counts are int. Reductions and broadcasts are element-wise, so larger
+// buffers go through in chunks; the v-collectives take int byte offsets and
+// are refused beyond that rather than silently truncated.
+constexpr int64_t kChunkElements = int64_t(1) << 30;
+
+std::vector<int> to_int_vector(const std::vector<int64_t>& v, const char* what) {
+  std::vector<int> out(v.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    total += v[i];
+    if (v[i] > INT_MAX || total > INT_MAX)
+      throw Error(FUSEOPT_UNSUPPORTED, std::string(what) + " of more than 2 GiB in one call");
+    out[i] = static_cast<int>(v[i]);
+  }
+  return out;
+}
+
+std::vector<int> displacements(const std::vector<int>& counts) {
+  std::vector<int> d(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+}  // namespace
+
+void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
+                           fuseopt_reduce_op_t op) {
+  const size_t esize = dtype_size(dtype);
+  for (int64_t done = 0; done < count; done += kChunkElements) {
+    int n = static_cast<int>(std::min(kChunkElements, count - done));
+    char* r = static_cast<char*>(recv) + done * esize;
+    const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + done * esize;
+    mpi_check(MPI_Allreduce(s, r, n, MpiWorld::datatype(dtype), MpiWorld::op(op, dtype),
+                            world_.comm()),
+              "MPI_Allreduce");
+  }
+}
+
+void MpiBackend::broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root) {
+  const size_t esize = dtype_size(dtype);
+  for (int64_t done = 0; done < count; done += kChunkElements) {
+    int n = static_cast<int>(std::min(kChunkElements, count - done));
+    mpi_check(MPI_Bcast(static_cast<char*>(buf) + done * esize, n, MpiWorld::datatype(dtype),
+                        root, world_.comm()),
+              "MPI_Bcast");
+  }
+}
+
+void MpiBackend::allgatherv(const void* send, int64_t send_bytes, void* recv,
+                            const std::vector<int64_t>& recv_bytes) {
+  std::vector<int> counts = to_int_vector(recv_bytes, "allgather");
+  std::vector<int> displs = displacements(counts);
+  mpi_check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
+                           displs.data(), MPI_BYTE, world_.comm()),
+            "MPI_Allgatherv");
+}
+
+void MpiBackend::alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                           const std::vector<int64_t>& recv_bytes) {
+  std::vector<int> scounts = to_int_vector(send_bytes, "alltoall");
+  std::vector<int> rcounts = to_int_vector(recv_bytes, "alltoall");
+  std::vector<int> sdispls = displacements(scounts), rdispls = displacements(rcounts);
+  mpi_check(MPI_Alltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
+                          rdispls.data(), MPI_BYTE, world_.comm()),
+            "MPI_Alltoallv");
+}
+
+void MpiBackend::alltoall_counts(const std::vector<int64_t>& send, std::vector<int64_t>* recv) {
+  recv->assign(send.size(), 0);
+  mpi_check(MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv->data(), 1, MPI_INT64_T,
+                         world_.comm()),
+            "MPI_Alltoall");
+}
+
+void MpiBackend::reducescatter(const void* send, void* recv,
+                               const std::vector<int64_t>& recv_counts, fuseopt_dtype_t dtype,
+                               fuseopt_reduce_op_t op) {
+  std::vector<int> counts = to_int_vector(recv_counts, "reducescatter");
+  mpi_check(MPI_Reduce_scatter(send, recv, counts.data(), MpiWorld::datatype(dtype),
+                               MpiWorld::op(op, dtype), world_.comm()),
+            "MPI_Reduce_scatter");
+}
+
+void MpiBackend::barrier() { mpi_check(MPI_Barrier(world_.comm()), "MPI_Barrier"); }
+
+}  // namespace fuseopt

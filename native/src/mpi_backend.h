@@ -1,0 +1,30 @@
+// Host-memory collectives over MPI. Runs on the loop thread only.
+#pragma once
+
+#include "backend.h"
+#include "mpi_world.h"
+
+namespace fuseopt {
+
+class MpiBackend : public Backend {
+ public:
+  explicit MpiBackend(const MpiWorld& world) : world_(world) {}
+  const char* name() const override { return "mpi"; }
+
+  void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
+                 fuseopt_reduce_op_t op) override;
+  void broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root) override;
+  void allgatherv(const void* send, int64_t send_bytes, void* recv,
+                  const std::vector<int64_t>& recv_bytes) override;
+  void alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                 const std::vector<int64_t>& recv_bytes) override;
+  void alltoall_counts(const std::vector<int64_t>& send, std::vector<int64_t>* recv) override;
+  void reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                     fuseopt_dtype_t dtype, fuseopt_reduce_op_t op) override;
+  void barrier() override;
+
+ private:
+  const MpiWorld& world_;
+};
+
+}  // namespace fuseopt

@@ -1,0 +1,152 @@
+#include "mpi_world.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "common.h"
+#include "dtype.h"
+#include "log.h"
+
+namespace fuseopt {
+namespace {
+
+// User reduction ops for float16 / bfloat16: each pairwise step widens to
+// float, combines, and rounds once. Created once per process, never freed
+// (MPI ops must outlive every communicator that might use them).
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    float x = ToF(a[i]), y = ToF(b[i]), r;
+    switch (Kind) {
+      case FUSEOPT_MIN: r = x < y ? x : y; break;
+      case FUSEOPT_MAX: r = x > y ? x : y; break;
+      case FUSEOPT_PRODUCT: r = x * y; break;
+      default: r = x + y; break;
+    }
+    b[i] = FromF(r);
+  }
+}
+
+struct Ops16 {
+  MPI_Op half[FUSEOPT_REDUCE_OP_COUNT];
+  MPI_Op bfloat[FUSEOPT_REDUCE_OP_COUNT];
+};
+Ops16 g_ops16;
+std::once_flag g_ops16_once;
+
+template <int Kind>
+void create_pair(Ops16& ops) {
+  MPI_Op_create(&reduce16<half_to_float, float_to_half, Kind>, 1, &ops.half[Kind]);
+  MPI_Op_create(&reduce16<bfloat_to_float, float_to_bfloat, Kind>, 1, &ops.bfloat[Kind]);
+}
+
+void create_ops16() {
+  create_pair<FUSEOPT_SUM>(g_ops16);
+  create_pair<FUSEOPT_MIN>(g_ops16);
+  create_pair<FUSEOPT_MAX>(g_ops16);
+  create_pair<FUSEOPT_PRODUCT>(g_ops16);
+  g_ops16.half[FUSEOPT_AVERAGE] = g_ops16.half[FUSEOPT_SUM];
+  g_ops16.bfloat[FUSEOPT_AVERAGE] = g_ops16.bfloat[FUSEOPT_SUM];
+}
+
+bool g_we_initialized = false;
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+void mpi_check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error(FUSEOPT_BACKEND, std::string(what) + " failed: " + std::string(text, len));
+}
+
+MpiWorld::MpiWorld(int emulated_local_size) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+              "MPI_Init_thread");
+    // Finalize at process exit rather than at shutdown, so a process can
+    // init -> shutdown -> init again (MPI cannot be initialised twice).
+    if (!g_we_initialized) std::atexit(finalize_at_exit);
+    g_we_initialized = true;
+  } else {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw Error(FUSEOPT_UNSUPPORTED,
+                  "MPI was initialised by someone else with a thread level below "
+                  "MPI_THREAD_SERIALIZED; fuseopt calls MPI from its own thread. "
+                  "Initialise with at least MPI_THREAD_SERIALIZED (mpi4py: set "
+                  "mpi4py.rc.thread_level = 'serialized'), or let fuseopt do it.");
+  }
+  std::call_once(g_ops16_once, create_ops16);
+  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &info_.rank);
+  MPI_Comm_size(comm_, &info_.size);
+  if (emulated_local_size > 0) {
+    mpi_check(MPI_Comm_split(comm_, info_.rank / emulated_local_size, info_.rank, &local_comm_),
+              "MPI_Comm_split(local)");
+  } else {
+    mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, info_.rank, MPI_INFO_NULL,
+                                  &local_comm_),
+              "MPI_Comm_split_type");
+  }
+  MPI_Comm_set_errhandler(local_comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(local_comm_, &info_.local_rank);
+  MPI_Comm_size(local_comm_, &info_.local_size);
+  mpi_check(MPI_Comm_split(comm_, info_.local_rank, info_.rank, &cross_comm_),
+            "MPI_Comm_split(cross)");
+  MPI_Comm_set_errhandler(cross_comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(cross_comm_, &info_.cross_rank);
+  MPI_Comm_size(cross_comm_, &info_.cross_size);
+}
+
+MpiWorld::~MpiWorld() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm* c : {&cross_comm_, &local_comm_, &comm_})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+}
+
+MPI_Datatype MpiWorld::datatype(fuseopt_dtype_t dtype) {
+  switch (dtype) {
+    case FUSEOPT_UINT8: return MPI_UINT8_T;
+    case FUSEOPT_INT8: return MPI_INT8_T;
+    case FUSEOPT_INT32: return MPI_INT32_T;
+    case FUSEOPT_INT64: return MPI_INT64_T;
+    case FUSEOPT_FLOAT16:
+    case FUSEOPT_BFLOAT16: return MPI_UINT16_T;
+    case FUSEOPT_FLOAT32: return MPI_FLOAT;
+    case FUSEOPT_FLOAT64: return MPI_DOUBLE;
+    default: throw Error(FUSEOPT_INTERNAL, "no MPI datatype for dtype");
+  }
+}
+
+MPI_Op MpiWorld::op(fuseopt_reduce_op_t op, fuseopt_dtype_t dtype) {
+  if (dtype == FUSEOPT_FLOAT16) return g_ops16.half[op];
+  if (dtype == FUSEOPT_BFLOAT16) return g_ops16.bfloat[op];
+  switch (op) {
+    case FUSEOPT_SUM:
+    case FUSEOPT_AVERAGE: return MPI_SUM;  // average = sum, then postscale 1/size
+    case FUSEOPT_MIN: return MPI_MIN;
+    case FUSEOPT_MAX: return MPI_MAX;
+    case FUSEOPT_PRODUCT: return MPI_PROD;
+    default: throw Error(FUSEOPT_INTERNAL, "no MPI op for reduce op");
+  }
+}
+
+}  // namespace fuseopt
