@@ -6,6 +6,11 @@
 #include "common.h"
 
 namespace fuseopt {
+namespace {
+// Peers usually post their part of a round within microseconds of us; a
+// short spin catches that without a sleep's wake-up latency.
+constexpr int kSpinMicros = 30;
+}  // namespace
 
 void ControlPlane::and_round(std::vector<uint64_t>* words,
                              const std::function<bool()>& keep_waiting) {
@@ -20,12 +25,12 @@ void ControlPlane::and_round(std::vector<uint64_t>* words,
   auto sleep = std::chrono::microseconds(5);
   const auto max_sleep_short = std::chrono::microseconds(200);
   const auto max_sleep_long = std::chrono::microseconds(2000);
-  int spins = 0;
+  const auto spin_until = start + std::chrono::microseconds(kSpinMicros);
   for (;;) {
     int done = 0;
     mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test(negotiation)");
     if (done) return;
-    if (++spins < 50) continue;
+    if (clock::now() < spin_until) continue;
     if (!keep_waiting()) {
       // The request cannot be cancelled portably; the context is going down.
       throw Error(FUSEOPT_RANK_FAILED, "negotiation round abandoned");
