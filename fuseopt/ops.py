@@ -28,7 +28,9 @@ def _ptr(array):
 
 
 def _contiguous(array):
-    return np.ascontiguousarray(array)
+    # Not np.ascontiguousarray: it turns 0-d arrays into 1-d ones.
+    array = np.asarray(array)
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 def _writable(array, what):

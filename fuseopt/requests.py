@@ -40,9 +40,30 @@ class RuntimeOutput:
         lib.fuseopt_free(out.recv_splits)
 
 
+# Handles dropped before anyone waited on them. The core may still be reading
+# or writing their buffers, so the buffers are parked here, not freed, until
+# the operation completes; reap_orphans() then releases handle and buffers.
+_orphans = {}
+
+
+def reap_orphans():
+    done = ffi.new("int*")
+    for key, (ctx, keepalive) in list(_orphans.items()):
+        if lib.fuseopt_poll(ctx, key, done) != lib.FUSEOPT_OK or done[0]:
+            lib.fuseopt_wait(ctx, key, 0)
+            del _orphans[key]
+
+
+def forget_orphans():
+    """After shutdown every handle is complete and the context is gone."""
+    _orphans.clear()
+
+
 class Handle:
     """An operation in flight. ``wait()`` returns its result; ``poll()`` says
-    whether it is done. Wait exactly once: that releases the native handle."""
+    whether it is done. Wait exactly once: that releases the native handle.
+    A handle dropped without a wait keeps its tensors alive until the
+    operation has finished, so the core never touches freed memory."""
 
     __slots__ = ("_ctx", "_id", "_keepalive", "_finish", "_runtime_output", "_done", "_result")
 
@@ -54,6 +75,10 @@ class Handle:
         self._runtime_output = runtime_output
         self._done = False
         self._result = None
+
+    def __del__(self):
+        if not self._done and self._keepalive is not None and _orphans is not None:
+            _orphans[self._id] = (self._ctx, self._keepalive)
 
     def poll(self):
         if self._done:
@@ -91,6 +116,8 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
     the handle's result; raw is a RuntimeOutput for allgather/alltoall.
     """
     ctx = runtime.context()
+    if _orphans:
+        reap_orphans()
     req = ffi.new("fuseopt_request_t*")
     req.struct_size = ffi.sizeof("fuseopt_request_t")
     req.collective = collective

@@ -14,6 +14,7 @@ _lock = threading.Lock()
 _ctx = None
 _info = None
 _settings = None
+_was_shut_down = False
 
 
 def init(**settings):
@@ -41,11 +42,14 @@ def init(**settings):
 def shutdown():
     """Stops fuseopt on this rank (collective). Pending operations fail with
     ShutDownError. Safe to call twice; init() may be called again afterwards."""
-    global _ctx
+    global _ctx, _was_shut_down
     with _lock:
         ctx, _ctx = _ctx, None
         if ctx is not None:
+            _was_shut_down = True
             check(lib.fuseopt_shutdown(ctx))
+            from .requests import forget_orphans
+            forget_orphans()
 
 
 atexit.register(shutdown)
@@ -59,7 +63,9 @@ def context():
     """The native context, or NotInitializedError."""
     ctx = _ctx
     if ctx is None:
-        raise NotInitializedError("fuseopt has not been initialized: call fuseopt.init() first")
+        raise NotInitializedError(
+            "fuseopt has been shut down; call fuseopt.init() again to use it" if _was_shut_down
+            else "fuseopt has not been initialized: call fuseopt.init() first")
     return ctx
 
 

@@ -85,7 +85,10 @@ int fuseopt_init(const fuseopt_config_t* cfg, fuseopt_ctx_t** out) {
 
 int fuseopt_shutdown(fuseopt_ctx_t* ctx) {
   REQUIRE_CTX(ctx);
-  return guarded([&] { delete ctx; });
+  // The context object itself is kept (a few hundred bytes): a thread still
+  // holding it may call wait/poll/enqueue, and must get SHUT_DOWN rather
+  // than touch freed memory.
+  return guarded([&] { ctx->context.shutdown(); });
 }
 
 int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out) {

@@ -33,6 +33,7 @@ void Context::shutdown() {
   }
   inbox_.wake.notify_all();
   if (thread_.joinable()) thread_.join();
+  loop_.reset();  // MPI communicators and buffers; the handle table stays
 }
 
 namespace {

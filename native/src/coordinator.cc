@@ -4,6 +4,39 @@
 #include <sstream>
 
 namespace fuseopt {
+namespace {
+
+bool all_compatible(const std::vector<Request>& requests) {
+  for (const Request& q : requests)
+    if (!q.spec.compatible_with(requests.front().spec)) return false;
+  return true;
+}
+
+// "ranks disagree about tensor 'w': rank 0 has allreduce float32[3] op=sum;
+// ranks 1, 2, 3 have allreduce float32[4] op=sum". Groups ranks by what they
+// asked for, so the message stays short at any scale.
+std::string describe_disagreement(const std::vector<Request>& requests) {
+  std::vector<std::pair<std::string, std::vector<int32_t>>> groups;
+  for (const Request& q : requests) {
+    std::string what = q.spec.describe();
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == what; });
+    if (it == groups.end()) groups.push_back({what, {q.rank}});
+    else it->second.push_back(q.rank);
+  }
+  std::ostringstream m;
+  m << "ranks disagree about tensor '" << requests.front().spec.name << "': ";
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& ranks = groups[i].second;
+    m << (i ? "; " : "") << (ranks.size() == 1 ? "rank " : "ranks ");
+    for (size_t k = 0; k < ranks.size() && k < 8; ++k) m << (k ? ", " : "") << ranks[k];
+    if (ranks.size() > 8) m << ", ... (" << ranks.size() << " ranks)";
+    m << (ranks.size() == 1 ? " has " : " have ") << groups[i].first;
+  }
+  return m.str();
+}
+
+}  // namespace
 
 void Coordinator::add(const std::vector<Request>& requests, double now_s) {
   for (const Request& q : requests) {
@@ -31,16 +64,10 @@ Response Coordinator::make_response(Entry& entry, const std::vector<bool>& joine
   const Request& first = entry.requests.front();
   Response out;
   out.spec = first.spec;
-  for (const Request& q : entry.requests) {
-    if (!q.spec.compatible_with(first.spec)) {
-      std::ostringstream m;
-      m << "ranks disagree about tensor '" << first.spec.name << "': rank " << first.rank
-        << " has " << first.spec.describe() << ", rank " << q.rank << " has "
-        << q.spec.describe();
-      out.error = FUSEOPT_MISMATCH;
-      out.error_message = m.str();
-      return out;
-    }
+  if (!all_compatible(entry.requests)) {
+    out.error = FUSEOPT_MISMATCH;
+    out.error_message = describe_disagreement(entry.requests);
+    return out;
   }
   for (int r = 0; r < size_; ++r)
     if (!entry.present[r] && joined[r]) out.joined.push_back(r);

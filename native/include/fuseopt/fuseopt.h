@@ -142,8 +142,9 @@ int fuseopt_config_default(fuseopt_config_t* cfg);
 int fuseopt_init(const fuseopt_config_t* cfg, fuseopt_ctx_t** out);
 
 /* Collective. Agrees with the other ranks to stop, fails every pending handle
- * with FUSEOPT_SHUT_DOWN, joins the loop thread and frees the context. Handles
- * are invalid afterwards. */
+ * with FUSEOPT_SHUT_DOWN, and joins the loop thread. Idempotent. The context
+ * pointer stays valid (its small shell is never freed): later enqueues fail
+ * with FUSEOPT_SHUT_DOWN and waits return each handle's final status. */
 int fuseopt_shutdown(fuseopt_ctx_t* ctx);
 
 int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out);

@@ -1,0 +1,747 @@
+#!/usr/bin/env python
+"""Allreduce benchmark: fuseopt against raw MPI (mpi4py) and torch.distributed/gloo.
+
+Usage (from the repository root)::
+
+    python benchmarks/allreduce.py [--quick] [--reps N] [--out benchmarks/results]
+
+The driver (this file without ``--worker``) runs one ``mpiexec -n 2`` job per
+contender and repetition, interleaved in a shuffled order each repetition (the
+machine is noisy, so neighbours in time are compared and medians reported).
+Each job is this same file with ``--worker CONTENDER``; it measures every
+workload and rank 0 prints one JSON line (prefixed by a marker) to stdout.
+
+Contenders run in separate processes on purpose: fuseopt's loop thread calls
+MPI concurrently with the Python thread, so mpi4py and fuseopt must never
+share a process.
+
+Workloads (float32, op Sum, in place where the contender allows):
+  a. one allreduce of 4 KiB .. 256 MiB (``--quick``: up to 64 MiB, fewer
+     iterations); median per-op latency, a barrier before every iteration;
+  b. 200 x 16 KiB submitted together (fuseopt: 200 allreduce_async_ then wait
+     all; mpi4py: one 3.2 MB Allreduce and 200 separate ones; gloo: 200 sync
+     all_reduce calls and 200 async_op=True calls then wait);
+  c. a lone 4 KiB allreduce after a 20 ms idle gap (after a barrier);
+  d. fuseopt only: CPU used by the process while both ranks sleep 3 s after
+     init (the loop thread's idle cost), in % of one core.
+
+Per iteration every rank times the operation from its own start; the figure
+used is the slowest rank's time (conservative: it includes any skew in how the
+ranks left the barrier). Per job the median over iterations is taken, and the
+table shows the median over jobs (repetitions). Raw per-rank samples go to
+``<out>/allreduce.json``; ``<out>/allreduce.png`` plots bus bandwidth.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+MARK = "@@FUSEOPT_ALLREDUCE_BENCH@@ "
+CONTENDERS = ("fuseopt", "mpi4py", "gloo")
+NRANKS = 2
+
+KIB = 1024
+MIB = 1024 * KIB
+SIZES_FULL = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB, 64 * MIB, 256 * MIB]
+SIZES_QUICK = [s for s in SIZES_FULL if s <= 64 * MIB]
+
+BATCH_COUNT = 200
+BATCH_BYTES = 16 * KIB
+LONE_BYTES = 4 * KIB
+IDLE_GAP_S = 0.020
+IDLE_SLEEP_S = 3.0
+
+# Targets (see the table): fuseopt must be close to raw MPI where it matters.
+TARGET_BW_RATIO = 0.9          # fuseopt bandwidth / raw MPI bandwidth, sizes >= 1 MiB
+TARGET_BATCH_VS_ONE = 1.5      # fuseopt 200x16KiB time / one raw 3.2 MB MPI allreduce
+TARGET_BATCH_VS_GLOO = 50.0    # 200 gloo sync calls time / fuseopt 200x16KiB time
+TARGET_LONE_US = 100.0         # fuseopt lone 4 KiB median latency
+TARGET_IDLE_CPU_PCT = 1.0      # fuseopt idle CPU, % of one core
+
+
+def settings(quick):
+    """Iteration budgets; identical on every rank so the loops stay in step."""
+    if quick:
+        return dict(sizes=SIZES_QUICK, target_s=0.2, min_iters=3, max_iters=1000,
+                    batch_warm=3, batch_reps=12, lone_warm=3, lone_reps=30)
+    return dict(sizes=SIZES_FULL, target_s=0.5, min_iters=3, max_iters=5000,
+                batch_warm=5, batch_reps=40, lone_warm=3, lone_reps=30)
+
+
+def warmup_iters(nbytes):
+    # Deterministic (ranks must agree): many for small messages, 2 for big ones.
+    return max(2, min(50, (64 * MIB) // nbytes))
+
+
+def size_label(nbytes):
+    if nbytes >= MIB:
+        return "%d MiB" % (nbytes // MIB)
+    return "%d KiB" % (nbytes // KIB)
+
+
+# --------------------------------------------------------------------------
+# Worker side: one class per contender, same small interface.
+# --------------------------------------------------------------------------
+
+class FuseoptContender:
+    name = "fuseopt"
+
+    def __init__(self):
+        import numpy as np
+        import fuseopt
+        self.np, self.fo = np, fuseopt
+        fuseopt.init()
+        self.rank, self.size = fuseopt.rank(), fuseopt.size()
+        self._gathers = 0
+
+    def versions(self):
+        return {"fuseopt": getattr(self.fo, "__version__", "?"), "settings": self.fo.settings()}
+
+    def wrap(self, arr):
+        return arr
+
+    def barrier(self):
+        self.fo.barrier()
+
+    def allreduce_(self, buf, name):
+        self.fo.allreduce_async_(buf, name=name, op=self.fo.Sum).wait()
+
+    def batch_variants(self):
+        return {"async_200": self._batch_async}
+
+    def _batch_async(self, bufs, names, _flat):
+        handles = [self.fo.allreduce_async_(b, name=n, op=self.fo.Sum)
+                   for b, n in zip(bufs, names)]
+        for h in handles:
+            h.wait()
+
+    def agree_max(self, value):
+        out = self.fo.allreduce(self.np.array([value], dtype=self.np.float64),
+                                name="bench.agree_max", op=self.fo.Max)
+        return float(out[0])
+
+    def gather(self, values):
+        self._gathers += 1
+        arr = self.np.asarray(values, dtype=self.np.float64).reshape(1, -1)
+        out = self.fo.allgather(arr, name="bench.gather.%d" % self._gathers)
+        return [list(map(float, row)) for row in out]
+
+    def close(self):
+        self.fo.shutdown()
+
+
+class Mpi4pyContender:
+    name = "mpi4py"
+
+    def __init__(self):
+        import numpy as np
+        import mpi4py
+        mpi4py.rc.thread_level = "serialized"
+        from mpi4py import MPI
+        self.np, self.MPI = np, MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+
+    def versions(self):
+        return {"mpi4py": __import__("mpi4py").__version__,
+                "mpi_library": self.MPI.Get_library_version().strip().splitlines()[0]}
+
+    def wrap(self, arr):
+        return arr
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def allreduce_(self, buf, name):
+        self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+
+    def batch_variants(self):
+        return {"one_3.2MB": self._batch_one, "separate_200": self._batch_separate}
+
+    def _batch_one(self, _bufs, _names, flat):
+        self.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
+
+    def _batch_separate(self, bufs, _names, _flat):
+        for b in bufs:
+            self.comm.Allreduce(self.MPI.IN_PLACE, b, op=self.MPI.SUM)
+
+    def agree_max(self, value):
+        return float(self.comm.allreduce(float(value), op=self.MPI.MAX))
+
+    def gather(self, values):
+        return [list(map(float, v)) for v in self.comm.allgather(list(values))]
+
+    def close(self):
+        pass
+
+
+class GlooContender:
+    name = "gloo"
+
+    def __init__(self):
+        import numpy as np
+        import torch
+        import torch.distributed as dist
+        torch.set_num_threads(1)
+        self.np, self.torch, self.dist = np, torch, dist
+        self.rank = int(os.environ["PMI_RANK"])
+        self.size = int(os.environ["PMI_SIZE"])
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if "MASTER_PORT" not in os.environ:
+            raise RuntimeError("gloo worker needs MASTER_PORT (the driver sets it)")
+        dist.init_process_group("gloo", init_method="env://", rank=self.rank,
+                                world_size=self.size,
+                                timeout=datetime.timedelta(seconds=300))
+
+    def versions(self):
+        return {"torch": self.torch.__version__}
+
+    def wrap(self, arr):
+        return self.torch.from_numpy(arr)  # shares memory: in place
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def allreduce_(self, buf, name):
+        self.dist.all_reduce(buf, op=self.dist.ReduceOp.SUM)
+
+    def batch_variants(self):
+        return {"sync_200": self._batch_sync, "async_200": self._batch_async}
+
+    def _batch_sync(self, bufs, _names, _flat):
+        for b in bufs:
+            self.dist.all_reduce(b, op=self.dist.ReduceOp.SUM)
+
+    def _batch_async(self, bufs, _names, _flat):
+        works = [self.dist.all_reduce(b, op=self.dist.ReduceOp.SUM, async_op=True)
+                 for b in bufs]
+        for w in works:
+            w.wait()
+
+    def agree_max(self, value):
+        t = self.torch.tensor([float(value)], dtype=self.torch.float64)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return float(t[0])
+
+    def gather(self, values):
+        out = [None] * self.size
+        self.dist.all_gather_object(out, list(map(float, values)))
+        return out
+
+    def close(self):
+        self.dist.destroy_process_group()
+
+
+WORKER_CLASSES = {c.name: c for c in (FuseoptContender, Mpi4pyContender, GlooContender)}
+
+
+def _log(c, msg):
+    if c.rank == 0:
+        sys.stderr.write("[%s] %s\n" % (c.name, msg))
+        sys.stderr.flush()
+
+
+def _timed(c, fn, iters, before=None):
+    """Per-iteration seconds on this rank; barrier (then ``before``) first."""
+    samples = []
+    perf = time.perf_counter
+    for _ in range(iters):
+        c.barrier()
+        if before is not None:
+            before()
+        t0 = perf()
+        fn()
+        samples.append(perf() - t0)
+    return samples
+
+
+def _record(c, samples, **extra):
+    """Collects every rank's samples (outside timing), in microseconds."""
+    per_rank = c.gather(samples)
+    rec = {"samples_us": [[round(s * 1e6, 3) for s in row] for row in per_rank]}
+    rec.update(extra)
+    return rec
+
+
+def _measure_idle(c, label):
+    import resource
+    c.barrier()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    time.sleep(IDLE_SLEEP_S)
+    cpu1, wall1 = time.process_time(), time.perf_counter()
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    pct = 100.0 * (cpu1 - cpu0) / (wall1 - wall0)
+    ctx_switches = (ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw)
+    per_rank = c.gather([pct, ctx_switches / (wall1 - wall0)])
+    c.barrier()
+    _log(c, "idle CPU (%s): %s %% of one core" % (label, [round(r[0], 3) for r in per_rank]))
+    return {"cpu_pct": [r[0] for r in per_rank],
+            "context_switches_per_s": [r[1] for r in per_rank],
+            "sleep_s": IDLE_SLEEP_S}
+
+
+def _verify(c, buf, wrapped, name):
+    expected = c.size * (c.size + 1) / 2.0
+    buf.fill(c.rank + 1)
+    c.allreduce_(wrapped, name)
+    ok = bool((buf == expected).all())
+    buf.fill(0)
+    return ok
+
+
+def worker_main(contender, quick):
+    import numpy as np
+    cfg = settings(quick)
+    c = WORKER_CLASSES[contender]()
+    if c.size != NRANKS:
+        raise SystemExit("expected %d ranks, got %d" % (NRANKS, c.size))
+    out = {"contender": contender, "size": c.size, "quick": quick, "versions": c.versions(),
+           "workloads": {}}
+    w = out["workloads"]
+
+    # (d) idle CPU right after init (fuseopt only: the others have no loop thread).
+    if contender == "fuseopt":
+        c.barrier()
+        w["idle_cpu_after_init"] = _measure_idle(c, "after init")
+
+    # (a) one allreduce per size.
+    single = w["single"] = {}
+    for nbytes in cfg["sizes"]:
+        buf = np.zeros(nbytes // 4, dtype=np.float32)
+        wrapped = c.wrap(buf)
+        name = "bench.single.%d" % nbytes
+        ok = _verify(c, buf, wrapped, name)
+        n_warm = warmup_iters(nbytes)
+        t0 = time.perf_counter()
+        warm = _timed(c, lambda: c.allreduce_(wrapped, name), n_warm)
+        # Budget by wall time per iteration, barrier included.
+        est = c.agree_max((time.perf_counter() - t0) / n_warm)
+        # A noisy warm-up must not leave a small size with a handful of samples.
+        floor = max(cfg["min_iters"], n_warm)
+        iters = int(min(cfg["max_iters"], max(floor, math.ceil(cfg["target_s"] / max(est, 1e-7)))))
+        t0 = time.perf_counter()
+        samples = _timed(c, lambda: c.allreduce_(wrapped, name), iters)
+        elapsed = time.perf_counter() - t0
+        single[str(nbytes)] = _record(c, samples, bytes=nbytes, iters=iters, verified=ok,
+                                      warmup_us=[round(s * 1e6, 3) for s in warm])
+        _log(c, "single %-8s iters=%-5d median(rank0)=%.1f us  (%.2f s)  verified=%s"
+             % (size_label(nbytes), iters, 1e6 * statistics.median(samples), elapsed, ok))
+        del buf, wrapped
+
+    # (b) 200 x 16 KiB submitted together.
+    flat = np.zeros(BATCH_COUNT * BATCH_BYTES // 4, dtype=np.float32)
+    # Separate arrays for the per-tensor contenders (views of one buffer
+    # would hand them contiguous memory they could not get in real use).
+    bufs = [np.zeros(BATCH_BYTES // 4, dtype=np.float32) for _ in range(BATCH_COUNT)]
+    wrapped = [c.wrap(b) for b in bufs]
+    flat_w = c.wrap(flat)
+    names = ["bench.batch.%03d" % i for i in range(BATCH_COUNT)]
+    batch = w["batch_200x16KiB"] = {}
+    for variant, fn in c.batch_variants().items():
+        expected = c.size * (c.size + 1) / 2.0
+        for b in bufs:
+            b.fill(c.rank + 1)
+        flat.fill(c.rank + 1)
+        fn(wrapped, names, flat_w)
+        touched = flat if variant == "one_3.2MB" else np.concatenate(bufs)
+        ok = bool((touched == expected).all())
+        for b in bufs:
+            b.fill(0)
+        flat.fill(0)
+        run = lambda: fn(wrapped, names, flat_w)  # noqa: E731
+        _timed(c, run, cfg["batch_warm"])
+        samples = _timed(c, run, cfg["batch_reps"])
+        batch[variant] = _record(c, samples, count=BATCH_COUNT, bytes_each=BATCH_BYTES,
+                                 verified=ok)
+        _log(c, "batch %-13s median(rank0)=%.1f us  verified=%s"
+             % (variant, 1e6 * statistics.median(samples), ok))
+    del bufs, wrapped, flat, flat_w
+
+    # (c) lone 4 KiB after an idle gap.
+    buf = np.zeros(LONE_BYTES // 4, dtype=np.float32)
+    wrapped = c.wrap(buf)
+    name = "bench.lone.%d" % LONE_BYTES
+    ok = _verify(c, buf, wrapped, name)
+    gap = lambda: time.sleep(IDLE_GAP_S)  # noqa: E731
+    _timed(c, lambda: c.allreduce_(wrapped, name), cfg["lone_warm"], before=gap)
+    samples = _timed(c, lambda: c.allreduce_(wrapped, name), cfg["lone_reps"], before=gap)
+    w["lone_4KiB_after_gap"] = _record(c, samples, bytes=LONE_BYTES, gap_s=IDLE_GAP_S,
+                                       verified=ok)
+    _log(c, "lone 4 KiB after %d ms idle: median(rank0)=%.1f us"
+         % (IDLE_GAP_S * 1000, 1e6 * statistics.median(samples)))
+
+    # (d) again, once the response cache holds every name used above.
+    if contender == "fuseopt":
+        w["idle_cpu_after_work"] = _measure_idle(c, "after workloads")
+
+    c.close()
+    if c.rank == 0:
+        sys.stdout.write(MARK + json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------
+# Driver side.
+# --------------------------------------------------------------------------
+
+def find_mpiexec():
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.isfile(here) and os.access(here, os.X_OK):
+        return here
+    found = shutil.which("mpiexec")
+    if not found:
+        raise SystemExit("mpiexec not found next to %s nor on PATH" % sys.executable)
+    return found
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class JobFailed(RuntimeError):
+    pass
+
+
+def run_job(mpiexec, contender, quick, timeout):
+    cmd = [mpiexec, "-n", str(NRANKS), sys.executable, os.path.abspath(__file__),
+           "--worker", contender] + (["--quick"] if quick else [])
+    env = dict(os.environ)
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # Our own job's process group (mpiexec and the ranks it started).
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                stdout, stderr = proc.communicate(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            stdout, stderr = "", ""
+        raise JobFailed("%s job timed out after %d s: %s\n--- stderr (tail) ---\n%s"
+                        % (contender, timeout, " ".join(cmd), (stderr or "")[-4000:]))
+    wall = time.perf_counter() - t0
+    results = [line[len(MARK):] for line in stdout.splitlines() if line.startswith(MARK)]
+    if proc.returncode != 0 or len(results) != 1:
+        raise JobFailed("%s job failed (exit %s, %d result lines): %s\n--- stdout (tail) ---\n"
+                        "%s\n--- stderr (tail) ---\n%s"
+                        % (contender, proc.returncode, len(results), " ".join(cmd),
+                           stdout[-2000:], stderr[-4000:]))
+    return json.loads(results[0]), wall, stderr
+
+
+def slowest_rank_median_us(rec):
+    """Median over iterations of the slowest rank's time."""
+    rows = rec["samples_us"]
+    return statistics.median(max(vals) for vals in zip(*rows))
+
+
+def rank0_median_us(rec):
+    return statistics.median(rec["samples_us"][0])
+
+
+def fastest_rank_median_us(rec):
+    """Median of the fastest rank's time: the op's latency net of barrier skew."""
+    return statistics.median(min(vals) for vals in zip(*rec["samples_us"]))
+
+
+def summarize(jobs, sizes):
+    """{contender: {metric: {"median": x, "per_job": [...]}}} over repetitions."""
+    per = {}
+
+    def add(contender, key, value):
+        per.setdefault(contender, {}).setdefault(key, []).append(value)
+
+    for job in jobs:
+        c, w = job["contender"], job["result"]["workloads"]
+        for nbytes in sizes:
+            rec = w["single"].get(str(nbytes))
+            if rec:
+                add(c, "single/%d" % nbytes, slowest_rank_median_us(rec))
+                add(c, "single_rank0/%d" % nbytes, rank0_median_us(rec))
+        for variant, rec in w["batch_200x16KiB"].items():
+            add(c, "batch/%s" % variant, slowest_rank_median_us(rec))
+            add(c, "batch_rank0/%s" % variant, rank0_median_us(rec))
+        rec = w["lone_4KiB_after_gap"]
+        add(c, "lone", slowest_rank_median_us(rec))
+        add(c, "lone_rank0", rank0_median_us(rec))
+        add(c, "lone_fastest_rank", fastest_rank_median_us(rec))
+        for key in ("idle_cpu_after_init", "idle_cpu_after_work"):
+            if key in w:
+                add(c, key, max(w[key]["cpu_pct"]))
+    return {c: {k: {"median": statistics.median(v), "per_job": v} for k, v in m.items()}
+            for c, m in per.items()}
+
+
+def paired_ratios(jobs, num_key, den_key):
+    """Per-repetition ratios (jobs of one repetition ran next to each other)."""
+    by_rep = {}
+    for job in jobs:
+        by_rep.setdefault(job["rep"], {})[job["contender"]] = job
+    out = []
+    for rep in sorted(by_rep):
+        try:
+            num = num_key(by_rep[rep])
+            den = den_key(by_rep[rep])
+        except KeyError:
+            continue
+        out.append(num / den)
+    return out
+
+
+def fmt_time(us):
+    if us is None or (isinstance(us, float) and math.isnan(us)):
+        return "—"
+    if us < 1000:
+        return "%.1f µs" % us
+    if us < 1e6:
+        return "%.2f ms" % (us / 1e3)
+    return "%.2f s" % (us / 1e6)
+
+
+def busbw_gbs(nbytes, us, n=NRANKS):
+    # Bus bandwidth as nccl-tests define it: algbw * 2(n-1)/n.
+    return nbytes / (us * 1e-6) * (2.0 * (n - 1) / n) / 1e9
+
+
+def build_table(summary, sizes):
+    def get(c, key):
+        m = summary.get(c, {}).get(key)
+        return None if m is None else m["median"]
+
+    rows = []
+    verdicts = []
+
+    def verdict(ok):
+        verdicts.append(ok)
+        return "**PASS**" if ok else "**FAIL**"
+
+    header = ("| Workload | fuseopt | mpi4py (raw MPI) | gloo | Check | Value | Target | Result |\n"
+              "|---|---|---|---|---|---|---|---|")
+    for nbytes in sizes:
+        key = "single/%d" % nbytes
+        cells = []
+        for c in CONTENDERS:
+            us = get(c, key)
+            cells.append("—" if us is None else "%s (%.2f GB/s)" % (fmt_time(us),
+                                                                  busbw_gbs(nbytes, us)))
+        fo, mp = get("fuseopt", key), get("mpi4py", key)
+        ratio = (mp / fo) if fo and mp else None
+        if nbytes >= MIB:
+            check, target = "fuseopt BW / MPI BW", "≥ %.2f" % TARGET_BW_RATIO
+            res = verdict(ratio is not None and ratio >= TARGET_BW_RATIO) if ratio else "n/a"
+        else:
+            check, target, res = "fuseopt BW / MPI BW", "(info)", ""
+        rows.append("| allreduce %s | %s | %s | %s | %s | %s | %s | %s |"
+                    % (size_label(nbytes), cells[0], cells[1], cells[2], check,
+                       "%.3f" % ratio if ratio else "—", target, res))
+
+    fo_b = get("fuseopt", "batch/async_200")
+    mp_one = get("mpi4py", "batch/one_3.2MB")
+    mp_sep = get("mpi4py", "batch/separate_200")
+    gl_sync = get("gloo", "batch/sync_200")
+    gl_async = get("gloo", "batch/async_200")
+    rows.append("| 200 x 16 KiB submitted together | %s (200 async_ + wait) | %s (200 Allreduce) "
+                "| %s (200 sync all_reduce) | | | | |"
+                % (fmt_time(fo_b), fmt_time(mp_sep), fmt_time(gl_sync)))
+    rows.append("| 200 x 16 KiB, other forms | — | %s (one 3.2 MB Allreduce) | %s (async_op=True "
+                "+ wait) | | | | |" % (fmt_time(mp_one), fmt_time(gl_async)))
+    r1 = fo_b / mp_one if fo_b and mp_one else None
+    rows.append("| ↳ fuseopt vs one raw 3.2 MB MPI allreduce | | | | fuseopt time / MPI time "
+                "| %s | ≤ %.1fx | %s |" % ("%.2fx" % r1 if r1 else "—", TARGET_BATCH_VS_ONE,
+                                           verdict(r1 is not None and r1 <= TARGET_BATCH_VS_ONE)
+                                           if r1 else "n/a"))
+    r2 = gl_sync / fo_b if fo_b and gl_sync else None
+    rows.append("| ↳ fuseopt vs 200 gloo calls | | | | gloo time / fuseopt time | %s | ≥ %.0fx "
+                "| %s |" % ("%.1fx" % r2 if r2 else "—", TARGET_BATCH_VS_GLOO,
+                            verdict(r2 is not None and r2 >= TARGET_BATCH_VS_GLOO)
+                            if r2 else "n/a"))
+    lone = {c: get(c, "lone") for c in CONTENDERS}
+    fo_l = lone["fuseopt"]
+    rows.append("| lone 4 KiB after %d ms idle | %s | %s | %s | fuseopt median | %s | ≤ %.0f µs "
+                "| %s |" % (IDLE_GAP_S * 1000, fmt_time(fo_l), fmt_time(lone["mpi4py"]),
+                            fmt_time(lone["gloo"]), fmt_time(fo_l), TARGET_LONE_US,
+                            verdict(fo_l <= TARGET_LONE_US) if fo_l else "n/a"))
+    idle = get("fuseopt", "idle_cpu_after_init")
+    idle2 = get("fuseopt", "idle_cpu_after_work")
+    rows.append("| idle CPU, %d s sleep after init | %s | — | — | %% of one core (max rank) "
+                "| %s | < %.0f %% | %s |"
+                % (IDLE_SLEEP_S, "%.2f %%" % idle if idle is not None else "—",
+                   "%.2f %%" % idle if idle is not None else "—", TARGET_IDLE_CPU_PCT,
+                   verdict(idle < TARGET_IDLE_CPU_PCT) if idle is not None else "n/a"))
+    if idle2 is not None:
+        rows.append("| idle CPU, %d s sleep after the workloads | %.2f %% | — | — | (info) | | | |"
+                    % (IDLE_SLEEP_S, idle2))
+    return header + "\n" + "\n".join(rows), verdicts
+
+
+def plot(summary, sizes, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for c in CONTENDERS:
+        xs, ys, lo, hi = [], [], [], []
+        for nbytes in sizes:
+            m = summary.get(c, {}).get("single/%d" % nbytes)
+            if not m:
+                continue
+            xs.append(nbytes)
+            ys.append(busbw_gbs(nbytes, m["median"]))
+            bws = [busbw_gbs(nbytes, v) for v in m["per_job"]]
+            lo.append(ys[-1] - min(bws))
+            hi.append(max(bws) - ys[-1])
+        if xs:
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=c)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([size_label(s) for s in sizes])
+    ax.set_xlabel("message size (float32, Sum)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title("allreduce, %d ranks on one machine (median over jobs; bars: min-max)" % NRANKS)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def driver_main(args):
+    mpiexec = find_mpiexec()
+    out_dir = args.out
+    os.makedirs(out_dir, exist_ok=True)
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    for c in contenders:
+        if c not in CONTENDERS:
+            raise SystemExit("unknown contender %r (choose from %s)" % (c, ", ".join(CONTENDERS)))
+    sizes = settings(args.quick)["sizes"]
+    rng = random.Random(args.seed)
+    jobs = []
+    started = time.time()
+    sys.stderr.write("mpiexec: %s; %d reps x %s; quick=%s\n"
+                     % (mpiexec, args.reps, contenders, args.quick))
+    for rep in range(args.reps):
+        order = list(contenders)
+        rng.shuffle(order)
+        for pos, contender in enumerate(order):
+            sys.stderr.write("[rep %d/%d] %s ...\n" % (rep + 1, args.reps, contender))
+            sys.stderr.flush()
+            try:
+                result, wall, stderr = run_job(mpiexec, contender, args.quick, args.timeout)
+            except JobFailed as e:
+                sys.stderr.write("\nBENCHMARK JOB FAILED\n%s\n" % e)
+                raise SystemExit(2)
+            if args.verbose:
+                sys.stderr.write(stderr)
+            bad = [k for k, v in result["workloads"].get("single", {}).items()
+                   if not v.get("verified", True)]
+            bad += ["batch/" + k for k, v in result["workloads"].get("batch_200x16KiB", {}).items()
+                    if not v.get("verified", True)]
+            if not result["workloads"]["lone_4KiB_after_gap"].get("verified", True):
+                bad.append("lone")
+            if bad:
+                sys.stderr.write("\nWRONG RESULTS from %s: %s\n%s\n" % (contender, bad, stderr))
+                raise SystemExit(3)
+            sys.stderr.write("[rep %d/%d] %s done in %.1f s\n"
+                             % (rep + 1, args.reps, contender, wall))
+            jobs.append({"rep": rep, "position": pos, "contender": contender,
+                         "wall_s": round(wall, 3), "result": result,
+                         "stderr": stderr[-8000:]})
+
+    summary = summarize(jobs, sizes)
+    table, verdicts = build_table(summary, sizes)
+
+    def single(c, n):
+        return lambda rep: slowest_rank_median_us(
+            rep[c]["result"]["workloads"]["single"][str(n)])
+
+    def batch(c, v):
+        return lambda rep: slowest_rank_median_us(
+            rep[c]["result"]["workloads"]["batch_200x16KiB"][v])
+
+    paired = {"bw_ratio/%d" % n: paired_ratios(jobs, single("mpi4py", n), single("fuseopt", n))
+              for n in sizes}
+    paired["batch_fuseopt_over_mpi_one"] = paired_ratios(jobs, batch("fuseopt", "async_200"),
+                                                         batch("mpi4py", "one_3.2MB"))
+    paired["batch_gloo_sync_over_fuseopt"] = paired_ratios(jobs, batch("gloo", "sync_200"),
+                                                           batch("fuseopt", "async_200"))
+
+    meta = {
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
+        "duration_s": round(time.time() - started, 1),
+        "mpiexec": mpiexec, "ranks": NRANKS, "reps": args.reps, "quick": args.quick,
+        "seed": args.seed, "sizes": sizes, "python": sys.version.split()[0],
+        "platform": platform.platform(), "cpus": os.cpu_count(),
+        "statistic": "per job: median over iterations of the slowest rank's time; "
+                     "table: median over jobs",
+        "targets": {"bw_ratio_min": TARGET_BW_RATIO, "batch_vs_one_mpi_max": TARGET_BATCH_VS_ONE,
+                    "batch_vs_gloo_min": TARGET_BATCH_VS_GLOO, "lone_us_max": TARGET_LONE_US,
+                    "idle_cpu_pct_max": TARGET_IDLE_CPU_PCT},
+    }
+    with open(os.path.join(out_dir, "allreduce.json"), "w") as f:
+        json.dump({"meta": meta, "summary": summary, "paired_ratios": paired,
+                   "table_markdown": table, "jobs": jobs}, f, indent=1)
+    plot(summary, sizes, os.path.join(out_dir, "allreduce.png"))
+    with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
+        f.write("# allreduce benchmark\n\n`%s` (%s, %d reps, %.0f s)\n\n%s\n"
+                % (meta["command"], meta["started"], args.reps, meta["duration_s"], table))
+
+    print(table)
+    print()
+    print("Per-repetition paired ratios: " + ", ".join(
+        "%s=[%s]" % (k, ", ".join("%.3g" % r for r in v)) for k, v in paired.items()))
+    print("Wrote %s, %s" % (os.path.join(out_dir, "allreduce.json"),
+                            os.path.join(out_dir, "allreduce.png")))
+    fails = sum(1 for ok in verdicts if not ok)
+    print("%d target(s) passed, %d failed" % (len(verdicts) - fails, fails))
+    if args.strict and fails:
+        return 1
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="sizes up to 64 MiB, fewer iterations")
+    p.add_argument("--reps", type=int, default=3, help="jobs per contender (interleaved)")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                 "results"))
+    p.add_argument("--timeout", type=float, default=600, help="seconds per worker job")
+    p.add_argument("--contenders", default=",".join(CONTENDERS))
+    p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
+    p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
+    p.add_argument("--verbose", action="store_true", help="echo each job's stderr")
+    p.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker_main(args.worker, args.quick)
+        return 0
+    if args.reps < 1:
+        p.error("--reps must be >= 1")
+    return driver_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""``fuseoptrun``: start a fuseopt job through the MPI launcher (mpiexec)."""

@@ -1,0 +1,195 @@
+"""fuseoptrun: a horovodrun-style front end to mpiexec.
+
+    fuseoptrun -np 4 python train.py
+    fuseoptrun -np 2 -H node1:2,node2:2 python train.py
+    fuseoptrun -np 2 python train_torch.py : -np 2 python train_keras.py
+
+It forwards FUSEOPT_* settings (and flags for each knob) to every rank, turns
+off MPICH's shared-memory path when this machine would run more ranks than
+it has cores, stops every rank on Ctrl-C or SIGTERM, and exits with the code
+of the rank that failed first, after saying which one it was.
+"""
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import hosts as _hosts
+
+
+def _knobs():
+    from ..config import KNOBS  # loads the native core; only needed for flags
+    return KNOBS
+
+
+def find_mpiexec(explicit=None):
+    """mpiexec from --mpiexec / $FUSEOPT_MPIEXEC, else the one installed next
+    to this Python (the mpich wheel's), else PATH."""
+    for candidate in (explicit, os.environ.get("FUSEOPT_MPIEXEC"),
+                      os.path.join(os.path.dirname(sys.executable), "mpiexec")):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    found = shutil.which("mpiexec") or shutil.which("mpirun")
+    if not found:
+        raise SystemExit("fuseoptrun: no mpiexec found; pip install mpich, or pass --mpiexec")
+    return found
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="fuseoptrun", description="Run a fuseopt job on one or more hosts.",
+        epilog="Separate MPMD programs with ':' (each part with its own -np).")
+    p.add_argument("-np", "--num-proc", type=int, dest="np", help="number of ranks")
+    p.add_argument("-H", "--hosts", help="host:slots,... (default: this machine)")
+    p.add_argument("--hostfile", help="file with one 'host slots=N' per line")
+    p.add_argument("--mpiexec", help="path of the MPI launcher to use")
+    p.add_argument("--mpi-args", default="", help="extra arguments for mpiexec (quoted)")
+    p.add_argument("--nolocal", choices=("auto", "on", "off"), default="auto",
+                   help="set MPIR_CVAR_NOLOCAL=1 (auto: when ranks > cores here)")
+    p.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--fusion-threshold-mb", type=float,
+                   help="fusion threshold in MiB (sets FUSEOPT_FUSION_THRESHOLD)")
+    for knob in _knobs():
+        p.add_argument("--" + knob.name.replace("_", "-"), dest="knob_" + knob.name,
+                       help="%s (sets %s)" % (knob.doc, knob.env))
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    return p
+
+
+def split_mpmd(argv):
+    parts, current = [], []
+    for a in argv:
+        if a == ":":
+            parts.append(current)
+            current = []
+        else:
+            current.append(a)
+    parts.append(current)
+    return parts
+
+
+def parse_extra_part(argv):
+    p = argparse.ArgumentParser(prog="fuseoptrun (MPMD part)")
+    p.add_argument("-np", "--num-proc", type=int, dest="np", required=True)
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    return p.parse_args(argv)
+
+
+def rank_environment(args, total_ranks, host_list, environ):
+    """FUSEOPT_* variables every rank receives."""
+    env = {k: v for k, v in environ.items() if k.startswith("FUSEOPT_")}
+    env.pop("FUSEOPT_MPIEXEC", None)
+    if args.fusion_threshold_mb is not None:
+        env["FUSEOPT_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * (1 << 20)))
+    for knob in _knobs():
+        value = getattr(args, "knob_" + knob.name)
+        if value is not None:
+            env[knob.env] = str(value)
+    nolocal = args.nolocal == "on" or (
+        args.nolocal == "auto" and _hosts.local_oversubscribed(host_list, total_ranks))
+    if nolocal:
+        env["MPIR_CVAR_NOLOCAL"] = "1"
+    return env
+
+
+def build_command(args, parts, env, launch_dir):
+    """The full mpiexec argv for the (possibly MPMD) job."""
+    host_list = _hosts.parse_hostfile(args.hostfile) if args.hostfile else (
+        _hosts.parse_host_list(args.hosts) if args.hosts else [])
+    cmd = [find_mpiexec(args.mpiexec)]
+    if host_list:
+        cmd += ["-hosts", ",".join("%s:%d" % h for h in host_list)]
+    for k, v in sorted(dict(env, FUSEOPT_LAUNCH_DIR=launch_dir).items()):
+        cmd += ["-genv", k, v]
+    cmd += shlex.split(args.mpi_args)
+    wrapper = [sys.executable, "-m", "fuseopt.launcher.rank_wrapper"]
+    for i, (np_, command) in enumerate(parts):
+        if i:
+            cmd.append(":")
+        cmd += ["-n", str(np_)] + wrapper + command
+    return cmd, host_list
+
+
+def summarize(launch_dir, total_ranks, mpiexec_code, started):
+    """Prints which rank failed first; returns the exit code to use."""
+    records = []
+    for name in os.listdir(launch_dir):
+        if name.startswith("rank-") and name.endswith(".json"):
+            with open(os.path.join(launch_dir, name)) as f:
+                records.append(json.load(f))
+    failed = sorted((r for r in records if r["exit_code"] != 0), key=lambda r: r["end_time"])
+    if not failed:
+        if mpiexec_code != 0 and len(records) < total_ranks:
+            print("fuseoptrun: mpiexec exited with %d and only %d of %d ranks reported an "
+                  "exit; see the output above" % (mpiexec_code, len(records), total_ranks),
+                  file=sys.stderr)
+            return mpiexec_code
+        return 0
+    first = failed[0]
+    how = ("exit code %d" % first["exit_code"]) if first["exit_code"] is not None else \
+        ("signal %s" % signal.Signals(first["signal"]).name)
+    print("fuseoptrun: rank %d on %s failed first (%s, %.1f s after start); %d of %d ranks "
+          "failed" % (first["rank"], first["host"], how, first["end_time"] - started,
+                      len(failed), total_ranks), file=sys.stderr)
+    return first["exit_code"] if first["exit_code"] is not None else 128 + first["signal"]
+
+
+def run(argv):
+    parts_argv = split_mpmd(argv)
+    args = build_parser().parse_args(parts_argv[0])
+    if not args.command:
+        raise SystemExit("fuseoptrun: no command given (e.g. fuseoptrun -np 2 python train.py)")
+    parts = [(args.np or 1, args.command)]
+    for extra in parts_argv[1:]:
+        e = parse_extra_part(extra)
+        if not e.command:
+            raise SystemExit("fuseoptrun: an MPMD part has no command")
+        parts.append((e.np, e.command))
+    total = sum(n for n, _ in parts)
+    launch_dir = tempfile.mkdtemp(prefix="fuseoptrun-")
+    host_list = _hosts.parse_hostfile(args.hostfile) if args.hostfile else (
+        _hosts.parse_host_list(args.hosts) if args.hosts else [])
+    env = rank_environment(args, total, host_list, os.environ)
+    cmd, _ = build_command(args, parts, env, launch_dir)
+    if args.dry_run or args.verbose:
+        print(" ".join(shlex.quote(c) for c in cmd), file=sys.stdout if args.dry_run else sys.stderr)
+        if args.dry_run:
+            return 0
+    started = time.time()
+    # Own process group, so that our signal handling decides how ranks stop.
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    stopping = []
+
+    def stop(signum, _frame):
+        stopping.append(signum)
+        try:
+            os.killpg(proc.pid, signal.SIGTERM if len(stopping) == 1 else signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    code = proc.wait()
+    try:
+        result = summarize(launch_dir, total, code, started)
+    finally:
+        shutil.rmtree(launch_dir, ignore_errors=True)
+    if stopping:
+        print("fuseoptrun: stopped by %s" % signal.Signals(stopping[0]).name, file=sys.stderr)
+        return 128 + stopping[0]
+    return result
+
+
+def main():
+    sys.exit(run(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

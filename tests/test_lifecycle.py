@@ -1,0 +1,24 @@
+"""init / shutdown / re-init, use before init, config errors, world of size 1."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import WORKERS
+
+
+@pytest.mark.parametrize("nranks", [1, 2])
+def test_lifecycle_under_launcher(run_ranks, nranks):
+    run_ranks(nranks, "lifecycle.py", env={"EXPECT_SIZE": str(nranks)})
+
+
+def test_plain_python_is_a_world_of_size_one():
+    env = dict(os.environ, EXPECT_SIZE="1", PYTHONPATH=WORKERS)
+    for k in list(env):
+        if k.startswith(("PMI_", "MPI_", "HYDRA_")):
+            del env[k]
+    proc = subprocess.run([sys.executable, os.path.join(WORKERS, "lifecycle.py")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "lifecycle ok" in proc.stdout

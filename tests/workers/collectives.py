@@ -1,0 +1,152 @@
+"""Every collective x dtype x op against exact expectations.
+
+Usage: collectives.py FUSION_THRESHOLD_BYTES"""
+import sys
+
+import numpy as np
+
+import fuseopt
+import harness
+from data import DTYPES, assert_close, reduce_expected, values
+
+OPS = {"sum": fuseopt.Sum, "average": fuseopt.Average, "min": fuseopt.Min,
+       "max": fuseopt.Max, "product": fuseopt.Product}
+SHAPES = [(), (0,), (7,), (3, 5), (2, 0, 3)]
+
+
+def everyone(name, shape, dtype, op="sum"):
+    return [values(name, r, shape, dtype, op) for r in range(fuseopt.size())]
+
+
+def check_allreduce_every_dtype_op_shape():
+    handles = []
+    for dtype in DTYPES:
+        for op_name, op in OPS.items():
+            for shape in SHAPES:
+                name = "ar.%s.%s.%s" % (np.dtype(dtype).name, op_name, shape)
+                mine = values(name, fuseopt.rank(), shape, dtype, op_name)
+                handles.append((name, fuseopt.allreduce_async(mine, name=name, op=op),
+                                reduce_expected(everyone(name, shape, dtype, op_name), op_name)))
+    for name, h, expected in handles:
+        assert_close(h.wait(), expected, name)
+
+
+def check_allreduce_in_place_and_scaling():
+    x = values("inplace", fuseopt.rank(), (100,), np.float32)
+    fuseopt.allreduce_(x, name="inplace", op=fuseopt.Sum)
+    assert_close(x, reduce_expected(everyone("inplace", (100,), np.float32), "sum"), "inplace")
+    for dtype in (np.float32, np.float64, np.float16):
+        y = values("scaled", fuseopt.rank(), (33,), dtype)
+        out = fuseopt.allreduce(y, name="scaled.%s" % np.dtype(dtype).name, op=fuseopt.Sum,
+                                prescale_factor=0.5, postscale_factor=4.0)
+        expected = (reduce_expected(everyone("scaled", (33,), dtype), "sum").astype(np.float64)
+                    * 2.0).astype(dtype)
+        assert_close(out, expected, "scaled %s" % dtype)
+
+
+def check_fused_many_and_large():
+    # Mixed sizes, some larger than any small threshold, all in flight at once.
+    sizes = [1, 10, 100, 1000, 5000, 70000, 3] * 6
+    handles = []
+    for i, n in enumerate(sizes):
+        name = "fuse.%d" % i
+        handles.append((name, fuseopt.allreduce_async(
+            values(name, fuseopt.rank(), (n,), np.float32), name=name, op=fuseopt.Sum), n))
+    for name, h, n in handles:
+        assert_close(h.wait(), reduce_expected(everyone(name, (n,), np.float32), "sum"), name)
+
+
+def check_repeated_steps_hit_cache():
+    names = ["step.%d" % i for i in range(30)]
+    for step in range(15):
+        hs = []
+        for i, name in enumerate(names):
+            x = values((name, step), fuseopt.rank(), (i + 1,), np.float32)
+            hs.append((name, step, i, fuseopt.allreduce_async(x, name=name, op=fuseopt.Average)))
+        for name, step_, i, h in hs:
+            expected = reduce_expected(
+                [values((name, step_), r, (i + 1,), np.float32) for r in range(fuseopt.size())],
+                "average")
+            assert_close(h.wait(), expected, "%s step %d" % (name, step_))
+
+
+def check_allgather():
+    r, n = fuseopt.rank(), fuseopt.size()
+    for dtype in DTYPES:
+        name = "ag.%s" % np.dtype(dtype).name
+        rows = lambda k: (k * 2 + 1) % 4  # noqa: E731  rank 1 of 2 sends 3 rows, some send 0
+        mine = values(name, r, (rows(r), 3), dtype)
+        out = fuseopt.allgather(mine, name=name)
+        expected = np.concatenate([values(name, k, (rows(k), 3), dtype) for k in range(n)])
+        assert_close(out, expected, name)
+    # The first dimension may change between steps (response cache renegotiates).
+    for step in range(4):
+        mine = np.full((r + step % 2,), r + 10 * step, dtype=np.int32)
+        out = fuseopt.allgather(mine, name="ag.changing")
+        expected = np.concatenate([np.full((k + step % 2,), k + 10 * step, np.int32)
+                                   for k in range(n)])
+        assert_close(out, expected, "ag.changing step %d" % step)
+
+
+def check_broadcast_every_root():
+    n = fuseopt.size()
+    for root in range(n):
+        for dtype in DTYPES:
+            name = "bc.%d.%s" % (root, np.dtype(dtype).name)
+            mine = values(name, fuseopt.rank(), (4, 3), dtype)
+            out = fuseopt.broadcast(mine, root, name=name)
+            assert_close(out, values(name, root, (4, 3), dtype), name)
+        buf = np.full(5, fuseopt.rank(), dtype=np.float32)
+        fuseopt.broadcast_(buf, root, name="bc_.%d" % root)
+        assert_close(buf, np.full(5, root, np.float32), "broadcast_ root %d" % root)
+
+
+def check_alltoall():
+    r, n = fuseopt.rank(), fuseopt.size()
+    splits_of = lambda k: [(k + j) % 3 for j in range(n)]  # noqa: E731
+    for dtype in (np.float32, np.int64, np.float16):
+        name = "a2a.%s" % np.dtype(dtype).name
+        rows = [sum(splits_of(k)) for k in range(n)]
+        data = [values(name, k, (rows[k], 2), dtype) for k in range(n)]
+        out, recv = fuseopt.alltoall(data[r], splits=splits_of(r), name=name)
+        pieces = []
+        for k in range(n):
+            start = sum(splits_of(k)[:r])
+            pieces.append(data[k][start:start + splits_of(k)[r]])
+        assert_close(out, np.concatenate(pieces), name)
+        assert recv.tolist() == [splits_of(k)[r] for k in range(n)], recv
+    even = np.arange(2 * n, dtype=np.int32) + 100 * r
+    out, recv = fuseopt.alltoall(even, name="a2a.even")
+    expected = np.concatenate([np.arange(2 * n, dtype=np.int32)[2 * r:2 * r + 2] + 100 * k
+                               for k in range(n)])
+    assert_close(out, expected, "a2a.even")
+
+
+def check_reducescatter():
+    r, n = fuseopt.rank(), fuseopt.size()
+    for op_name in ("sum", "average", "min", "max"):
+        for dtype in (np.float32, np.int32, np.float16):
+            name = "rs.%s.%s" % (op_name, np.dtype(dtype).name)
+            full = reduce_expected(everyone(name, (5, 2), dtype), op_name)
+            out = fuseopt.reducescatter(values(name, r, (5, 2), dtype), name=name,
+                                        op=OPS[op_name])
+            start = sum(fuseopt.ops.reducescatter_rows(5, k, n) for k in range(r))
+            assert_close(out, full[start:start + fuseopt.ops.reducescatter_rows(5, r, n)], name)
+
+
+def check_barrier_and_objects():
+    fuseopt.barrier()
+    fuseopt.barrier()
+    obj = fuseopt.broadcast_object({"rank": fuseopt.rank(), "list": [1, 2]}, root_rank=0)
+    assert obj == {"rank": 0, "list": [1, 2]}, obj
+    gathered = fuseopt.allgather_object(("r", fuseopt.rank()))
+    assert gathered == [("r", k) for k in range(fuseopt.size())], gathered
+
+
+if __name__ == "__main__":
+    threshold = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    harness.run([check_allreduce_every_dtype_op_shape, check_allreduce_in_place_and_scaling,
+                 check_fused_many_and_large, check_repeated_steps_hit_cache, check_allgather,
+                 check_broadcast_every_root, check_alltoall, check_reducescatter,
+                 check_barrier_and_objects],
+                fusion_threshold=threshold)

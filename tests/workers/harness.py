@@ -1,0 +1,37 @@
+"""Worker-side test harness: run named checks on every rank, report, exit.
+
+Each check is a function; failures are collected (so one failure does not
+hide the rest), printed with the rank, and turn into exit code 1. A check
+that leaves ranks out of step would hang the others, so checks that can fail
+on one rank only must still run their collectives to completion."""
+import sys
+import traceback
+
+import fuseopt
+
+
+def run(checks, **init_settings):
+    fuseopt.init(**init_settings)
+    rank = fuseopt.rank()
+    failures = 0
+    for check in checks:
+        try:
+            check()
+        except Exception:
+            failures += 1
+            print("[rank %d] FAIL %s\n%s" % (rank, check.__name__, traceback.format_exc()),
+                  flush=True)
+    print("[rank %d] %d checks, %d failed" % (rank, len(checks), failures), flush=True)
+    fuseopt.shutdown()
+    sys.exit(1 if failures else 0)
+
+
+def expect_error(error_type, fn, *contains):
+    """fn() must raise error_type with every string of contains in its message."""
+    try:
+        fn()
+    except error_type as e:
+        for text in contains:
+            assert text in str(e), "%r not in error message %r" % (text, str(e))
+        return e
+    raise AssertionError("expected %s, nothing raised" % error_type.__name__)
