@@ -20,7 +20,9 @@ std::vector<Bucket> plan_buckets(const std::vector<PlanItem>& items, int64_t thr
     }
     buckets.push_back({i});
     bucket_bytes.push_back(item.bytes);
-    if (!item.fusion_key.empty() && threshold > 0) open[item.fusion_key] = buckets.size() - 1;
+    // A tensor that fills a bucket on its own leaves the open bucket open.
+    if (!item.fusion_key.empty() && threshold > 0 && item.bytes < threshold)
+      open[item.fusion_key] = buckets.size() - 1;
   }
   return buckets;
 }

@@ -1,0 +1,222 @@
+// Unit tests of the pure policy parts of the core: fusion planning, the
+// response cache, the coordinator's message table, the wire encoding and
+// 16-bit float conversion. No MPI, no ranks. Built and run by
+// tests/test_native_policy.py.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "coordinator.h"
+#include "dtype.h"
+#include "fusion_planner.h"
+#include "response_cache.h"
+#include "wire.h"
+
+using namespace fuseopt;
+
+static int g_failures = 0;
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      std::printf("%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+      ++g_failures;                                                          \
+    }                                                                        \
+  } while (0)
+
+static TensorSpec spec(const std::string& name, std::vector<int64_t> shape,
+                       fuseopt_collective_t c = FUSEOPT_ALLREDUCE) {
+  TensorSpec s;
+  s.name = name;
+  s.shape = std::move(shape);
+  s.collective = c;
+  return s;
+}
+
+static void test_planner() {
+  // Same key, fits: one bucket; order preserved.
+  auto b = plan_buckets({{"k", 10}, {"k", 20}, {"k", 30}}, 100);
+  CHECK(b.size() == 1 && b[0] == (Bucket{0, 1, 2}));
+  // Threshold splits; a tensor bigger than the threshold gets its own bucket.
+  b = plan_buckets({{"k", 60}, {"k", 60}, {"k", 500}, {"k", 30}}, 100);
+  CHECK(b.size() == 3);
+  CHECK(b[0] == (Bucket{0}) && b[1] == (Bucket{1, 3}) && b[2] == (Bucket{2}));
+  // Different keys never share; buckets ordered by their first tensor.
+  b = plan_buckets({{"a", 1}, {"b", 1}, {"a", 1}, {"b", 1}}, 100);
+  CHECK(b.size() == 2 && b[0] == (Bucket{0, 2}) && b[1] == (Bucket{1, 3}));
+  // Empty key (non-fusible collectives) and threshold 0: one bucket each.
+  b = plan_buckets({{"", 1}, {"", 1}}, 100);
+  CHECK(b.size() == 2);
+  b = plan_buckets({{"k", 1}, {"k", 1}}, 0);
+  CHECK(b.size() == 2);
+  // Exactly at the threshold still fits; zero-byte tensors fuse.
+  b = plan_buckets({{"k", 50}, {"k", 50}, {"k", 0}}, 100);
+  CHECK(b.size() == 1);
+  CHECK(plan_buckets({}, 100).empty());
+}
+
+static Response response(const std::string& name, std::vector<int64_t> shape) {
+  Response r;
+  r.spec = spec(name, std::move(shape));
+  return r;
+}
+
+static void test_cache() {
+  ResponseCache c(2);
+  int64_t slot = -1;
+  CHECK(c.lookup(spec("a", {3}), 0, &slot) == ResponseCache::Lookup::kMiss);
+  int64_t sa = c.put(response("a", {3}));
+  int64_t sb = c.put(response("b", {4}));
+  CHECK(sa == 0 && sb == 1);
+  CHECK(c.lookup(spec("a", {3}), 0, &slot) == ResponseCache::Lookup::kHit && slot == sa);
+  CHECK(c.lookup(spec("a", {5}), 0, &slot) == ResponseCache::Lookup::kStale && slot == sa);
+  // LRU: touching a makes b the victim; the freed slot is reused.
+  c.touch(sa);
+  int64_t sc = c.put(response("c", {1}));
+  CHECK(sc == sb && c.holds(sc, "c") && !c.holds(sb, "b") && c.holds(sa, "a"));
+  CHECK(c.lookup(spec("b", {4}), 0, &slot) == ResponseCache::Lookup::kMiss);
+  // Re-putting a name replaces it; erase frees the slot.
+  c.erase(sa);
+  CHECK(!c.holds(sa, "a") && c.size() == 1);
+  CHECK(c.used_slots() == std::vector<int64_t>{sc});
+  // Allgather: a changed first dimension of *this* rank is stale.
+  Response g = response("g", {2, 3});
+  g.spec.collective = FUSEOPT_ALLGATHER;
+  g.first_dims = {2, 5};
+  ResponseCache c2(4);
+  c2.put(g);
+  CHECK(c2.lookup(spec("g", {5, 3}, FUSEOPT_ALLGATHER), 1, &slot) == ResponseCache::Lookup::kHit);
+  CHECK(c2.lookup(spec("g", {4, 3}, FUSEOPT_ALLGATHER), 1, &slot) ==
+        ResponseCache::Lookup::kStale);
+  // Capacity 0 disables.
+  ResponseCache off(0);
+  CHECK(off.put(response("a", {1})) == -1 && off.size() == 0);
+  // Two caches fed the same updates agree slot for slot (what keeps ranks in step).
+  ResponseCache x(3), y(3);
+  const char* names[] = {"p", "q", "r", "s", "q", "t", "p"};
+  for (const char* n : names) {
+    CHECK(x.put(response(n, {1})) == y.put(response(n, {1})));
+  }
+  CHECK(x.used_slots() == y.used_slots());
+}
+
+static Request request(int rank, TensorSpec s) {
+  Request q;
+  q.rank = rank;
+  q.spec = std::move(s);
+  return q;
+}
+
+static void test_coordinator() {
+  Coordinator c(3);
+  std::vector<bool> none(3, false);
+  c.add({request(0, spec("b", {2})), request(0, spec("a", {2}))}, 0.0);
+  c.add({request(1, spec("a", {2})), request(1, spec("b", {2}))}, 1.0);
+  CHECK(c.take_ready(none).empty());
+  c.add({request(2, spec("a", {2})), request(2, spec("b", {2}))}, 2.0);
+  auto ready = c.take_ready(none);
+  // Ordered by first arrival at the coordinator: b before a.
+  CHECK(ready.size() == 2 && ready[0].spec.name == "b" && ready[1].spec.name == "a");
+  CHECK(!ready[0].is_error() && c.waiting() == 0);
+  // Mismatch names the tensor, groups ranks and shows both values.
+  c.add({request(0, spec("m", {3})), request(1, spec("m", {4})), request(2, spec("m", {4}))}, 0);
+  ready = c.take_ready(none);
+  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_MISMATCH);
+  const std::string& msg = ready[0].error_message;
+  CHECK(msg.find("'m'") != std::string::npos);
+  CHECK(msg.find("rank 0 has allreduce float32[3]") != std::string::npos);
+  CHECK(msg.find("ranks 1, 2 have allreduce float32[4]") != std::string::npos);
+  // Joined ranks count as present; allgather records 0 rows for them.
+  auto g = spec("g", {5, 2}, FUSEOPT_ALLGATHER);
+  c.add({request(0, g), request(2, spec("g", {1, 2}, FUSEOPT_ALLGATHER))}, 0);
+  CHECK(c.take_ready(none).empty());
+  ready = c.take_ready({false, true, false});
+  CHECK(ready.size() == 1 && ready[0].first_dims == (std::vector<int64_t>{5, 0, 1}));
+  CHECK(ready[0].joined == std::vector<int32_t>{1});
+  // Broadcast from a joined root is an error, not a hang.
+  auto bc = spec("bc", {1}, FUSEOPT_BROADCAST);
+  bc.root = 1;
+  c.add({request(0, bc), request(2, bc)}, 0);
+  ready = c.take_ready({false, true, false});
+  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_INVALID_ARG);
+  // Stalls name the missing ranks; stall shutdown fails them.
+  c.add({request(1, spec("s", {1}))}, 10.0);
+  auto stalls = c.stalls(100.0, 60.0);
+  CHECK(stalls.size() == 1 && stalls[0].missing_ranks == (std::vector<int32_t>{0, 2}));
+  CHECK(c.stalls(20.0, 60.0).empty());
+  auto failed = c.take_stalled(100.0, 60.0);
+  CHECK(failed.size() == 1 && failed[0].error == FUSEOPT_RANK_FAILED);
+  CHECK(failed[0].error_message.find("0, 2") != std::string::npos && c.waiting() == 0);
+}
+
+static void test_wire() {
+  TensorSpec s = spec("w\xc3\xa9ird name", {0, 7, 1});
+  s.dtype = FUSEOPT_BFLOAT16;
+  s.reduce_op = FUSEOPT_PRODUCT;
+  s.root = 3;
+  s.prescale = 0.25;
+  s.postscale = -2;
+  auto qs = decode_requests(encode_requests({request(5, s)}).data(),
+                            encode_requests({request(5, s)}).size());
+  CHECK(qs.size() == 1 && qs[0].rank == 5 && qs[0].spec.name == s.name);
+  CHECK(qs[0].spec.shape == s.shape && qs[0].spec.prescale == 0.25 && qs[0].spec.root == 3);
+  Response r;
+  r.spec = s;
+  r.first_dims = {1, 2};
+  r.joined = {4};
+  r.error = FUSEOPT_MISMATCH;
+  r.error_message = "boom";
+  auto bytes = encode_responses({r, Response()});
+  auto rs = decode_responses(bytes.data(), bytes.size());
+  CHECK(rs.size() == 2 && rs[0].first_dims == r.first_dims && rs[0].joined == r.joined);
+  CHECK(rs[0].error == FUSEOPT_MISMATCH && rs[0].error_message == "boom");
+  bool threw = false;
+  try {
+    decode_responses(bytes.data(), bytes.size() - 3);
+  } catch (const Error&) {
+    threw = true;
+  }
+  CHECK(threw);
+}
+
+static void test_half() {
+  // Every half value round-trips exactly through float.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = half_to_float((uint16_t)h);
+    if (std::isnan(f)) continue;
+    CHECK(float_to_half(f) == h);
+  }
+  CHECK(half_to_float(0x3c00) == 1.0f && half_to_float(0xc000) == -2.0f);
+  CHECK(half_to_float(0x0001) == std::ldexp(1.0f, -24));      // smallest subnormal
+  CHECK(float_to_half(65520.0f) == 0x7c00);                    // rounds to inf
+  CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // tie to even
+  CHECK(float_to_half(std::ldexp(1.0f, -25)) == 0);            // tie to even (zero)
+  CHECK(std::isnan(half_to_float(float_to_half(NAN))));
+  CHECK(bfloat_to_float(float_to_bfloat(3.0f)) == 3.0f);
+  CHECK(float_to_bfloat(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);  // tie to even
+  uint16_t in[3] = {float_to_half(1.5f), float_to_half(-2.0f), float_to_half(0.0f)};
+  uint16_t out[3];
+  scale_copy(FUSEOPT_FLOAT16, in, out, 3, 2.0);
+  CHECK(half_to_float(out[0]) == 3.0f && half_to_float(out[1]) == -4.0f);
+  int32_t ints[2] = {7, -7};
+  scale_copy(FUSEOPT_INT32, ints, ints, 2, 0.5);
+  CHECK(ints[0] == 3 && ints[1] == -3);  // truncation toward zero
+  float id[2];
+  fill_identity(FUSEOPT_FLOAT32, FUSEOPT_MIN, id, 2);
+  CHECK(std::isinf(id[0]) && id[0] > 0);
+  int8_t idi;
+  fill_identity(FUSEOPT_INT8, FUSEOPT_MAX, &idi, 1);
+  CHECK(idi == -128);
+}
+
+int main() {
+  test_planner();
+  test_cache();
+  test_coordinator();
+  test_wire();
+  test_half();
+  std::printf("%d failures\n", g_failures);
+  return g_failures ? 1 : 0;
+}

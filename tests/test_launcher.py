@@ -1,0 +1,112 @@
+"""fuseoptrun: argument handling (no processes) and real launches."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import WORKERS, launch
+from fuseopt.launcher import cli, hosts
+
+PROBE = os.path.join(WORKERS, "launch_probe.py")
+
+
+def test_host_lists_and_hostfiles(tmp_path):
+    assert hosts.parse_host_list("a:2,b,c:4") == [("a", 2), ("b", 1), ("c", 4)]
+    f = tmp_path / "hosts"
+    f.write_text("# cluster\nnode1 slots=4\nnode2:2\nnode3\n\n")
+    assert hosts.parse_hostfile(str(f)) == [("node1", 4), ("node2", 2), ("node3", 1)]
+    assert hosts.ranks_per_host([("a", 2), ("b", 2)], 6) == {"a": 4, "b": 2}
+
+
+def test_oversubscription_is_detected_only_for_this_machine():
+    assert hosts.local_oversubscribed([], 3, cores=2)
+    assert not hosts.local_oversubscribed([], 2, cores=2)
+    assert hosts.local_oversubscribed([("localhost", 4)], 4, cores=2)
+    assert not hosts.local_oversubscribed([("far-away-node", 8)], 8, cores=2)
+
+
+def _dry_run(argv, capsys):
+    assert cli.run(["--dry-run"] + argv) == 0
+    return capsys.readouterr().out.split()
+
+
+def test_dry_run_builds_mpmd_command_with_settings(capsys, monkeypatch):
+    monkeypatch.setenv("FUSEOPT_LOG_LEVEL", "debug")
+    cmd = _dry_run(["-np", "2", "-H", "h1:1,h2:1", "--fusion-threshold-mb", "2",
+                    "--cycle-time-ms", "0.5", "python", "a.py", "--lr", "1",
+                    ":", "-np", "1", "python", "b.py"], capsys)
+    assert cmd[cmd.index("-hosts") + 1] == "h1:1,h2:1"
+    genv = {cmd[i + 1]: cmd[i + 2] for i, c in enumerate(cmd) if c == "-genv"}
+    assert genv["FUSEOPT_FUSION_THRESHOLD"] == str(2 << 20)
+    assert genv["FUSEOPT_CYCLE_TIME_MS"] == "0.5"
+    assert genv["FUSEOPT_LOG_LEVEL"] == "debug"
+    assert "MPIR_CVAR_NOLOCAL" not in genv  # remote hosts: not ours to judge
+    assert cmd.count(":") == 1
+    first, second = " ".join(cmd).split(" : ")
+    assert "-n 2" in first and "a.py --lr 1" in first
+    assert "-n 1" in second and second.endswith("b.py")
+
+
+def test_nolocal_set_when_ranks_exceed_cores(capsys):
+    cores = os.cpu_count()
+    cmd = _dry_run(["-np", str(cores + 1), "python", "x.py"], capsys)
+    assert "MPIR_CVAR_NOLOCAL" in cmd
+    cmd = _dry_run(["-np", "1", "python", "x.py"], capsys)
+    assert "MPIR_CVAR_NOLOCAL" not in cmd
+    cmd = _dry_run(["-np", "1", "--nolocal", "on", "python", "x.py"], capsys)
+    assert "MPIR_CVAR_NOLOCAL" in cmd
+
+
+def test_settings_reach_every_rank(run_ranks):
+    r = run_ranks(2, "launch_probe.py", "env", launcher_args=["--stall-check-s", "7"],
+                  env={"FUSEOPT_CACHE_CAPACITY": "64"})
+    for rank in (0, 1):
+        assert "rank%d FUSEOPT_STALL_CHECK_S=7" % rank in r.output
+        assert "rank%d FUSEOPT_CACHE_CAPACITY=64" % rank in r.output
+
+
+def test_four_ranks_on_two_cores_get_nolocal(run_ranks):
+    r = run_ranks(4, "launch_probe.py", "env")
+    if (os.cpu_count() or 1) < 4:
+        assert r.output.count("MPIR_CVAR_NOLOCAL=1") == 4
+
+
+def test_mpmd_job_is_one_world():
+    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "-np", "1", sys.executable, PROBE,
+           "size", "3", "first", ":", "-np", "2", sys.executable, PROBE, "size", "3", "second"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("of 3 ok (first)") == 1 and p.stdout.count("of 3 ok (second)") == 2
+
+
+def test_exit_code_and_summary_of_first_failing_rank(run_ranks):
+    r = run_ranks(2, "launch_probe.py", "fail", 1, 7, expect_ok=False, timeout=120)
+    assert r.code == 7, r
+    assert "rank 1" in r.output and "failed first" in r.output and "exit code 7" in r.output
+
+
+def test_sigterm_stops_every_rank(tmp_path):
+    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "-np", "2", sys.executable, PROBE,
+           "sleep", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while len(list(tmp_path.glob("pid.*"))) < 2:
+            assert time.time() < deadline, "ranks did not start"
+            time.sleep(0.1)
+        pids = [int(p.read_text()) for p in tmp_path.glob("pid.*")]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "stopped by SIGTERM" in out
+    time.sleep(0.5)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -1,0 +1,40 @@
+"""Behaviours fuseoptrun must handle. Usage: launch_probe.py MODE [ARG]
+
+  size N       init fuseopt, check size() == N and a sum over all ranks
+  fail R CODE  rank R exits with CODE; the others wait in a collective
+  sleep DIR    write this rank's pid into DIR, then sleep (to be signalled)
+  env          print FUSEOPT_* and MPIR_CVAR_NOLOCAL as this rank sees them
+"""
+import os
+import sys
+import time
+
+mode = sys.argv[1]
+rank = int(os.environ.get("PMI_RANK", "0"))
+
+if mode == "env":
+    for k in sorted(os.environ):
+        if k.startswith(("FUSEOPT_", "MPIR_CVAR_NOLOCAL")) and k != "FUSEOPT_LAUNCH_DIR":
+            print("rank%d %s=%s" % (rank, k, os.environ[k]))
+elif mode == "sleep":
+    with open(os.path.join(sys.argv[2], "pid.%d" % rank), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)
+else:
+    import numpy as np
+
+    import fuseopt
+    fuseopt.init()
+    if mode == "size":
+        assert fuseopt.size() == int(sys.argv[2]), fuseopt.size()
+        assert fuseopt.rank() == rank
+        total = fuseopt.allreduce(np.array([fuseopt.rank()], np.int64), name="r", op=fuseopt.Sum)
+        n = fuseopt.size()
+        assert total[0] == n * (n - 1) // 2, total
+        print("rank %d of %d ok (%s)" % (fuseopt.rank(), n, sys.argv[3] if len(sys.argv) > 3 else ""))
+    elif mode == "fail":
+        if fuseopt.rank() == int(sys.argv[2]):
+            time.sleep(0.3)
+            sys.exit(int(sys.argv[3]))
+        fuseopt.allreduce(np.ones(1), name="never")  # blocks until the job is torn down
+    fuseopt.shutdown()
