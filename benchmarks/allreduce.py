@@ -646,7 +646,9 @@ def driver_main(args):
         order = list(contenders)
         rng.shuffle(order)
         for pos, contender in enumerate(order):
-            sys.stderr.write("[rep %d/%d] %s ...\n" % (rep + 1, args.reps, contender))
+            load_before = os.getloadavg()[0]
+            sys.stderr.write("[rep %d/%d] %s (load %.2f) ...\n"
+                             % (rep + 1, args.reps, contender, load_before))
             sys.stderr.flush()
             try:
                 result, wall, stderr = run_job(mpiexec, contender, args.quick, args.timeout)
@@ -666,8 +668,10 @@ def driver_main(args):
                 raise SystemExit(3)
             sys.stderr.write("[rep %d/%d] %s done in %.1f s\n"
                              % (rep + 1, args.reps, contender, wall))
+            # The machine may be shared: keep how busy it was next to the numbers.
             jobs.append({"rep": rep, "position": pos, "contender": contender,
-                         "wall_s": round(wall, 3), "result": result,
+                         "wall_s": round(wall, 3), "loadavg_1m_before": load_before,
+                         "loadavg_1m_after": os.getloadavg()[0], "result": result,
                          "stderr": stderr[-8000:]})
 
     summary = summarize(jobs, sizes)

@@ -1,4 +1,5 @@
 """fuseopt's exceptions, and the one place a native status becomes one."""
+from . import _launch_notes
 from ._native import ffi, lib
 
 
@@ -67,4 +68,7 @@ def error_for(status, message):
 def check(status):
     """Raises the matching FuseoptError unless status is FUSEOPT_OK."""
     if status != lib.FUSEOPT_OK:
-        raise error_for(status, ffi.string(lib.fuseopt_last_error()).decode("utf-8", "replace"))
+        error = error_for(status, ffi.string(lib.fuseopt_last_error()).decode("utf-8", "replace"))
+        if isinstance(error, (ShutDownError, RankFailedError)):
+            _launch_notes.record(error.status, str(error))
+        raise error

@@ -117,14 +117,25 @@ def build_command(args, parts, env, launch_dir):
     return cmd, host_list
 
 
-def summarize(launch_dir, total_ranks, mpiexec_code, started):
-    """Prints which rank failed first; returns the exit code to use."""
-    records = []
+def _read_json(launch_dir, prefix):
+    out = {}
     for name in os.listdir(launch_dir):
-        if name.startswith("rank-") and name.endswith(".json"):
+        if name.startswith(prefix) and name.endswith(".json"):
             with open(os.path.join(launch_dir, name)) as f:
-                records.append(json.load(f))
-    failed = sorted((r for r in records if r["exit_code"] != 0), key=lambda r: r["end_time"])
+                record = json.load(f)
+            out[int(name[len(prefix):-len(".json")])] = record
+    return out
+
+
+def summarize(launch_dir, total_ranks, mpiexec_code, started):
+    """Prints which rank failed first, and why; returns the exit code to use.
+
+    A rank whose fuseopt was shut down by another rank only stopped because of
+    it, so it is not blamed even if its process happened to end first."""
+    records = _read_json(launch_dir, "rank-")
+    notes = _read_json(launch_dir, "note-")
+    failed = sorted((r for r in records.values() if r["exit_code"] != 0),
+                    key=lambda r: r["end_time"])
     if not failed:
         if mpiexec_code != 0 and len(records) < total_ranks:
             print("fuseoptrun: mpiexec exited with %d and only %d of %d ranks reported an "
@@ -132,12 +143,19 @@ def summarize(launch_dir, total_ranks, mpiexec_code, started):
                   file=sys.stderr)
             return mpiexec_code
         return 0
-    first = failed[0]
+
+    def victim(record):
+        note = notes.get(record["rank"])
+        return bool(note) and note["status"] == "SHUT_DOWN" and " by rank" in note["message"]
+
+    first = next((r for r in failed if not victim(r)), failed[0])
     how = ("exit code %d" % first["exit_code"]) if first["exit_code"] is not None else \
         ("signal %s" % signal.Signals(first["signal"]).name)
     print("fuseoptrun: rank %d on %s failed first (%s, %.1f s after start); %d of %d ranks "
           "failed" % (first["rank"], first["host"], how, first["end_time"] - started,
                       len(failed), total_ranks), file=sys.stderr)
+    for rank in sorted(notes):
+        print("fuseoptrun:   rank %d: %s" % (rank, notes[rank]["message"]), file=sys.stderr)
     return first["exit_code"] if first["exit_code"] is not None else 128 + first["signal"]
 
 

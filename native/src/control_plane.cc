@@ -65,6 +65,14 @@ std::vector<std::vector<char>> ControlPlane::gather(const std::vector<char>& min
   return out;
 }
 
+std::vector<char> ControlPlane::allgather_flag(bool mine) {
+  char flag = mine ? 1 : 0;
+  std::vector<char> all(world_.info().size);
+  mpi_check(MPI_Allgather(&flag, 1, MPI_CHAR, all.data(), 1, MPI_CHAR, world_.comm()),
+            "MPI_Allgather(shutdown)");
+  return all;
+}
+
 std::vector<char> ControlPlane::broadcast(std::vector<char> blob) {
   int64_t n = static_cast<int64_t>(blob.size());
   broadcast_value(&n);

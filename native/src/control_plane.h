@@ -29,6 +29,9 @@ class ControlPlane {
   // On the coordinator: every rank's blob, indexed by rank. Elsewhere: empty.
   std::vector<std::vector<char>> gather(const std::vector<char>& mine);
 
+  // Every rank's flag, indexed by rank.
+  std::vector<char> allgather_flag(bool mine);
+
   // The coordinator's blob, on every rank.
   std::vector<char> broadcast(std::vector<char> blob);
 

@@ -62,11 +62,12 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
     return;
   }
   started->set_value(world_->info());
-  Outcome reason{FUSEOPT_SHUT_DOWN, "fuseopt has been shut down"};
+  Outcome reason;
   bool clean = true;
   try {
     while (round()) {
     }
+    reason = stop_reason_;
   } catch (const Error& e) {
     reason = Outcome{e.status(), e.what()};
     clean = false;
@@ -235,7 +236,10 @@ bool Loop::round() {
                     " s (FUSEOPT_STALL_SHUTDOWN_S); a rank has died or stalled");
   }
   const uint64_t flags = words[0];
-  if (!(flags & kNoShutdown)) return false;
+  if (!(flags & kNoShutdown)) {
+    stop_reason_ = shutdown_reason(shutdown);
+    return false;
+  }
 
   const int64_t W = words_per_section();
   std::vector<Work> work;
@@ -322,6 +326,22 @@ std::vector<Response> Loop::negotiate_full() {
   }
   answer = control_->broadcast(std::move(answer));
   return decode_responses(answer.data(), answer.size());
+}
+
+Outcome Loop::shutdown_reason(bool requested_here) {
+  // Who asked? Only when stopping, so one small allgather is affordable, and
+  // it lets a rank that is shut down by another say so in its error.
+  std::vector<char> asked = control_->allgather_flag(requested_here);
+  std::ostringstream m;
+  m << "fuseopt has been shut down";
+  if (!requested_here) {
+    m << " by rank";
+    int count = 0;
+    for (int r = 0; r < size_; ++r)
+      if (asked[r]) m << (count++ ? ", " : " ") << r;
+    m << " (it called shutdown() or its process is exiting)";
+  }
+  return Outcome{FUSEOPT_SHUT_DOWN, m.str()};
 }
 
 Entry* Loop::pending_entry(const std::string& name) {

@@ -54,6 +54,7 @@ class Loop {
   std::vector<Response> negotiate_full();
   void finish(std::vector<Work>& work);
   void stop(const Outcome& reason);
+  Outcome shutdown_reason(bool requested_here);
 
   Entry* pending_entry(const std::string& name);
   int64_t words_per_section() const { return (config_.cache_capacity + 63) / 64; }
@@ -77,6 +78,7 @@ class Loop {
   bool joined_ = false;
   int64_t join_handle_ = 0;
   int no_progress_rounds_ = 0;
+  Outcome stop_reason_;
 };
 
 }  // namespace fuseopt

@@ -1,0 +1,253 @@
+"""Collectives on torch tensors, with Horovod's names and signatures.
+
+``*_async`` forms return a Handle (``synchronize(handle)`` / ``poll(handle)``);
+the trailing-underscore forms work in place. ``allreduce``, ``allgather`` and
+``broadcast`` are differentiable, as in Horovod.
+"""
+import torch
+
+from .. import ops as _np_ops
+from .. import requests as _rq
+from .. import runtime
+from ..errors import InvalidArgumentError
+from . import _tensors as _t
+
+Sum = _np_ops.Sum
+Average = _np_ops.Average
+Min = _np_ops.Min
+Max = _np_ops.Max
+Product = _np_ops.Product
+
+
+def _resolve_op(average, op):
+    """Horovod's deprecated ``average`` flag and ``op`` (default Average)."""
+    if average is not None and op is not None:
+        raise InvalidArgumentError("pass either average= (deprecated) or op=, not both")
+    if average is not None:
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+def _allreduce_into(src, out, name, op, prescale_factor, postscale_factor):
+    return _rq.enqueue(_rq.ALLREDUCE, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
+                       _t.ptr(out), reduce_op=op, prescale=prescale_factor,
+                       postscale=postscale_factor, keepalive=(src, out), finish=lambda _: out)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=None):
+    src = _t.contiguous(tensor.detach())
+    return _allreduce_into(src, torch.empty_like(src), name, _resolve_op(average, op),
+                           prescale_factor, postscale_factor)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    buf = _t.writable(tensor.detach(), "allreduce_ tensor")
+    return _allreduce_into(buf, buf, name, _resolve_op(average, op), prescale_factor,
+                           postscale_factor)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=None):
+    allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor).wait()
+    return tensor
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+        ctx.op, ctx.scales = op, (prescale_factor, postscale_factor)
+        ctx.name = None if name is None else name + ".grad"
+        return allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor).wait()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (allreduce_async(grad, None, ctx.name, ctx.op, *ctx.scales).wait(),
+                None, None, None, None)
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=None):
+    """Reduces ``tensor`` across ranks (Average by default) into a new tensor."""
+    op = _resolve_op(average, op)
+    if compression is None:
+        return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor)
+    payloads, ctx = compression.compress(tensor, name)
+    op = compression.reduce_op if compression.reduce_op is not None else op
+    reduced = [_Allreduce.apply(p, None if name is None else "%s.%d" % (name, i), op,
+                                prescale_factor, postscale_factor)
+               for i, p in enumerate(payloads)]
+    return compression.decompress(reduced, ctx)
+
+
+class _Group:
+    def __init__(self, handles):
+        self.handles = handles
+
+    def poll(self):
+        return all(h.poll() for h in self.handles)
+
+    def wait(self, timeout=None):
+        return [h.wait(timeout) for h in self.handles]
+
+
+def _group_names(tensors, name):
+    return [None if name is None else "%s.%d" % (name, i) for i in range(len(tensors))]
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None):
+    """Allreduces a list of tensors, negotiated and fused together."""
+    return _Group([allreduce_async(t, average, n, op, prescale_factor, postscale_factor)
+                   for t, n in zip(tensors, _group_names(tensors, name))])
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=None):
+    return _Group([allreduce_async_(t, average, n, op, prescale_factor, postscale_factor)
+                   for t, n in zip(tensors, _group_names(tensors, name))])
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=None):
+    return grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                   postscale_factor).wait()
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=None):
+    grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                             postscale_factor).wait()
+    return tensors
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    src = _t.contiguous(tensor.detach())
+    if src.dim() == 0:
+        raise InvalidArgumentError("allgather needs a tensor with at least one dimension")
+    return _rq.enqueue(_rq.ALLGATHER, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
+                       keepalive=(src,), finish=lambda raw: _t.from_runtime_output(raw, src))
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.rows = tensor.shape[0]
+        ctx.name = None if name is None else name + ".grad"
+        out = allgather_async(tensor, name).wait()
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        # Each rank's rows received gradient on every rank: sum them, keep ours.
+        reduced = allreduce_async(grad, name=ctx.name, op=Sum).wait()
+        rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
+                               None if ctx.name is None else ctx.name + ".rows").wait()
+        offset = int(rows[:runtime.rank()].sum())
+        return reduced[offset:offset + ctx.rows], None
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Concatenates every rank's tensor along the first dimension (which may
+    differ per rank)."""
+    return _Allgather.apply(tensor, name)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    src = _t.contiguous(tensor.detach())
+    out = torch.empty_like(src)
+    return _rq.enqueue(_rq.BROADCAST, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
+                       _t.ptr(out), root=root_rank, keepalive=(src, out), finish=lambda _: out)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    buf = _t.writable(tensor.detach(), "broadcast_ tensor")
+    return _rq.enqueue(_rq.BROADCAST, name, _t.dtype_name(buf), tuple(buf.shape), _t.ptr(buf),
+                       _t.ptr(buf), root=root_rank, keepalive=(buf,), finish=lambda _: tensor)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return broadcast_async_(tensor, root_rank, name).wait()
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root = root_rank
+        ctx.name = None if name is None else name + ".grad"
+        return broadcast_async(tensor, root_rank, name).wait()
+
+    @staticmethod
+    def backward(ctx, grad):
+        # Every rank's output came from the root's input: the root's gradient
+        # is the sum over ranks; the others' inputs did not matter.
+        reduced = allreduce_async(grad, name=ctx.name, op=Sum).wait()
+        if runtime.rank() != ctx.root:
+            reduced.zero_()
+        return reduced, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    """Every rank receives root_rank's tensor (a new tensor; differentiable)."""
+    return _Broadcast.apply(tensor, root_rank, name)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    src = _t.contiguous(tensor.detach())
+    if src.dim() == 0:
+        raise InvalidArgumentError("alltoall needs a tensor with at least one dimension")
+    if splits is not None:
+        splits = [int(s) for s in torch.as_tensor(splits).reshape(-1).tolist()]
+
+    def finish(raw):
+        return (_t.from_runtime_output(raw, src),
+                torch.tensor(raw.recv_splits, dtype=torch.int32))
+
+    return _rq.enqueue(_rq.ALLTOALL, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
+                       splits=splits, keepalive=(src,), finish=finish)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Sends splits[r] rows to rank r (even split if None). Returns
+    ``(received, received_splits)``."""
+    return alltoall_async(tensor, splits, name).wait()
+
+
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=None):
+    src = _t.contiguous(tensor.detach())
+    if src.dim() == 0:
+        raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
+    rows = _np_ops.reducescatter_rows(src.shape[0], runtime.rank(), runtime.size())
+    out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype)
+    return _rq.enqueue(_rq.REDUCESCATTER, name, _t.dtype_name(src), tuple(src.shape),
+                       _t.ptr(src), _t.ptr(out), reduce_op=op, prescale=prescale_factor,
+                       postscale=postscale_factor, keepalive=(src, out), finish=lambda _: out)
+
+
+def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=None):
+    """Reduces across ranks; this rank gets its slice of the first dimension."""
+    return reducescatter_async(tensor, name, op, prescale_factor, postscale_factor).wait()
+
+
+def synchronize(handle):
+    """Waits for an async operation and returns its result."""
+    return handle.wait()
+
+
+def poll(handle):
+    """Whether an async operation has finished."""
+    return handle.poll()
+
+
+barrier = _np_ops.barrier
+
+
+def join(device=-1):
+    """This rank is out of data; it keeps serving the others' collectives with
+    neutral values until every rank has joined. Returns -1 (Horovod returns
+    the last rank to join; fuseopt does not track it)."""
+    _np_ops.join()
+    return -1

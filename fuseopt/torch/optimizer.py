@@ -1,0 +1,267 @@
+"""DistributedOptimizer: averages gradients across ranks while backward runs.
+
+Each parameter gets a post-accumulate-grad hook. When a parameter's gradient
+is final for this step (after ``backward_passes_per_step`` local passes), the
+hook enqueues its allreduce at once, so communication overlaps the rest of
+backward. ``step()`` waits for all of them, writes the averaged gradients
+back, and steps the wrapped optimizer.
+
+The wrapper is composition, not a generated subclass: it holds the user's
+optimizer and shares its ``param_groups``, ``state`` and ``defaults``, so LR
+schedulers, GradScaler, state_dict round trips and subclasses of the wrapped
+optimizer all behave as without fuseopt, and DistributedOptimizer itself can
+be subclassed.
+"""
+import contextlib
+import warnings
+
+import torch
+
+from ..errors import InvalidArgumentError
+from . import ops
+from .compression import Compression
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Wraps ``optimizer`` so that ``step()`` uses gradients averaged over ranks.
+
+    Args:
+        optimizer: any torch optimizer (or subclass).
+        named_parameters: ``model.named_parameters()``; names become the
+            negotiation keys (recommended). Without it, parameters are named
+            by their position in ``param_groups``, which must then be the
+            same on every rank.
+        compression: ``Compression.none`` / ``.fp16`` / ``.bf16`` /
+            ``.ef_sign()`` or your own ``Compressor``.
+        backward_passes_per_step: local backward passes accumulated before
+            one allreduce. As in Horovod, gradients are summed over passes;
+            scale each micro-batch loss by 1/N to get the gradient of the
+            whole batch.
+        op: ``Average`` (default) or ``Sum``.
+        gradient_predivide_factor: divide by this before the sum and by
+            size()/factor after (guards float16 sums against overflow).
+        num_groups / groups: submit these parameters together (once all of a
+            group's gradients are ready), so they fuse into one bucket.
+            ``groups`` is a list of lists of parameters; ``num_groups`` splits
+            the parameters into that many groups in order.
+        sparse_as_dense: accepted for Horovod compatibility; sparse gradients
+            are always reduced as dense tensors.
+    """
+
+    def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
+                 backward_passes_per_step=1, op=ops.Average, gradient_predivide_factor=1.0,
+                 num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+        # No Optimizer.__init__: the wrapped optimizer owns parameters and state.
+        self._optimizer = optimizer
+        self._compression = compression
+        if backward_passes_per_step < 1:
+            raise InvalidArgumentError("backward_passes_per_step must be >= 1")
+        self.backward_passes_per_step = backward_passes_per_step
+        self._op = op
+        if gradient_predivide_factor != 1.0 and op != ops.Average:
+            raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
+        self._prescale = 1.0 / gradient_predivide_factor
+        self._postscale = gradient_predivide_factor
+        self._names = self._parameter_names(named_parameters)
+        self._group_of = self._parameter_groups(num_groups, groups)
+        self._group_size = {}
+        for g in self._group_of.values():
+            self._group_size[g] = self._group_size.get(g, 0) + 1
+        self._passes = {}       # param -> backward passes since the last allreduce
+        self._ready = {}        # group index -> params of the group ready to go
+        self._in_flight = {}    # param -> (handles, compression ctx)
+        self._should_synchronize = True
+        self._synchronized = False
+        self._hook_handles = [p.register_post_accumulate_grad_hook(self._on_grad_ready)
+                              for p in self._names]
+
+    # -- the wrapped optimizer's state, shared ---------------------------------
+    @property
+    def param_groups(self):
+        return self._optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value):
+        self._optimizer.param_groups = value
+
+    @property
+    def state(self):
+        return self._optimizer.state
+
+    @state.setter
+    def state(self, value):
+        self._optimizer.state = value
+
+    @property
+    def defaults(self):
+        return self._optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value):
+        self._optimizer.defaults = value
+
+    @property
+    def optimizer(self):
+        """The wrapped optimizer."""
+        return self._optimizer
+
+    def state_dict(self):
+        return self._optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        return self._optimizer.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group):
+        self._optimizer.add_param_group(param_group)
+        for p in param_group["params"] if isinstance(param_group["params"], list) else \
+                list(self._optimizer.param_groups[-1]["params"]):
+            if p not in self._names and p.requires_grad:
+                self._names[p] = "grad.group%d.%d" % (len(self.param_groups) - 1, len(self._names))
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_ready))
+
+    def register_step_pre_hook(self, hook):
+        return self._optimizer.register_step_pre_hook(hook)
+
+    def register_step_post_hook(self, hook):
+        return self._optimizer.register_step_post_hook(hook)
+
+    def __repr__(self):
+        return "DistributedOptimizer(%r)" % (self._optimizer,)
+
+    def __getattr__(self, name):
+        # Attributes of the wrapped optimizer (e.g. of a user subclass).
+        if name.startswith("__") or name == "_optimizer":
+            raise AttributeError(name)
+        return getattr(self._optimizer, name)
+
+    # -- naming and grouping ---------------------------------------------------
+    def _parameter_names(self, named_parameters):
+        params = [p for g in self._optimizer.param_groups for p in g["params"] if p.requires_grad]
+        if named_parameters is None:
+            return {p: "grad.param.%d" % i for i, p in enumerate(params)}
+        named = list(named_parameters)
+        names = [n for n, _ in named]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise InvalidArgumentError("named_parameters has duplicate names: %s" % dup)
+        by_param = {p: "grad." + n for n, p in named}
+        missing = [i for i, p in enumerate(params) if p not in by_param]
+        if missing:
+            raise InvalidArgumentError(
+                "%d optimizer parameter(s) are not in named_parameters (positions %s); pass "
+                "model.named_parameters() of the model this optimizer trains" % (
+                    len(missing), missing[:5]))
+        return {p: by_param[p] for p in params}
+
+    def _parameter_groups(self, num_groups, groups):
+        params = list(self._names)
+        if groups is not None:
+            group_of = {}
+            for gi, group in enumerate(groups):
+                for p in group:
+                    group_of[p] = gi
+            return group_of
+        if num_groups and num_groups > 0:
+            per = -(-len(params) // num_groups)
+            return {p: i // per for i, p in enumerate(params)}
+        return {}
+
+    # -- communication -----------------------------------------------------------
+    def _on_grad_ready(self, p):
+        if p in self._in_flight:
+            raise InvalidArgumentError(
+                "gradient of %s was computed again before step()/synchronize(); for several "
+                "backward passes per step, pass backward_passes_per_step" % self._names[p])
+        self._passes[p] = self._passes.get(p, 0) + 1
+        if self._passes[p] < self.backward_passes_per_step:
+            return
+        group = self._group_of.get(p)
+        if group is None:
+            self._start(p)
+            return
+        ready = self._ready.setdefault(group, [])
+        ready.append(p)
+        if len(ready) == self._group_size[group]:
+            for q in ready:
+                self._start(q)
+            del self._ready[group]
+
+    def _start(self, p):
+        grad = p.grad
+        if grad is None:  # unused on this rank: take part with zeros
+            grad = p.grad = torch.zeros_like(p)
+        if grad.is_sparse:
+            grad = p.grad = grad.to_dense()
+        name = self._names[p]
+        payloads, ctx = self._compression.compress(grad, name)
+        op = self._compression.reduce_op if self._compression.reduce_op is not None else self._op
+        scales = (self._prescale, self._postscale) if op == ops.Average else (1.0, 1.0)
+        handles = []
+        for i, payload in enumerate(payloads):
+            if not payload.is_contiguous():
+                payload = payload.contiguous()
+            handles.append(ops.allreduce_async_(payload, name=name if i == 0 else
+                                                "%s.%d" % (name, i), op=op,
+                                                prescale_factor=scales[0],
+                                                postscale_factor=scales[1]))
+        self._in_flight[p] = (handles, payloads, ctx)
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce and writes the averages into
+        ``p.grad``. Parameters whose gradient never arrived on this rank (an
+        unused branch) take part with zeros, so no rank waits forever."""
+        for p in self._names:
+            if p not in self._in_flight:
+                self._start(p)
+        self._ready.clear()
+        for p, (handles, payloads, ctx) in self._in_flight.items():
+            reduced = [h.wait() for h in handles]
+            if self._compression is not Compression.none:
+                p.grad.copy_(self._compression.decompress(reduced, ctx))
+            elif reduced[0].data_ptr() != p.grad.data_ptr():  # made contiguous on the way
+                p.grad.copy_(reduced[0])
+        self._in_flight.clear()
+        self._passes.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """``step()`` inside this block does not synchronize: call
+        ``synchronize()`` yourself first (e.g. to clip or unscale gradients)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() after optimizer.synchronize() without "
+                              "optimizer.skip_synchronize(): gradients are reduced twice")
+            if closure is None:
+                self.synchronize()
+        self._synchronized = False
+        if closure is not None:
+            def synchronized_closure():
+                loss = closure()
+                self.synchronize()
+                return loss
+            return self._optimizer.step(synchronized_closure)
+        return self._optimizer.step()
+
+    def zero_grad(self, set_to_none=True):
+        if self._in_flight:
+            raise InvalidArgumentError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize(): gradients are still being "
+                "averaged")
+        return self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def remove_hooks(self):
+        """Detaches from the model's parameters (the optimizer stops reducing)."""
+        for h in self._hook_handles:
+            h.remove()
+        self._hook_handles = []
+
+
