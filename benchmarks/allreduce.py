@@ -74,7 +74,7 @@ def settings(quick):
     if quick:
         return dict(sizes=SIZES_QUICK, target_s=0.2, min_iters=3, max_iters=1000,
                     batch_warm=3, batch_reps=12, lone_warm=3, lone_reps=30)
-    return dict(sizes=SIZES_FULL, target_s=0.5, min_iters=3, max_iters=5000,
+    return dict(sizes=SIZES_FULL, target_s=0.5, min_iters=5, max_iters=2000,
                 batch_warm=5, batch_reps=40, lone_warm=3, lone_reps=30)
 
 
@@ -268,7 +268,7 @@ def _timed(c, fn, iters, before=None):
 def _record(c, samples, **extra):
     """Collects every rank's samples (outside timing), in microseconds."""
     per_rank = c.gather(samples)
-    rec = {"samples_us": [[round(s * 1e6, 3) for s in row] for row in per_rank]}
+    rec = {"samples_us": [[round(s * 1e6, 1) for s in row] for row in per_rank]}
     rec.update(extra)
     return rec
 
@@ -329,12 +329,13 @@ def worker_main(contender, quick):
         est = c.agree_max((time.perf_counter() - t0) / n_warm)
         # A noisy warm-up must not leave a small size with a handful of samples.
         floor = max(cfg["min_iters"], n_warm)
-        iters = int(min(cfg["max_iters"], max(floor, math.ceil(cfg["target_s"] / max(est, 1e-7)))))
+        wanted = math.ceil(cfg["target_s"] / max(est, 1e-7))
+        iters = int(min(cfg["max_iters"], max(floor, wanted)))
         t0 = time.perf_counter()
         samples = _timed(c, lambda: c.allreduce_(wrapped, name), iters)
         elapsed = time.perf_counter() - t0
         single[str(nbytes)] = _record(c, samples, bytes=nbytes, iters=iters, verified=ok,
-                                      warmup_us=[round(s * 1e6, 3) for s in warm])
+                                      warmup_us=[round(s * 1e6, 1) for s in warm])
         _log(c, "single %-8s iters=%-5d median(rank0)=%.1f us  (%.2f s)  verified=%s"
              % (size_label(nbytes), iters, 1e6 * statistics.median(samples), elapsed, ok))
         del buf, wrapped
@@ -592,8 +593,8 @@ def build_table(summary, sizes):
                    "%.2f %%" % idle if idle is not None else "—", TARGET_IDLE_CPU_PCT,
                    verdict(idle < TARGET_IDLE_CPU_PCT) if idle is not None else "n/a"))
     if idle2 is not None:
-        rows.append("| idle CPU, %d s sleep after the workloads | %.2f %% | — | — | (info) | | | |"
-                    % (IDLE_SLEEP_S, idle2))
+        rows.append("| idle CPU, %d s sleep after the workloads | %.2f %% | — | — | (info) "
+                    "| | | |" % (IDLE_SLEEP_S, idle2))
     return header + "\n" + "\n".join(rows), verdicts
 
 
@@ -676,6 +677,22 @@ def driver_main(args):
 
     summary = summarize(jobs, sizes)
     table, verdicts = build_table(summary, sizes)
+    loads = [j["loadavg_1m_before"] for j in jobs]
+    lone = {k: summary.get("fuseopt", {}).get(k, {}).get("median")
+            for k in ("lone", "lone_rank0", "lone_fastest_rank")}
+    notes = [
+        "Per job: median over iterations of the slowest rank's time (barrier before each "
+        "iteration); cells: median over %d job(s) per contender, run interleaved in shuffled "
+        "order. Bus bandwidth = bytes/time x 2(n-1)/n (n=%d). Ratios: of those medians."
+        % (args.reps, NRANKS),
+        "1-minute load average when jobs started: median %.2f, max %.2f (%d cores)."
+        % (statistics.median(loads), max(loads), os.cpu_count() or 0),
+    ]
+    if lone["lone"] is not None:
+        notes.append("fuseopt lone 4 KiB: slowest rank %s, rank 0 %s, fastest rank %s."
+                     % tuple(fmt_time(lone[k])
+                             for k in ("lone", "lone_rank0", "lone_fastest_rank")))
+    table = table + "\n\n" + "\n".join("- " + n for n in notes)
 
     def single(c, n):
         return lambda rep: slowest_rank_median_us(
@@ -706,8 +723,10 @@ def driver_main(args):
                     "idle_cpu_pct_max": TARGET_IDLE_CPU_PCT},
     }
     with open(os.path.join(out_dir, "allreduce.json"), "w") as f:
+        # Compact: the raw samples are large; allreduce.md has the readable table.
         json.dump({"meta": meta, "summary": summary, "paired_ratios": paired,
-                   "table_markdown": table, "jobs": jobs}, f, indent=1)
+                   "table_markdown": table, "jobs": jobs}, f, separators=(",", ":"))
+        f.write("\n")
     plot(summary, sizes, os.path.join(out_dir, "allreduce.png"))
     with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
         f.write("# allreduce benchmark\n\n`%s` (%s, %d reps, %.0f s)\n\n%s\n"

@@ -1,0 +1,292 @@
+"""fuseopt.torch training: N ranks x batch b must equal one process on the
+concatenated N*b batch. Every rank builds the same global data from fixed
+seeds, takes its own slice, and also trains the single-process reference
+locally, so no expectation is hard-coded."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fuseopt.torch as hvd
+import harness
+
+B = 4  # per-rank batch
+
+
+def close(a, b, what, tol=1e-5):
+    assert a.shape == b.shape, what
+    err = (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+    assert err <= tol * max(1.0, b.double().abs().max().item()), "%s: max error %g" % (what, err)
+
+
+def global_batch(step, n, dim=8, classes=3):
+    g = torch.Generator().manual_seed(500 + step)
+    return torch.randn(n * B, dim, generator=g), torch.randint(0, classes, (n * B,), generator=g)
+
+
+def my_slice(t):
+    r = hvd.rank()
+    return t[r * B:(r + 1) * B]
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def assert_same_params(model, reference, what, tol=1e-5):
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        close(p.detach(), q.detach(), "%s: %s" % (what, name), tol)
+
+
+def assert_equal_across_ranks(model, what):
+    for name, p in model.named_parameters():
+        gathered = hvd.allgather(p.detach().reshape(1, -1), name="eq." + what + name)
+        for k in range(1, hvd.size()):
+            close(gathered[k], gathered[0], "%s: %s differs on rank %d" % (what, name, k), 0)
+
+
+def train_pair(make_opt, steps=5, passes=1, compression=hvd.Compression.none, tag="t"):
+    n = hvd.size()
+    model, reference = make_model(), make_model()
+    opt = hvd.DistributedOptimizer(make_opt(model.parameters()), model.named_parameters(),
+                                   compression=compression, backward_passes_per_step=passes)
+    ref_opt = make_opt(reference.parameters())
+    for step in range(steps):
+        x, y = global_batch(step, n)
+        for part in range(passes):  # micro-batches: this rank's slice split in `passes`
+            xs, ys = my_slice(x), my_slice(y)
+            k = B // passes
+            loss = F.cross_entropy(model(xs[part * k:(part + 1) * k]),
+                                   ys[part * k:(part + 1) * k]) / passes
+            loss.backward()
+        opt.step()
+        opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    return model, reference, opt
+
+
+def check_equivalence_sgd_momentum_and_adam():
+    sgd = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
+    model, ref, _ = train_pair(sgd)
+    assert_same_params(model, ref, "SGD+momentum")
+    adam = lambda ps: torch.optim.Adam(ps, lr=0.01)  # noqa: E731
+    model, ref, _ = train_pair(adam)
+    assert_same_params(model, ref, "Adam")
+
+
+def check_gradient_accumulation():
+    sgd = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
+    model, ref, _ = train_pair(sgd, passes=2)
+    assert_same_params(model, ref, "backward_passes_per_step=2")
+
+
+def check_compression_within_tolerance():
+    sgd = lambda ps: torch.optim.SGD(ps, lr=0.1)  # noqa: E731
+    for comp, tol in ((hvd.Compression.fp16, 2e-3), (hvd.Compression.bf16, 2e-2)):
+        model, ref, _ = train_pair(sgd, steps=3, compression=comp)
+        assert_same_params(model, ref, "compression %s" % type(comp).__name__, tol)
+        assert_equal_across_ranks(model, "compressed")
+
+
+def check_error_feedback_converges_on_digits():
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    x = torch.tensor(x / 16.0, dtype=torch.float32)
+    y = torch.tensor(y)
+    x_train, y_train, x_test, y_test = x[:1400], y[:1400], x[1400:], y[1400:]
+    shard = slice(hvd.rank(), None, hvd.size())
+    xs, ys = x_train[shard], y_train[shard]
+
+    def run(compression):
+        torch.manual_seed(0)
+        model = nn.Linear(64, 10)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                       model.named_parameters(), compression=compression)
+        for epoch in range(8):
+            for i in range(0, len(xs) - 15, 16):
+                F.cross_entropy(model(xs[i:i + 16]), ys[i:i + 16]).backward()
+                opt.step()
+                opt.zero_grad()
+        opt.remove_hooks()
+        return (model(x_test).argmax(1) == y_test).float().mean().item(), model
+
+    acc_ef, model = run(hvd.Compression.ef_sign())
+    acc_plain, plain = run(hvd.Compression.none)
+    assert (model.weight - plain.weight).abs().max() > 1e-3, "ef_sign changed nothing?"
+    print("[rank %d] digits accuracy: ef_sign %.3f, uncompressed %.3f"
+          % (hvd.rank(), acc_ef, acc_plain), flush=True)
+    assert acc_ef > 0.8 and acc_ef > acc_plain - 0.08, (acc_ef, acc_plain)
+    assert_equal_across_ranks(model, "ef_sign")
+
+
+def check_unused_parameters_do_not_deadlock():
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 2)
+            self.b = nn.Linear(4, 2)
+
+        def forward(self, x, use_b):
+            return self.a(x) + (self.b(x) if use_b else 0)
+
+    torch.manual_seed(1)
+    model = Branchy()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   model.named_parameters())
+    for step in range(3):
+        use_b = (hvd.rank() + step) % 2 == 0  # branch b used on some ranks only
+        model(torch.ones(2, 4), use_b).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert_equal_across_ranks(model, "unused branch")
+
+
+def check_optimizer_api_scheduler_scaler_state_dict():
+    n = hvd.size()
+
+    class MySGD(torch.optim.SGD):  # a user's subclass keeps working
+        custom = "kept"
+
+    model, reference = make_model(), make_model()
+    opt = hvd.DistributedOptimizer(MySGD(model.parameters(), lr=0.2, momentum=0.5),
+                                   model.named_parameters())
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.2, momentum=0.5)
+    assert opt.custom == "kept" and isinstance(opt, torch.optim.Optimizer)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=2, gamma=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    for step in range(5):
+        x, y = global_batch(100 + step, n)
+        scaler.scale(F.cross_entropy(model(my_slice(x)), my_slice(y))).backward()
+        opt.synchronize()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        with opt.skip_synchronize():
+            scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=(step % 2 == 0))
+        sched.step()
+        F.cross_entropy(reference(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), 1.0)
+        ref_opt.step()
+        ref_opt.zero_grad()
+        ref_sched.step()
+    assert opt.param_groups[0]["lr"] == ref_opt.param_groups[0]["lr"] == 0.05
+    assert_same_params(model, reference, "scheduler + GradScaler + clipping")
+    # state_dict round trip into a fresh wrapper
+    fresh = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.5),
+                                     model.named_parameters())
+    fresh.load_state_dict(opt.state_dict())
+    assert fresh.param_groups[0]["lr"] == 0.05
+    p0 = next(model.parameters())
+    close(fresh.state[p0]["momentum_buffer"], opt.state[p0]["momentum_buffer"], "state", 0)
+    for o in (opt, fresh):
+        o.remove_hooks()
+    # zero_grad while allreduces are in flight is refused with a clear error.
+    guard = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     model.named_parameters())
+    model(torch.ones(1, 8)).sum().backward()
+    harness.expect_error(hvd.InvalidArgumentError, guard.zero_grad, "before optimizer.step()")
+    guard.step()
+    guard.zero_grad()
+    guard.remove_hooks()
+
+
+def check_broadcast_parameters_and_optimizer_state():
+    root = hvd.size() - 1
+    model = make_model(seed=hvd.rank())  # different on every rank
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (hvd.rank() + 1))
+    hvd.broadcast_optimizer_state(opt, root)  # empty state: hyper-parameters only
+    assert opt.param_groups[0]["lr"] == 0.01 * (root + 1)
+    hvd.broadcast_parameters(model.state_dict(), root)
+    assert_same_params(model, make_model(seed=root), "broadcast_parameters", 0)
+    model(torch.randn(2, 8) * (hvd.rank() + 1)).sum().backward()
+    opt.step()  # state now differs per rank
+    hvd.broadcast_optimizer_state(opt, root_rank=root)
+    p0 = next(model.parameters())
+    gathered = hvd.allgather(opt.state[p0]["exp_avg"].reshape(1, -1), name="exp_avg")
+    for k in range(hvd.size()):
+        close(gathered[k], gathered[root], "exp_avg rank %d" % k, 0)
+    assert int(opt.state[p0]["step"]) == 1
+    hvd.broadcast_parameters(list(model.named_parameters()), 0, prefix="bp2.")
+
+
+def check_local_sgd_and_adaptive():
+    n = hvd.size()
+    model = make_model()
+    opt = hvd.LocalSGD(torch.optim.SGD(model.parameters(), lr=0.1), model, period=3)
+    for step in range(3):
+        x, y = global_batch(200 + step, n)
+        F.cross_entropy(model(my_slice(x)), my_slice(y)).backward()
+        opt.step()
+        opt.zero_grad()
+        if step < 2 and n > 1:
+            w = hvd.allgather(next(model.parameters()).detach().reshape(1, -1), name="lw%d" % step)
+            assert not torch.equal(w[0], w[1]), "ranks should drift apart between syncs"
+    assert opt.syncs == 1
+    assert_equal_across_ranks(model, "local sgd after sync")
+    # A sync replaces every rank's parameters by the mean of all ranks'.
+    x, y = global_batch(250, n)
+    F.cross_entropy(model(my_slice(x)), my_slice(y)).backward()
+    opt.optimizer.step()
+    opt.zero_grad()
+    local = [p.detach().clone() for p in model.parameters()]
+    means = [hvd.allreduce(p, name="mean%d" % i, op=hvd.Average) for i, p in enumerate(local)]
+    opt.sync()
+    for p, m in zip(model.parameters(), means):
+        close(p.detach(), m, "parameters after sync are the mean", 1e-6)
+    adaptive = hvd.AdaptiveLocalSGD(torch.optim.SGD(model.parameters(), lr=0.5), model,
+                                    threshold=1e-4, max_period=5)
+    for step in range(8):
+        x, y = global_batch(300 + step, n)
+        F.cross_entropy(model(my_slice(x)), my_slice(y)).backward()
+        adaptive.step()
+        adaptive.zero_grad()
+    counts = hvd.allgather_object((adaptive.syncs, adaptive.steps))
+    assert len(set(counts)) == 1, "ranks disagree on when to sync: %s" % counts
+    assert adaptive.syncs >= 1
+
+
+def check_torch_compile():
+    n = hvd.size()
+    model, reference = make_model(), make_model()
+    compiled = torch.compile(model, backend="aot_eager")
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   model.named_parameters())
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(3):
+        x, y = global_batch(400 + step, n)
+        F.cross_entropy(compiled(my_slice(x)), my_slice(y)).backward()
+        opt.step()
+        opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    opt.remove_hooks()
+    assert_same_params(model, reference, "torch.compile")
+
+
+def check_join_with_uneven_batches():
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   model.named_parameters())
+    for step in range(2 + hvd.rank()):  # rank r has 2 + r batches
+        x, y = global_batch(600 + step, hvd.size())
+        F.cross_entropy(model(my_slice(x)), my_slice(y)).backward()
+        opt.step()
+        opt.zero_grad()
+    hvd.join()
+    opt.remove_hooks()
+    assert_equal_across_ranks(make_model(), "after join")  # still usable afterwards
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    harness.run([check_equivalence_sgd_momentum_and_adam, check_gradient_accumulation,
+                 check_compression_within_tolerance, check_error_feedback_converges_on_digits,
+                 check_unused_parameters_do_not_deadlock,
+                 check_optimizer_api_scheduler_scaler_state_dict,
+                 check_broadcast_parameters_and_optimizer_state, check_local_sgd_and_adaptive,
+                 check_torch_compile, check_join_with_uneven_batches])
