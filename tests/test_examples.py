@@ -1,0 +1,34 @@
+"""The examples run end to end on 2 ranks and learn (short settings)."""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_example(script, *args, timeout=300):
+    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "-np", "2", sys.executable,
+           os.path.join(ROOT, "examples", script), *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def test_numpy_digits_learns():
+    out = run_example("numpy_digits.py", "--epochs", "10")
+    acc = float(re.search(r"final test accuracy ([\d.]+)", out).group(1))
+    assert acc > 0.9, out
+
+
+def test_pytorch_digits_trains_both_batch_norms():
+    out = run_example("pytorch_digits.py", "--epochs", "1")
+    m = re.search(r"BatchNorm ([\d.]+), SyncBatchNorm ([\d.]+)", out)
+    assert m and float(m.group(1)) > 0.8 and float(m.group(2)) > 0.8, out
+    assert "images/s on 2 ranks" in out
+
+
+def test_pytorch_synthetic_benchmark_reports_throughput():
+    out = run_example("pytorch_synthetic_benchmark.py", "--num-iters", "2",
+                      "--num-batches-per-iter", "2", "--num-warmup-batches", "1")
+    assert re.search(r"Total img/sec on 2 rank\(s\): [\d.]+", out), out
