@@ -180,9 +180,7 @@ class _StdinLines:
         """A line if one arrives within timeout seconds, else None."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left < 0:
-                return None
+            left = max(0.0, deadline - time.monotonic())
             r, _, _ = select.select([0], [], [], left)
             if not r:
                 return None

@@ -31,6 +31,9 @@ class ResidualMemory:
         residual = self._residuals.get(name)
         return tensor if residual is None else tensor + residual
 
+    def get(self, name):
+        return self._residuals.get(name)
+
     def keep(self, name, residual):
         self._residuals[name] = residual
 

@@ -28,5 +28,6 @@ void Backend::reducescatter(const void*, void*, const std::vector<int64_t>&, fus
   unsupported("reducescatter");
 }
 void Backend::barrier() { unsupported("barrier"); }
+bool Backend::all_ok(bool) { unsupported("agreement"); }
 
 }  // namespace fuseopt

@@ -36,6 +36,15 @@ class Backend {
   virtual void reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                              fuseopt_dtype_t dtype, fuseopt_reduce_op_t op);
   virtual void barrier();
+  // True on every rank iff ok is true on every rank. Used before a collective
+  // that a rank may be unable to run (buffer too large, out of memory), so
+  // that all ranks skip it together instead of some waiting forever.
+  virtual bool all_ok(bool ok);
+  // Whether one v-collective can carry these per-rank byte counts.
+  virtual bool fits(const std::vector<int64_t>& send_bytes,
+                    const std::vector<int64_t>& recv_bytes) const {
+    return true;
+  }
 
  protected:
   [[noreturn]] void unsupported(const char* what) const;

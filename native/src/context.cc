@@ -6,13 +6,15 @@
 #include "dtype.h"
 #include "log.h"
 #include "loop.h"
+#include "mpi_world.h"
 
 namespace fuseopt {
 
 Context::Context(const fuseopt_config_t& config) : config_(config) {
   validate_config(config_);
   set_log_level(config_.log_level);
-  loop_.reset(new Loop(config_, inbox_, handles_));
+  std::unique_ptr<MpiWorld> world(new MpiWorld(config_.emulated_local_size));
+  loop_.reset(new Loop(config_, inbox_, handles_, std::move(world)));
   std::promise<fuseopt_comm_info_t> started;
   std::future<fuseopt_comm_info_t> info = started.get_future();
   thread_ = std::thread([this, &started] { loop_->run(&started); });
@@ -27,6 +29,7 @@ Context::Context(const fuseopt_config_t& config) : config_(config) {
 Context::~Context() { shutdown(); }
 
 void Context::shutdown() {
+  std::lock_guard<std::mutex> once(shutdown_mu_);
   {
     std::lock_guard<std::mutex> lock(inbox_.mu);
     inbox_.shutdown_requested = true;
@@ -57,11 +60,13 @@ Entry Context::validate(const fuseopt_request_t& q) {
     s.shape = {0};
     if (q.collective == FUSEOPT_JOIN) s.name = "join";
     else s.name = q.name ? q.name : "barrier.noname." + std::to_string(auto_name_counter_[q.collective]++);
-    return e;
+    return e;  // nothing left to refuse, so the counter may advance
   }
   std::string prefix = std::string(fuseopt_collective_name(q.collective));
+  // Unnamed requests match across ranks by count, so the counter advances only
+  // for requests that are accepted (at the end of this function).
   s.name = q.name ? std::string(q.name)
-                  : prefix + ".noname." + std::to_string(auto_name_counter_[q.collective]++);
+                  : prefix + ".noname." + std::to_string(auto_name_counter_[q.collective]);
   require(!s.name.empty(), "tensor name must not be empty");
   require(is_valid_dtype(q.dtype), "unsupported dtype code " + std::to_string(q.dtype) +
                                        " for tensor '" + s.name + "'");
@@ -119,6 +124,7 @@ Entry Context::validate(const fuseopt_request_t& q) {
   }
   e.input = q.input;
   e.output = q.output;
+  if (!q.name) ++auto_name_counter_[q.collective];
   return e;
 }
 

@@ -48,6 +48,7 @@ class Context {
   Inbox inbox_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;
+  std::mutex shutdown_mu_;  // shutdown may be called from several threads
   uint64_t auto_name_counter_[FUSEOPT_COLLECTIVE_COUNT] = {};
 };
 

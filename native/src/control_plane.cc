@@ -32,7 +32,9 @@ void ControlPlane::and_round(std::vector<uint64_t>* words,
     if (done) return;
     if (clock::now() < spin_until) continue;
     if (!keep_waiting()) {
-      // The request cannot be cancelled portably; the context is going down.
+      // The request cannot be cancelled portably, and MPI may still write
+      // into the buffer later: leak it (moving a vector keeps its storage).
+      new std::vector<uint64_t>(std::move(*words));
       throw Error(FUSEOPT_RANK_FAILED, "negotiation round abandoned");
     }
     std::this_thread::sleep_for(sleep);

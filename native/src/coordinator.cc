@@ -78,6 +78,13 @@ Response Coordinator::make_response(Entry& entry, const std::vector<bool>& joine
                         std::to_string(first.spec.root) + ", which has already joined";
     return out;
   }
+  if (first.spec.collective == FUSEOPT_ALLTOALL && !out.joined.empty()) {
+    out.error = FUSEOPT_INVALID_ARG;
+    out.error_message = "alltoall of '" + first.spec.name + "' while rank " +
+                        std::to_string(out.joined.front()) +
+                        " has joined: rows sent to it would be lost";
+    return out;
+  }
   if (first.spec.first_dim_may_differ()) {
     out.first_dims.assign(size_, 0);  // joined ranks contribute no rows
     for (const Request& q : entry.requests)

@@ -108,7 +108,14 @@ void scale_typed(const void* src, void* dst, int64_t n, double factor) {
     const T f = static_cast<T>(factor);
     for (int64_t i = 0; i < n; ++i) d[i] = s[i] * f;
   } else {
-    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<double>(s[i]) * factor);
+    // Saturate: converting an out-of-range double to an integer is undefined.
+    const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
+    const double hi = static_cast<double>(std::numeric_limits<T>::max());
+    for (int64_t i = 0; i < n; ++i) {
+      double v = static_cast<double>(s[i]) * factor;
+      d[i] = v <= lo ? std::numeric_limits<T>::lowest()
+                     : v >= hi ? std::numeric_limits<T>::max() : static_cast<T>(v);
+    }
   }
 }
 
@@ -140,7 +147,23 @@ T identity_of(fuseopt_reduce_op_t op) {
   }
 }
 
+template <typename T>
+void divide_typed(void* buf, int64_t n, int64_t divisor) {
+  T* b = static_cast<T*>(buf);
+  for (int64_t i = 0; i < n; ++i) b[i] = static_cast<T>(b[i] / divisor);
+}
+
 }  // namespace
+
+void divide_integers(fuseopt_dtype_t dtype, void* buf, int64_t count, int64_t divisor) {
+  switch (dtype) {
+    case FUSEOPT_UINT8: return divide_typed<uint8_t>(buf, count, divisor);
+    case FUSEOPT_INT8: return divide_typed<int8_t>(buf, count, divisor);
+    case FUSEOPT_INT32: return divide_typed<int32_t>(buf, count, divisor);
+    case FUSEOPT_INT64: return divide_typed<int64_t>(buf, count, divisor);
+    default: throw Error(FUSEOPT_INTERNAL, "divide_integers: not an integer dtype");
+  }
+}
 
 void scale_copy(fuseopt_dtype_t dtype, const void* src, void* dst, int64_t count,
                 double factor) {

@@ -19,6 +19,11 @@ bool is_floating(fuseopt_dtype_t dtype);
 void scale_copy(fuseopt_dtype_t dtype, const void* src, void* dst, int64_t count,
                 double factor);
 
+// buf[i] /= divisor for integer dtypes (exact integer division, truncating
+// toward zero: used for Average, where multiplying by 1/size could land just
+// below an exact quotient).
+void divide_integers(fuseopt_dtype_t dtype, void* buf, int64_t count, int64_t divisor);
+
 // Fills buf with the identity of op, so that a rank which has joined (run out
 // of data) leaves every other rank's contribution unchanged.
 void fill_identity(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, void* buf,

@@ -25,6 +25,7 @@ struct Entry {
   State state = State::kNew;
   int64_t slot = -1;
   double enqueued_s = 0;
+  bool stand_in = false;  // a joined rank's placeholder (identity values, no handle)
 };
 
 }  // namespace fuseopt

@@ -14,12 +14,13 @@ namespace {
 int64_t tensor_bytes(const TensorSpec& s) { return s.num_elements() * dtype_size(s.dtype); }
 
 // Tensors may share a bucket only if one collective call can serve them all.
+// Scale factors are keyed by their exact bits (hexfloat), not a rounding.
 std::string fusion_key(const TensorSpec& s) {
   std::ostringstream k;
   switch (s.collective) {
     case FUSEOPT_ALLREDUCE:
-      k << "allreduce/" << s.dtype << "/" << s.reduce_op << "/" << s.prescale << "/"
-        << s.postscale;
+      k << "allreduce/" << s.dtype << "/" << s.reduce_op << "/" << std::hexfloat << s.prescale
+        << "/" << s.postscale;
       return k.str();
     case FUSEOPT_BROADCAST:
       k << "broadcast/" << s.dtype << "/" << s.root;
@@ -28,21 +29,26 @@ std::string fusion_key(const TensorSpec& s) {
   }
 }
 
-void* checked_malloc(int64_t bytes) {
-  void* p = std::malloc(bytes > 0 ? bytes : 1);
-  if (!p) throw Error(FUSEOPT_INTERNAL, "out of memory allocating " + std::to_string(bytes));
-  return p;
-}
-
 }  // namespace
 
 double Executor::postscale_of(const TensorSpec& spec) const {
-  return spec.reduce_op == FUSEOPT_AVERAGE ? spec.postscale / size_ : spec.postscale;
+  // Integer averages divide exactly afterwards (finish_average) instead.
+  return spec.reduce_op == FUSEOPT_AVERAGE && is_floating(spec.dtype) ? spec.postscale / size_
+                                                                      : spec.postscale;
+}
+
+void Executor::finish_average(const TensorSpec& spec, void* buf, int64_t count) const {
+  if (spec.reduce_op == FUSEOPT_AVERAGE && !is_floating(spec.dtype))
+    divide_integers(spec.dtype, buf, count, size_);
 }
 
 char* Executor::fusion_buffer(int64_t bytes) {
   if ((int64_t)fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
   return fusion_buffer_.data();
+}
+
+void Executor::fail(Work& w, fuseopt_status_t status, const std::string& message) {
+  if (w.entry && w.entry->handle) handles_.complete(w.entry->handle, Outcome{status, message});
 }
 
 void Executor::complete(Work& w, OwnedOutput output) {
@@ -73,6 +79,7 @@ void Executor::run(std::vector<Work>& work) {
       fill_identity(e.spec.dtype, e.spec.reduce_op, buffers.back().data(),
                     e.spec.num_elements());
       e.input = e.output = buffers.back().data();
+      e.stand_in = true;
       stand_ins.push_back(std::move(e));
       w.entry = &stand_ins.back();
     }
@@ -111,12 +118,13 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
     Entry& e = *bucket.front()->entry;
     const int64_t n = s.num_elements();
     const void* send = e.input;
-    if (s.prescale != 1.0) {
+    if (s.prescale != 1.0 && !e.stand_in) {  // an identity value stays the identity
       scale_copy(s.dtype, e.input, e.output, n, s.prescale);
       send = e.output;
     }
     backend_.allreduce(send, e.output, n, s.dtype, s.reduce_op);
     if (post != 1.0) scale_copy(s.dtype, e.output, e.output, n, post);
+    finish_average(s, e.output, n);
     return complete(*bucket.front());
   }
   int64_t total = 0;
@@ -125,7 +133,8 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
   int64_t offset = 0;
   for (Work* w : bucket) {
     const TensorSpec& t = w->response.spec;
-    scale_copy(t.dtype, w->entry->input, buf + offset, t.num_elements(), t.prescale);
+    scale_copy(t.dtype, w->entry->input, buf + offset, t.num_elements(),
+               w->entry->stand_in ? 1.0 : t.prescale);
     offset += tensor_bytes(t);
   }
   backend_.allreduce(buf, buf, total / dtype_size(s.dtype), s.dtype, s.reduce_op);
@@ -133,6 +142,7 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
   for (Work* w : bucket) {
     const TensorSpec& t = w->response.spec;
     scale_copy(t.dtype, buf + offset, w->entry->output, t.num_elements(), post);
+    finish_average(t, w->entry->output, t.num_elements());
     offset += tensor_bytes(t);
     complete(*w);
   }
@@ -178,7 +188,12 @@ void Executor::allgather(Work& w) {
     out.first_dim += out.recv_splits[r];
   }
   out.nbytes = out.first_dim * row_bytes;
-  out.data = checked_malloc(out.nbytes);
+  out.data = std::malloc(out.nbytes > 0 ? out.nbytes : 1);
+  if (!backend_.all_ok(out.data != nullptr)) {
+    std::free(out.data);
+    return fail(w, FUSEOPT_INTERNAL, "allgather of '" + s.name + "': a rank could not allocate " +
+                                         "the result (out of memory)");
+  }
   try {
     backend_.allgatherv(w.entry->input, recv_bytes[rank_], out.data, recv_bytes);
   } catch (...) {
@@ -205,7 +220,15 @@ void Executor::alltoall(Work& w) {
     out.first_dim += out.recv_splits[r];
   }
   out.nbytes = out.first_dim * row_bytes;
-  out.data = checked_malloc(out.nbytes);
+  // Only this rank knows its own byte counts: agree before the collective.
+  const bool fits = backend_.fits(send_bytes, recv_bytes);
+  out.data = fits ? std::malloc(out.nbytes > 0 ? out.nbytes : 1) : nullptr;
+  if (!backend_.all_ok(out.data != nullptr)) {
+    std::free(out.data);
+    return fail(w, FUSEOPT_UNSUPPORTED,
+                "alltoall of '" + s.name + "': a rank's data exceeds 2 GiB in one call or "
+                "could not be allocated");
+  }
   try {
     backend_.alltoallv(w.entry->input, send_bytes, out.data, recv_bytes);
   } catch (...) {
@@ -224,12 +247,14 @@ void Executor::reducescatter(Work& w) {
   const void* send = w.entry->input;
   if (s.prescale != 1.0 || send == w.entry->output) {  // MPI forbids aliased buffers
     char* buf = fusion_buffer(tensor_bytes(s));
-    scale_copy(s.dtype, w.entry->input, buf, s.num_elements(), s.prescale);
+    scale_copy(s.dtype, w.entry->input, buf, s.num_elements(),
+               w.entry->stand_in ? 1.0 : s.prescale);
     send = buf;
   }
   backend_.reducescatter(send, w.entry->output, counts, s.dtype, s.reduce_op);
   const double post = postscale_of(s);
   if (post != 1.0) scale_copy(s.dtype, w.entry->output, w.entry->output, counts[rank_], post);
+  finish_average(s, w.entry->output, counts[rank_]);
   complete(w);
 }
 

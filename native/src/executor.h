@@ -41,7 +41,9 @@ class Executor {
   void alltoall(Work& w);
   void reducescatter(Work& w);
   void complete(Work& w, OwnedOutput output = OwnedOutput());
+  void fail(Work& w, fuseopt_status_t status, const std::string& message);
   double postscale_of(const TensorSpec& spec) const;
+  void finish_average(const TensorSpec& spec, void* buf, int64_t count) const;
   char* fusion_buffer(int64_t bytes);
 
   Backend& backend_;

@@ -21,6 +21,7 @@ constexpr uint64_t kNoShutdown = 1 << 1;     // nobody asked to shut down
 constexpr uint64_t kIdle = 1 << 2;           // nobody has anything in flight
 constexpr uint64_t kJoined = 1 << 3;         // everybody has joined
 constexpr uint64_t kNoneJoined = 1 << 4;     // nobody has joined
+constexpr uint64_t kNothingPending = 1 << 5; // nobody has a tensor in flight (join aside)
 
 // How long a rank with nothing in flight sleeps before joining a round that
 // another rank may have started (e.g. to shut down). Enqueues wake it sooner.
@@ -83,7 +84,6 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
 }
 
 void Loop::start() {
-  world_.reset(new MpiWorld(config_.emulated_local_size));
   rank_ = world_->info().rank;
   size_ = world_->info().size;
   set_log_rank(rank_);
@@ -94,12 +94,16 @@ void Loop::start() {
   control_->broadcast_value(&agreed);
   if (agreed.fusion_threshold_bytes != config_.fusion_threshold_bytes ||
       agreed.cache_capacity != config_.cache_capacity ||
-      agreed.cycle_time_us != config_.cycle_time_us)
+      agreed.cycle_time_us != config_.cycle_time_us ||
+      agreed.stall_check_s != config_.stall_check_s ||
+      agreed.stall_shutdown_s != config_.stall_shutdown_s)
     FUSEOPT_LOG(kWarning, "configuration differs from rank 0; using rank 0's fusion threshold, "
-                          "cycle time and cache capacity");
+                          "cycle time, cache capacity and stall timeouts");
   config_.fusion_threshold_bytes = agreed.fusion_threshold_bytes;
   config_.cache_capacity = agreed.cache_capacity;
   config_.cycle_time_us = agreed.cycle_time_us;
+  config_.stall_check_s = agreed.stall_check_s;
+  config_.stall_shutdown_s = agreed.stall_shutdown_s;
   backend_.reset(new MpiBackend(*world_));
   executor_.reset(new Executor(*backend_, handles_, rank_, size_));
   executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
@@ -139,6 +143,14 @@ void Loop::drain(std::deque<Entry>* incoming) {
     if (e.spec.collective == FUSEOPT_JOIN) {
       joined_ = true;
       join_handle_ = e.handle;
+      // Our own tensors still in flight go to the coordinator in full, so it
+      // sees us as present (with our real spec) for them, not as joined.
+      for (auto& kv : pending_) {
+        if (kv.second.state == Entry::State::kCached) {
+          kv.second.state = Entry::State::kNew;
+          new_order_.push_back(kv.first);
+        }
+      }
       continue;
     }
     e.enqueued_s = now_s();
@@ -172,6 +184,7 @@ std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
   if (!shutdown) flags |= kNoShutdown;
   if (pending_.empty() && !joined_) flags |= kIdle;
   flags |= joined_ ? kJoined : kNoneJoined;
+  if (pending_.empty()) flags |= kNothingPending;
   words[0] = flags;
   const double now = now_s();
   for (auto& kv : pending_) {
@@ -245,11 +258,14 @@ bool Loop::round() {
   std::vector<Work> work;
   for (int64_t slot : cache_->used_slots())
     if (!bit(words, 1 + W, slot)) cache_->erase(slot);
+  // When every rank has joined, nobody has a real tensor behind a cached
+  // slot (joining demotes them to full requests): skip the stand-in work.
+  const bool all_joined = flags & kJoined;
   for (int64_t slot : cache_->used_slots()) {
-    if (!bit(words, 1, slot)) continue;
+    if (!bit(words, 1, slot) || all_joined) continue;
     cache_->touch(slot);
     const Response& r = cache_->get(slot);
-    work.push_back(Work{r, pending_entry(r.spec.name)});
+    work.push_back(Work{r, own_entry(r)});
   }
   const bool joined_anywhere = !(flags & kNoneJoined);
   bool progress = !work.empty() || !(flags & kNoNewRequests);
@@ -257,7 +273,7 @@ bool Loop::round() {
     for (Response& r : negotiate_full()) {
       if (is_cacheable(r)) cache_->put(r);
       progress = true;
-      Entry* e = pending_entry(r.spec.name);
+      Entry* e = own_entry(r);
       work.push_back(Work{std::move(r), e});
     }
   }
@@ -275,7 +291,9 @@ bool Loop::round() {
   }
   executor_->run(work);
   finish(work);
-  if (flags & kJoined) {  // every rank has joined: join completes everywhere
+  // Join completes once every rank has joined and no tensor is in flight
+  // anywhere (a rank may have enqueued one just before joining).
+  if ((flags & kJoined) && (flags & kNothingPending)) {
     if (join_handle_) handles_.complete(join_handle_, Outcome());
     joined_ = false;
     join_handle_ = 0;
@@ -342,6 +360,14 @@ Outcome Loop::shutdown_reason(bool requested_here) {
     m << " (it called shutdown() or its process is exiting)";
   }
   return Outcome{FUSEOPT_SHUT_DOWN, m.str()};
+}
+
+Entry* Loop::own_entry(const Response& r) {
+  // Counted as joined for this name: take part with a stand-in even if a
+  // same-named tensor of ours is pending (it will be negotiated on its own).
+  for (int32_t j : r.joined)
+    if (j == rank_) return nullptr;
+  return pending_entry(r.spec.name);
 }
 
 Entry* Loop::pending_entry(const std::string& name) {

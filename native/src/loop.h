@@ -38,14 +38,17 @@ namespace fuseopt {
 
 class Loop {
  public:
-  Loop(const fuseopt_config_t& config, Inbox& inbox, HandleTable& handles)
-      : config_(config), inbox_(inbox), handles_(handles) {}
+  // world was initialised on the thread that called fuseopt_init (MPI wants
+  // MPI_Finalize, at process exit, on the thread that initialised it).
+  Loop(const fuseopt_config_t& config, Inbox& inbox, HandleTable& handles,
+       std::unique_ptr<MpiWorld> world)
+      : config_(config), inbox_(inbox), handles_(handles), world_(std::move(world)) {}
 
   // Thread body. Reports MPI start-up (topology or failure) through started.
   void run(std::promise<fuseopt_comm_info_t>* started);
 
  private:
-  void start();             // MPI, backend, agreed configuration
+  void start();             // backend, agreed configuration
   bool round();             // false once every rank agreed to shut down
   bool wait_for_work();     // returns whether this rank asked to shut down
   void drain(std::deque<Entry>* incoming);
@@ -57,6 +60,7 @@ class Loop {
   Outcome shutdown_reason(bool requested_here);
 
   Entry* pending_entry(const std::string& name);
+  Entry* own_entry(const Response& response);
   int64_t words_per_section() const { return (config_.cache_capacity + 63) / 64; }
 
   fuseopt_config_t config_;

@@ -15,6 +15,15 @@ namespace {
 // are refused beyond that rather than silently truncated.
 constexpr int64_t kChunkElements = int64_t(1) << 30;
 
+bool fits_int_counts(const std::vector<int64_t>& v) {
+  int64_t total = 0;
+  for (int64_t x : v) {
+    total += x;
+    if (x > INT_MAX || total > INT_MAX) return false;
+  }
+  return true;
+}
+
 std::vector<int> to_int_vector(const std::vector<int64_t>& v, const char* what) {
   std::vector<int> out(v.size());
   int64_t total = 0;
@@ -94,5 +103,16 @@ void MpiBackend::reducescatter(const void* send, void* recv,
 }
 
 void MpiBackend::barrier() { mpi_check(MPI_Barrier(world_.comm()), "MPI_Barrier"); }
+
+bool MpiBackend::fits(const std::vector<int64_t>& send_bytes,
+                      const std::vector<int64_t>& recv_bytes) const {
+  return fits_int_counts(send_bytes) && fits_int_counts(recv_bytes);
+}
+
+bool MpiBackend::all_ok(bool ok) {
+  int mine = ok ? 1 : 0, all = 0;
+  mpi_check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, world_.comm()), "MPI_Allreduce(ok)");
+  return all == 1;
+}
 
 }  // namespace fuseopt

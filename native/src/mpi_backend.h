@@ -22,6 +22,10 @@ class MpiBackend : public Backend {
   void reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                      fuseopt_dtype_t dtype, fuseopt_reduce_op_t op) override;
   void barrier() override;
+  bool all_ok(bool ok) override;
+  // MPI-3 counts and displacements are int.
+  bool fits(const std::vector<int64_t>& send_bytes,
+            const std::vector<int64_t>& recv_bytes) const override;
 
  private:
   const MpiWorld& world_;

@@ -84,12 +84,14 @@ MpiWorld::MpiWorld(int emulated_local_size) {
   } else {
     int provided = 0;
     MPI_Query_thread(&provided);
-    if (provided < MPI_THREAD_SERIALIZED)
+    // fuseopt's loop thread calls MPI at any time (at least every idle tick),
+    // so a program that also calls MPI itself needs MPI_THREAD_MULTIPLE.
+    if (provided < MPI_THREAD_MULTIPLE && !g_we_initialized)  // ours, from an earlier init
       throw Error(FUSEOPT_UNSUPPORTED,
-                  "MPI was initialised by someone else with a thread level below "
-                  "MPI_THREAD_SERIALIZED; fuseopt calls MPI from its own thread. "
-                  "Initialise with at least MPI_THREAD_SERIALIZED (mpi4py: set "
-                  "mpi4py.rc.thread_level = 'serialized'), or let fuseopt do it.");
+                  "MPI was initialised by someone else below MPI_THREAD_MULTIPLE; fuseopt calls "
+                  "MPI from its own background thread, so a program that also uses MPI must "
+                  "initialise it with MPI_THREAD_MULTIPLE (mpi4py's default), or let fuseopt "
+                  "initialise MPI and not call MPI itself.");
   }
   std::call_once(g_ops16_once, create_ops16);
   mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");

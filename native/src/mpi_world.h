@@ -13,8 +13,9 @@ namespace fuseopt {
 
 class MpiWorld {
  public:
-  // Must run on the loop thread. emulated_local_size > 0 pretends each node
-  // holds that many consecutive ranks (to test hierarchical code on one host).
+  // Initialises MPI if nobody has (on the calling thread, which then also
+  // finalises it at process exit). emulated_local_size > 0 pretends each
+  // node holds that many consecutive ranks (to test topology on one host).
   explicit MpiWorld(int emulated_local_size);
   ~MpiWorld();
   MpiWorld(const MpiWorld&) = delete;

@@ -44,6 +44,24 @@ def check_allreduce_in_place_and_scaling():
         assert_close(out, expected, "scaled %s" % dtype)
 
 
+def check_scaling_edge_cases():
+    n = fuseopt.size()
+    # Integers saturate instead of wrapping (out-of-range casts are undefined).
+    out = fuseopt.allreduce(np.array([200, 3], np.uint8), name="sat", op=fuseopt.Max,
+                            prescale_factor=2.0)
+    assert out.tolist() == [255, 6], out
+    # Integer Average divides exactly (no 1/size rounding below the quotient).
+    out = fuseopt.allreduce(np.full(3, 7 * n, np.int64), name="iavg", op=fuseopt.Average)
+    assert_close(out, np.full(3, 7 * n, np.int64), "integer average")
+    # Nearly equal postscales in one round must not share a bucket's factor.
+    a = fuseopt.allreduce_async(np.full(2, 1e8), name="post.a", op=fuseopt.Sum,
+                                postscale_factor=1.0000001)
+    b = fuseopt.allreduce_async(np.full(2, 1e8), name="post.b", op=fuseopt.Sum,
+                                postscale_factor=1.0000004)
+    assert_close(a.wait(), np.full(2, 1e8 * n * 1.0000001), "postscale a")
+    assert_close(b.wait(), np.full(2, 1e8 * n * 1.0000004), "postscale b")
+
+
 def check_fused_many_and_large():
     # Mixed sizes, some larger than any small threshold, all in flight at once.
     sizes = [1, 10, 100, 1000, 5000, 70000, 3] * 6
@@ -146,6 +164,7 @@ def check_barrier_and_objects():
 if __name__ == "__main__":
     threshold = int(sys.argv[1]) if len(sys.argv) > 1 else None
     harness.run([check_allreduce_every_dtype_op_shape, check_allreduce_in_place_and_scaling,
+                 check_scaling_edge_cases,
                  check_fused_many_and_large, check_repeated_steps_hit_cache, check_allgather,
                  check_broadcast_every_root, check_alltoall, check_reducescatter,
                  check_barrier_and_objects],

@@ -32,5 +32,49 @@ def check_uneven_steps_with_join():
     fuseopt.join()  # joining again with nothing in flight completes at once
 
 
+def check_joined_rank_contributes_identity_even_with_prescale():
+    r, n = fuseopt.rank(), fuseopt.size()
+    if r == n - 1:
+        fuseopt.join()  # the last rank has no data at all
+        return
+    active = n - 1
+    x = np.array([5, -7, 100], np.int32) * (r + 1)
+    mn = fuseopt.allreduce(x, name="j.min", op=fuseopt.Min, prescale_factor=2.0)
+    assert_close(mn, np.array([10, -14 * active, 200], np.int32), "min with prescale")
+    p = fuseopt.allreduce(np.array([2.0, 3.0], np.float32), name="j.prod", op=fuseopt.Product,
+                          prescale_factor=3.0)
+    assert_close(p, np.array([6.0, 9.0], np.float32) ** active, "product with prescale")
+    m = fuseopt.allreduce(np.array([2.0, 3.0], np.float32), name="j.max", op=fuseopt.Max,
+                          prescale_factor=-1.0)
+    assert_close(m, np.array([-2.0, -3.0], np.float32), "max with negative prescale")
+    harness.expect_error(fuseopt.InvalidArgumentError,
+                         lambda: fuseopt.alltoall(np.zeros(n, np.float32), name="j.a2a"),
+                         "joined", "lost")
+    fuseopt.join()
+
+
+def check_join_waits_for_own_pending_and_mismatch_after_join():
+    r, n = fuseopt.rank(), fuseopt.size()
+    # Cache a name, then let rank 0 change its shape and join at once: its
+    # request must still be compared with the others' (a mismatch), not be
+    # served with someone else's shape.
+    fuseopt.allreduce(np.ones(4, np.float32), name="j.w")
+    if r == 0:
+        h = fuseopt.allreduce_async(np.ones(4, np.float32), name="j.w")
+        g = fuseopt.allgather_async(np.full(2, r, np.int64), name="j.g")
+        fuseopt.join()
+        harness.expect_error(fuseopt.MismatchError, h.wait, "j.w", "float32[4]", "float32[8]")
+        assert_close(g.wait(), np.repeat(np.arange(n, dtype=np.int64), 2), "allgather before join")
+    else:
+        harness.expect_error(fuseopt.MismatchError,
+                             lambda: fuseopt.allreduce(np.ones(8, np.float32), name="j.w"),
+                             "j.w")
+        out = fuseopt.allgather(np.full(2, r, np.int64), name="j.g")
+        assert_close(out, np.repeat(np.arange(n, dtype=np.int64), 2), "allgather")
+        fuseopt.join()
+
+
 if __name__ == "__main__":
-    harness.run([check_uneven_steps_with_join])
+    harness.run([check_uneven_steps_with_join,
+                 check_joined_rank_contributes_identity_even_with_prescale,
+                 check_join_waits_for_own_pending_and_mismatch_after_join])

@@ -1,0 +1,61 @@
+"""TensorFlow tensors as fuseopt buffers.
+
+Eager tensors are handed to the numpy layer directly. Inside a graph
+(tf.function, Keras model.fit) the collective runs in a ``tf.numpy_function``;
+all fuseopt ops of one graph are chained by control dependencies so that they
+run in the order they were created, which is the same on every rank (TF would
+otherwise be free to run independent ops in a different order per rank, and
+two blocking collectives taken in different orders deadlock). XLA cannot run
+Python, so ``jit_compile=True`` gets a clear error instead of an obscure one.
+"""
+import itertools
+import weakref
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
+
+from ..errors import InvalidArgumentError, UnsupportedError
+
+_SUPPORTED = {"uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"}
+_trace_names = itertools.count()
+_last_op = weakref.WeakKeyDictionary()  # graph -> last fuseopt op created in it
+
+
+def dtype_name(tensor):
+    name = tf.as_dtype(tensor.dtype).name
+    if name not in _SUPPORTED:
+        raise InvalidArgumentError("tensor of dtype %s cannot be reduced; supported: %s"
+                                   % (name, ", ".join(sorted(_SUPPORTED))))
+    return name
+
+
+def check_not_xla(what):
+    graph = tf.compat.v1.get_default_graph()
+    if control_flow_util.GraphOrParentsInXlaContext(graph):
+        raise UnsupportedError(
+            "fuseopt %s cannot run inside XLA (jit_compile=True): its collectives run on the "
+            "host through tf.numpy_function. Compile with jit_compile=False (Keras: "
+            "model.compile(..., jit_compile=False); tf.function(jit_compile=False))." % what)
+
+
+def graph_name(name, kind):
+    """A name fixed at trace time, so every execution of the op (and every
+    rank, tracing the same program) uses the same negotiation key."""
+    return name if name is not None else "tf.%s.%d" % (kind, next(_trace_names))
+
+
+def run(fn, inputs, out_dtypes, what):
+    """Runs fn(*numpy_arrays) -> list of arrays, eagerly or as a graph op."""
+    if tf.executing_eagerly():
+        return [tf.convert_to_tensor(o) for o in fn(*[np.asarray(t) for t in inputs])]
+    check_not_xla(what)
+    graph = tf.compat.v1.get_default_graph()
+    previous = _last_op.get(graph)
+    with tf.control_dependencies([previous] if previous is not None else []):
+        outs = tf.numpy_function(lambda *a: fn(*a), list(inputs), list(out_dtypes),
+                                 stateful=True, name="fuseopt_" + what)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if outs:
+        _last_op[graph] = outs[0].op
+    return outs

@@ -1,0 +1,163 @@
+"""Keras callbacks for data-parallel training (Horovod's names)."""
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ... import ops as _np
+from ... import runtime
+from ..functions import broadcast_variables
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """At the start of training, copies root_rank's model weights and optimizer
+    state to every rank. The optimizer is built first, so its slots (which
+    Keras creates lazily) exist and are broadcast too."""
+
+    def __init__(self, root_rank=0, device=""):
+        super().__init__()
+        self.root_rank = root_rank
+        self.broadcast_done = False
+
+    def on_train_begin(self, logs=None):
+        if self.broadcast_done:
+            return
+        model = self.model
+        optimizer = model.optimizer
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(model.trainable_variables)
+        variables = list(model.variables)
+        if optimizer is not None:
+            variables += list(optimizer.variables)
+        broadcast_variables(variables, self.root_rank)
+        self.broadcast_done = True
+
+
+class MetricAverageCallback(keras.callbacks.Callback):
+    """Averages epoch metrics across ranks before later callbacks see them.
+    Put it before callbacks that read metrics (checkpointing, early stopping)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not logs:
+            return
+        keys = sorted(k for k, v in logs.items() if np.ndim(v) == 0)
+        values = np.array([float(logs[k]) for k in keys], dtype=np.float64)
+        averaged = _np.allreduce(values, name="metric_average.%d" % epoch)
+        for k, v in zip(keys, averaged):
+            logs[k] = float(v)
+
+
+def _set_lr(optimizer, value):
+    lr = optimizer.learning_rate
+    if isinstance(lr, keras.Variable) or isinstance(lr, tf.Variable):
+        lr.assign(value)
+    else:
+        optimizer.learning_rate = value
+
+
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """lr = initial_lr * multiplier(epoch) for start_epoch <= epoch < end_epoch.
+
+    ``multiplier`` is a number or a function of the (fractional, if
+    ``staircase=False``) epoch. ``steps_per_epoch`` is needed for fractional
+    epochs."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None):
+        super().__init__()
+        self.initial_lr = initial_lr
+        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.steps_per_epoch = steps_per_epoch
+        self.current_epoch = 0
+
+    def _active(self, epoch):
+        return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+        if self.staircase and self._active(epoch):
+            _set_lr(self.model.optimizer, self.initial_lr * self.multiplier(epoch))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.staircase or not self.steps_per_epoch:
+            return
+        epoch = self.current_epoch + batch / float(self.steps_per_epoch)
+        if self._active(epoch):
+            _set_lr(self.model.optimizer, self.initial_lr * self.multiplier(epoch))
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Ramps the learning rate from initial_lr / size() to initial_lr over
+    ``warmup_epochs`` (Goyal et al., "Accurate, Large Minibatch SGD"), per
+    batch when ``steps_per_epoch`` is known."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
+                 steps_per_epoch=None, verbose=0):
+        size = runtime.size()
+
+        def multiplier(epoch):
+            return 1.0 / size * (epoch * (size - 1) / warmup_epochs + 1)
+
+        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
+                         staircase=steps_per_epoch is None, steps_per_epoch=steps_per_epoch)
+        self.verbose = verbose
+        self.warmup_epochs = warmup_epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.warmup_epochs - 1:
+            _set_lr(self.model.optimizer, self.initial_lr)
+            if self.verbose and runtime.rank() == 0:
+                print("Epoch %d: finished gradual learning rate warmup to %g."
+                      % (epoch + 1, self.initial_lr))
+
+
+class LocalSGDCallback(keras.callbacks.Callback):
+    """Periodic synchronization (local SGD) for ``fit`` with a plain (not
+    Distributed) optimizer: averages all model weights every ``period`` batches.
+
+    With ``adaptive_threshold``, it also syncs early when the relative drift
+    ||w - w_last_sync||^2 / ||w_last_sync||^2 exceeds the threshold on any rank;
+    the drift is reduced with Max first, so all ranks decide alike."""
+
+    def __init__(self, period=8, adaptive_threshold=None, root_rank=0):
+        super().__init__()
+        self.period = period
+        self.adaptive_threshold = adaptive_threshold
+        self.root_rank = root_rank
+        self.syncs = 0
+        self.batches = 0
+        self._since = 0
+        self._anchor = None
+
+    def on_train_begin(self, logs=None):
+        broadcast_variables(self.model.variables, self.root_rank)
+        self._anchor = [w.numpy().copy() for w in self.model.trainable_variables]
+
+    def _drift(self):
+        num = sum(float(np.sum((w.numpy() - a) ** 2))
+                  for w, a in zip(self.model.trainable_variables, self._anchor))
+        den = sum(float(np.sum(a ** 2)) for a in self._anchor) or 1.0
+        return float(_np.allreduce(np.array([num / den]), name="local_sgd.drift", op=_np.Max)[0])
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+        self._since += 1
+        sync = self._since >= self.period
+        if not sync and self.adaptive_threshold is not None:
+            sync = self._drift() > self.adaptive_threshold
+        if sync:
+            self.sync()
+
+    def sync(self):
+        weights = [w for w in self.model.variables if w.dtype.is_floating] \
+            if hasattr(self.model.variables[0].dtype, "is_floating") else \
+            [w for w in self.model.variables if "float" in str(w.dtype)]
+        handles = [_np.allreduce_async(w.numpy(), name="local_sgd.%d" % i)
+                   for i, w in enumerate(weights)]
+        for w, h in zip(weights, handles):
+            w.assign(h.wait())
+        self.syncs += 1
+        self._since = 0
+        self._anchor = [w.numpy().copy() for w in self.model.trainable_variables]

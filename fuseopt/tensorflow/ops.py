@@ -1,0 +1,226 @@
+"""Collectives on TensorFlow tensors, eager and inside tf.function.
+
+Horovod's names and signatures. ``allreduce``, ``allgather`` and
+``broadcast`` have gradients (tf.custom_gradient), so they can sit inside a
+model. ``grouped_allreduce`` negotiates a list in one step so it fuses.
+"""
+import numpy as np
+import tensorflow as tf
+
+from .. import objects as _objects
+from .. import ops as _np
+from .. import runtime
+from ..errors import InvalidArgumentError
+from . import _tensors as _t
+from .compression import NoneCompressor
+
+Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
+
+
+def _resolve_op(average, op):
+    if average is not None and op is not None:
+        raise InvalidArgumentError("pass either average= (deprecated) or op=, not both")
+    if average is not None:
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+def _grouped_allreduce_raw(tensors, names, op, prescale, postscale):
+    """One numpy call for the whole list: all enqueued, then all waited."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    dtypes = [t.dtype for t in tensors]
+    for t in tensors:
+        _t.dtype_name(t)
+
+    def fn(*arrays):
+        handles = [_np.allreduce_async(a, name=n, op=op, prescale_factor=prescale,
+                                       postscale_factor=postscale)
+                   for a, n in zip(arrays, names)]
+        return [h.wait() for h in handles]
+
+    outs = _t.run(fn, tensors, dtypes, "allreduce")
+    for o, t in zip(outs, tensors):
+        o.set_shape(t.shape)
+    return outs
+
+
+def _names(n, name, kind):
+    if tf.executing_eagerly():
+        if name is None:
+            return [None] * n
+        return [name] if n == 1 else ["%s.%d" % (name, i) for i in range(n)]
+    base = _t.graph_name(name, kind)
+    return [base] if n == 1 else ["%s.%d" % (base, i) for i in range(n)]
+
+
+def grouped_allreduce(tensors, average=None, compression=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, name=None, process_set=None):
+    """Allreduces a list of tensors together (one negotiation, fused)."""
+    tensors = list(tensors)
+    return allreduce_named(tensors, _names(len(tensors), name, "grouped_allreduce"),
+                           _resolve_op(average, op), compression, prescale_factor,
+                           postscale_factor)
+
+
+def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
+                    postscale_factor=1.0):
+    """grouped_allreduce with explicit negotiation names (None: automatic),
+    differentiable, with optional compression (payload names get '.k')."""
+    if compression is not None and getattr(compression, "reduce_op", None) is not None:
+        op = compression.reduce_op
+    if compression is not None and not isinstance(compression, NoneCompressor):
+        packed = [compression.compress(t, n) for t, n in zip(tensors, names)]
+        payloads = [p for ps, _ in packed for p in ps]
+        payload_names = [n if (k == 0 or n is None) else "%s.%d" % (n, k)
+                         for (ps, _), n in zip(packed, names) for k in range(len(ps))]
+        reduced = allreduce_named(payloads, payload_names, op, None, prescale_factor,
+                                  postscale_factor)
+        out, i = [], 0
+        for ps, ctx in packed:
+            out.append(compression.decompress(reduced[i:i + len(ps)], ctx))
+            i += len(ps)
+        return out
+
+    @tf.custom_gradient
+    def reduce(*xs):
+        outs = _grouped_allreduce_raw(xs, names, op, prescale_factor, postscale_factor)
+
+        def grad(*dys):
+            grad_names = [None if n is None else n + ".grad" for n in names]
+            return _grouped_allreduce_raw(dys, grad_names, op, prescale_factor, postscale_factor)
+        return outs, grad
+
+    return list(reduce(*tensors))
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None,
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None,
+              ignore_name_scope=False):
+    """Reduces ``tensor`` across ranks (Average by default). IndexedSlices are
+    allgathered (values and indices) as in Horovod."""
+    if isinstance(tensor, tf.IndexedSlices):
+        op = _resolve_op(average, op)
+        values = allgather(tensor.values, name=None if name is None else name + ".values")
+        indices = allgather(tensor.indices, name=None if name is None else name + ".indices")
+        if op == Average:
+            values = values / runtime.size()
+        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+    return grouped_allreduce([tensor], average, compression, op, prescale_factor,
+                             postscale_factor, name)[0]
+
+
+def _allgather_raw(tensor, name):
+    def fn(a):
+        return [_np.allgather_async(a, name=name).wait()]
+
+    out = _t.run(fn, [tensor], [tensor.dtype], "allgather")[0]
+    out.set_shape([None] + tensor.shape.as_list()[1:])
+    return out
+
+
+def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
+    """Concatenates every rank's tensor along the first dimension."""
+    tensor = tf.convert_to_tensor(tensor)
+    _t.dtype_name(tensor)
+    if tensor.shape.rank == 0:
+        raise InvalidArgumentError("allgather needs a tensor with at least one dimension")
+    name = _names(1, name, "allgather")[0]
+
+    @tf.custom_gradient
+    def gather(x):
+        out = _allgather_raw(x, name)
+
+        def grad(dy):
+            reduced = _grouped_allreduce_raw([dy], [None if name is None else name + ".grad"],
+                                             Sum, 1.0, 1.0)[0]
+            rows = _allgather_raw(tf.shape(x, out_type=tf.int64)[:1],
+                                  None if name is None else name + ".rows")
+            offset = tf.reduce_sum(rows[:runtime.rank()])
+            return reduced[offset:offset + tf.shape(x, out_type=tf.int64)[0]]
+        return out, grad
+
+    return gather(tensor)
+
+
+def _broadcast_raw(tensor, root_rank, name):
+    def fn(a):
+        return [_np.broadcast_async(a, root_rank, name=name).wait()]
+
+    out = _t.run(fn, [tensor], [tensor.dtype], "broadcast")[0]
+    out.set_shape(tensor.shape)
+    return out
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
+    """Every rank receives root_rank's tensor (differentiable: the root's
+    gradient is the sum over ranks)."""
+    tensor = tf.convert_to_tensor(tensor)
+    _t.dtype_name(tensor)
+    name = _names(1, name, "broadcast")[0]
+
+    @tf.custom_gradient
+    def bcast(x):
+        out = _broadcast_raw(x, root_rank, name)
+
+        def grad(dy):
+            reduced = _grouped_allreduce_raw([dy], [None if name is None else name + ".grad"],
+                                             Sum, 1.0, 1.0)[0]
+            return reduced if runtime.rank() == root_rank else tf.zeros_like(reduced)
+        return out, grad
+
+    return bcast(tensor)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
+    """Sends splits[r] rows to rank r; returns (received, received_splits)."""
+    tensor = tf.convert_to_tensor(tensor)
+    _t.dtype_name(tensor)
+    name = _names(1, name, "alltoall")[0]
+    inputs = [tensor] + ([tf.convert_to_tensor(splits, dtype=tf.int64)] if splits is not None else [])
+
+    def fn(a, *s):
+        out, recv = _np.alltoall_async(a, splits=s[0] if s else None, name=name).wait()
+        return [out, recv.astype(np.int32)]
+
+    out, recv = _t.run(fn, inputs, [tensor.dtype, tf.int32], "alltoall")
+    out.set_shape([None] + tensor.shape.as_list()[1:])
+    recv.set_shape([runtime.size()])
+    return out, recv
+
+
+def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False):
+    """Reduces across ranks; this rank gets its slice of the first dimension."""
+    tensor = tf.convert_to_tensor(tensor)
+    _t.dtype_name(tensor)
+    name = _names(1, name, "reducescatter")[0]
+
+    def fn(a):
+        return [_np.reducescatter_async(a, name=name, op=op).wait()]
+
+    out = _t.run(fn, [tensor], [tensor.dtype], "reducescatter")[0]
+    out.set_shape([None] + tensor.shape.as_list()[1:])
+    return out
+
+
+def barrier(process_set=None):
+    if tf.executing_eagerly():
+        return _np.barrier()
+    return _t.run(lambda: [np.int32(_np.barrier() or 0)], [], [tf.int32], "barrier")[0]
+
+
+def join():
+    """This rank is out of data; it keeps serving the others' collectives
+    until every rank has joined. Returns -1 (fuseopt does not track the last
+    rank to join)."""
+    if tf.executing_eagerly():
+        _np.join()
+        return -1
+    return _t.run(lambda: [np.int32(_np.join() or -1)], [], [tf.int32], "join")[0]
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    return _objects.broadcast_object(obj, root_rank, name=name)
+
+
+def allgather_object(obj, name=None, process_set=None):
+    return _objects.allgather_object(obj, name=name)

@@ -1,0 +1,209 @@
+"""DistributedOptimizer for Keras 3 optimizers.
+
+Built like Keras's own LossScaleOptimizer: a Keras ``Optimizer`` that wraps an
+inner one, reduces the gradients across ranks in ``apply`` (one grouped,
+fused allreduce inside model.fit's train function, through
+tf.numpy_function), and lets the inner optimizer do the update. It is a
+registered serializable, so ``model.save`` / ``keras.models.load_model`` work
+(import fuseopt.tensorflow before loading).
+
+With loss scaling (``LossScaleOptimizer`` or the ``mixed_float16`` policy)
+the wrapper *is* a LossScaleOptimizer whose ``apply`` reduces the still-scaled
+gradients first: an inf or nan on any rank then reaches every rank, and all
+ranks take the same "skip this step" branch. (Keras would otherwise wrap us
+in its own LossScaleOptimizer, which checks only local gradients: ranks could
+disagree and deadlock.)
+"""
+import keras
+import tensorflow as tf
+from keras.optimizers import LossScaleOptimizer
+
+from ..errors import InvalidArgumentError, UnsupportedError
+from . import ops
+from .compression import Compression
+from .gradient_tape import reduce_gradients
+
+_COMPRESSION_NAMES = {"none": lambda: Compression.none, "fp16": lambda: Compression.fp16,
+                      "bf16": lambda: Compression.bf16, "ef_sign": Compression.ef_sign}
+
+
+def _compression_name(c):
+    for name, make in _COMPRESSION_NAMES.items():
+        if c is make() or type(c) is type(make()):
+            return name
+    return None
+
+
+class _Reducer:
+    """What both wrappers share: settings, config, the reduction itself."""
+
+    def _init_reducer(self, compression, backward_passes_per_step, average_aggregated_gradients,
+                      op, gradient_predivide_factor, sparse_as_dense):
+        if isinstance(compression, str):
+            compression = _COMPRESSION_NAMES[compression]()
+        if backward_passes_per_step < 1:
+            raise InvalidArgumentError("backward_passes_per_step must be >= 1")
+        if gradient_predivide_factor != 1.0 and op != ops.Average:
+            raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
+        self.compression = compression
+        self.backward_passes_per_step = backward_passes_per_step
+        self.average_aggregated_gradients = average_aggregated_gradients
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+
+    def _reducer_config(self):
+        return {"compression": _compression_name(self.compression) or "none",
+                "backward_passes_per_step": self.backward_passes_per_step,
+                "average_aggregated_gradients": self.average_aggregated_gradients,
+                "op": int(self.op), "gradient_predivide_factor": self.gradient_predivide_factor,
+                "sparse_as_dense": self.sparse_as_dense}
+
+    def _reduce(self, grads, variables):
+        return reduce_gradients(list(grads), list(variables), self.compression, self.op,
+                                self.gradient_predivide_factor, self.sparse_as_dense)
+
+
+@keras.saving.register_keras_serializable(package="fuseopt")
+class DistributedKerasOptimizer(_Reducer, keras.optimizers.Optimizer):
+    """See module docstring; create through :func:`DistributedOptimizer`."""
+
+    def __init__(self, inner_optimizer, compression=Compression.none, backward_passes_per_step=1,
+                 average_aggregated_gradients=True, op=ops.Average, gradient_predivide_factor=1.0,
+                 sparse_as_dense=False, name=None, **kwargs):
+        super().__init__(learning_rate=0.0, name=name or "distributed_" + inner_optimizer.name)
+        self.inner_optimizer = inner_optimizer
+        self._init_reducer(compression, backward_passes_per_step, average_aggregated_gradients,
+                           op, gradient_predivide_factor, sparse_as_dense)
+
+    def build(self, var_list):
+        self.inner_optimizer.build(var_list)
+        if self.backward_passes_per_step > 1:
+            self._accumulators = [self.add_variable_from_reference(v, "fuseopt_accumulator")
+                                  for v in var_list]
+            self._passes = self.add_variable(shape=(), dtype="int64", name="fuseopt_passes",
+                                             initializer="zeros")
+        super().build(var_list)
+
+    @property
+    def variables(self):
+        return self._variables + self.inner_optimizer.variables
+
+    def apply(self, grads, trainable_variables=None):
+        grads = list(grads)
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        variables = list(trainable_variables) if trainable_variables is not None \
+            else self.inner_optimizer._trainable_variables
+        if self.backward_passes_per_step == 1:
+            self.inner_optimizer.apply(self._reduce(grads, variables), trainable_variables)
+            return
+        self._accumulate(grads, variables, trainable_variables)
+
+    def _accumulate(self, grads, variables, trainable_variables):
+        n = self.backward_passes_per_step
+        for acc, g, v in zip(self._accumulators, grads, variables):
+            if g is not None:
+                acc.assign_add(tf.convert_to_tensor(g))
+        self._passes.assign_add(1)
+
+        def communicate():
+            total = [acc / n if self.average_aggregated_gradients else tf.identity(acc)
+                     for acc in self._accumulators]
+            self.inner_optimizer.apply(self._reduce(total, variables), trainable_variables)
+            for acc in self._accumulators:
+                acc.assign(tf.zeros_like(acc))
+            return tf.constant(True)
+
+        # The pass counter is the same on every rank, so all take one branch.
+        tf.cond(tf.equal(self._passes % n, 0), communicate, lambda: tf.constant(False))
+
+    @property
+    def learning_rate(self):
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        if hasattr(self, "inner_optimizer"):
+            self.inner_optimizer.learning_rate = value
+
+    @property
+    def iterations(self):
+        return self.inner_optimizer.iterations
+
+    def scale_loss(self, loss):
+        return self.inner_optimizer.scale_loss(loss)
+
+    def finalize_variable_values(self, var_list):
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    def get_config(self):
+        return dict(self._reducer_config(), name=self.name,
+                    inner_optimizer=keras.saving.serialize_keras_object(self.inner_optimizer))
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        inner = keras.saving.deserialize_keras_object(config.pop("inner_optimizer"),
+                                                      custom_objects=custom_objects)
+        return cls(inner, **config)
+
+
+@keras.saving.register_keras_serializable(package="fuseopt")
+class DistributedLossScaleOptimizer(_Reducer, LossScaleOptimizer):
+    """A LossScaleOptimizer that reduces the scaled gradients across ranks
+    before checking them for inf/nan; create through :func:`DistributedOptimizer`."""
+
+    def __init__(self, inner_optimizer, compression=Compression.none, backward_passes_per_step=1,
+                 average_aggregated_gradients=True, op=ops.Average, gradient_predivide_factor=1.0,
+                 sparse_as_dense=False, initial_scale=2.0 ** 15, dynamic_growth_steps=2000,
+                 name=None, **kwargs):
+        if backward_passes_per_step != 1:
+            raise UnsupportedError("backward_passes_per_step > 1 together with loss scaling is "
+                                   "not supported; accumulate in your loop or drop loss scaling")
+        super().__init__(inner_optimizer, initial_scale=initial_scale,
+                         dynamic_growth_steps=dynamic_growth_steps, name=name)
+        self._init_reducer(compression, 1, average_aggregated_gradients, op,
+                           gradient_predivide_factor, sparse_as_dense)
+
+    def apply(self, grads, trainable_variables=None):
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        variables = list(trainable_variables) if trainable_variables is not None \
+            else self.inner_optimizer._trainable_variables
+        return super().apply(self._reduce(list(grads), variables), trainable_variables)
+
+    def get_config(self):
+        return dict(super().get_config(), **self._reducer_config())
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=ops.Average,
+                         gradient_predivide_factor=1.0, average_aggregated_gradients=True,
+                         num_groups=0, groups=None, process_set=None):
+    """Wraps a Keras 3 optimizer so that gradients are averaged across ranks.
+
+    Works in ``model.compile(optimizer=...)`` + ``fit`` and in custom loops
+    (``apply_gradients`` / ``apply``). ``backward_passes_per_step=N``
+    accumulates N local steps and communicates once; with
+    ``average_aggregated_gradients`` (default) the accumulated gradient is
+    divided by N, which equals one step on the concatenated micro-batches.
+    """
+    kwargs = dict(compression=compression, backward_passes_per_step=backward_passes_per_step,
+                  average_aggregated_gradients=average_aggregated_gradients, op=op,
+                  gradient_predivide_factor=gradient_predivide_factor,
+                  sparse_as_dense=sparse_as_dense, name=name)
+    if isinstance(optimizer, (DistributedKerasOptimizer, DistributedLossScaleOptimizer)):
+        raise InvalidArgumentError("optimizer is already a fuseopt DistributedOptimizer")
+    if isinstance(optimizer, LossScaleOptimizer):
+        return DistributedLossScaleOptimizer(optimizer.inner_optimizer,
+                                             initial_scale=optimizer.initial_scale,
+                                             dynamic_growth_steps=optimizer.dynamic_growth_steps,
+                                             **kwargs)
+    if keras.mixed_precision.dtype_policy().name == "mixed_float16":
+        return DistributedLossScaleOptimizer(optimizer, **kwargs)
+    return DistributedKerasOptimizer(optimizer, **kwargs)

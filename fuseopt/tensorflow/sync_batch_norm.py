@@ -1,0 +1,38 @@
+"""SyncBatchNormalization: keras.layers.BatchNormalization over the global batch.
+
+In training, per-channel mean and variance come from every rank's samples:
+the layer reduces [count, sum, sum of squares] with one differentiable
+allreduce, so gradients flow through the global statistics exactly (the
+gradient of a sum-allreduce is a sum-allreduce). Ranks may hold different
+batch sizes. Moving statistics are updated identically on every rank.
+"""
+import keras
+import tensorflow as tf
+
+from .. import runtime
+from . import ops
+
+
+@keras.saving.register_keras_serializable(package="fuseopt")
+class SyncBatchNormalization(keras.layers.BatchNormalization):
+    """Drop-in for ``keras.layers.BatchNormalization`` (same arguments)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.pop("synchronized", None)
+        super().__init__(*args, **kwargs)
+        self.supports_jit = False  # collectives run on the host; keeps XLA "auto" off
+
+    def _moments(self, inputs, mask):
+        if mask is not None or runtime.size() == 1:
+            return super()._moments(inputs, mask)
+        x = tf.cast(inputs, tf.float64)
+        axes = list(self._reduction_axes)
+        count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), tf.float64)
+        local = tf.concat([tf.reshape(count, [1]), tf.reduce_sum(x, axes),
+                           tf.reduce_sum(x * x, axes)], 0)
+        total = ops.allreduce_named([local], ops._names(1, None, "sync_batch_norm"), ops.Sum)[0]
+        c = tf.shape(local)[0] // 2
+        n = total[0]
+        mean = total[1:c + 1] / n
+        variance = tf.maximum(total[c + 1:] / n - mean * mean, 0.0)
+        return tf.cast(mean, inputs.dtype), tf.cast(variance, inputs.dtype)
