@@ -1,0 +1,26 @@
+"""fuseopt for TensorFlow 2 / Keras 3: ``import fuseopt.tensorflow as hvd``.
+
+Custom loop::
+
+    hvd.init()
+    with tf.GradientTape() as tape:
+        loss = loss_fn(model(x), y)
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+
+Keras ``fit``: see ``fuseopt.tensorflow.keras``.
+"""
+from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
+                      RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
+from ..runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
+                       rank, shutdown, size)
+from .compression import Compression, Compressor
+from .functions import broadcast_variables
+from .gradient_tape import DistributedGradientTape
+from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
+                  alltoall, barrier, broadcast, broadcast_object, grouped_allreduce, join,
+                  reducescatter)
+from .optimizer import DistributedOptimizer
+from .sync_batch_norm import SyncBatchNormalization
+
+HorovodInternalError = FuseoptError

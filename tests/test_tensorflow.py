@@ -1,0 +1,17 @@
+"""TensorFlow / Keras 3 binding at 1, 2 and 4 ranks: ops eager and in
+tf.function with gradients (tests/workers/tf_ops.py); fit and custom loops
+equal to single-process training, accumulation, compression, IndexedSlices,
+loss scaling and mixed precision, callbacks, local SGD, save/load,
+jit_compile error, SyncBatchNormalization (tests/workers/tf_train.py).
+Each worker imports TensorFlow once and runs all its checks."""
+import pytest
+
+
+@pytest.mark.parametrize("nranks", [1, 2])
+def test_tf_ops(run_ranks, nranks):
+    run_ranks(nranks, "tf_ops.py", timeout=240)
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_keras_training(run_ranks, nranks):
+    run_ranks(nranks, "tf_train.py", timeout=600)

@@ -1,0 +1,72 @@
+"""fuseopt.tensorflow ops, eager and in tf.function, gradients, XLA error."""
+import numpy as np
+import tensorflow as tf
+
+import harness
+from tf_common import close, hvd
+
+
+def check_ops_eager_and_graph():
+    r, n = hvd.rank(), hvd.size()
+    x = tf.constant([[1.0, 2.0]]) * (r + 1)
+    total = sum(k + 1 for k in range(n))
+
+    def body(x):
+        return (hvd.allreduce(x, op=hvd.Sum), hvd.allreduce(x), hvd.grouped_allreduce([x, 2 * x], op=hvd.Sum),
+                hvd.allgather(x), hvd.broadcast(x, n - 1), hvd.reducescatter(tf.ones([2 * n, 2]) * (r + 1), op=hvd.Sum),
+                hvd.alltoall(tf.reshape(tf.range(2 * n, dtype=tf.float32), [2 * n, 1]) + 100.0 * r))
+
+    for mode, fn in (("eager", body), ("graph", tf.function(body))):
+        s, avg, grp, gat, bc, rs, (a2a, splits) = fn(x)
+        close(s, [[total, 2 * total]], mode + " sum")
+        close(avg, [[total / n, 2 * total / n]], mode + " average")
+        close(grp[1], [[2 * total, 4 * total]], mode + " grouped")
+        close(gat, np.array([[k + 1, 2 * (k + 1)] for k in range(n)]), mode + " allgather")
+        close(bc, [[n, 2 * n]], mode + " broadcast")
+        close(rs, np.full((2, 2), total), mode + " reducescatter")
+        expected = np.concatenate([np.arange(2 * r, 2 * r + 2) + 100.0 * k for k in range(n)])
+        close(a2a[:, 0], expected, mode + " alltoall")
+        assert splits.numpy().tolist() == [2] * n
+    for dtype in (tf.float16, tf.bfloat16, tf.int32, tf.int64, tf.uint8, tf.float64):
+        v = tf.cast(tf.fill([3], r + 1), dtype)
+        close(tf.cast(hvd.allreduce(v, op=hvd.Sum), tf.float64), np.full(3, total), str(dtype))
+    assert hvd.broadcast_object({"r": r}, root_rank=n - 1) == {"r": n - 1}
+    assert hvd.allgather_object(r) == list(range(n))
+    hvd.barrier()
+
+
+def check_gradients_through_collectives():
+    r, n = hvd.rank(), hvd.size()
+    w = tf.Variable(tf.ones([3]) * (r + 1))
+    with tf.GradientTape(persistent=True) as tape:
+        a = tf.reduce_sum(hvd.allreduce(w, name="g.ar") * (r + 1))
+        g = hvd.allgather(tf.reshape(w, [1, 3]), name="g.ag")
+        b = tf.reduce_sum(g * tf.reshape(tf.range(n, dtype=tf.float32), [n, 1]))
+        c = tf.reduce_sum(hvd.broadcast(w, 0, name="g.bc") * (r + 1))
+    close(tape.gradient(a, w), np.full(3, total_of(n) / n), "allreduce grad")
+    close(tape.gradient(b, w), np.full(3, r * n), "allgather grad")
+    close(tape.gradient(c, w), np.full(3, total_of(n) if r == 0 else 0.0), "broadcast grad")
+
+
+def total_of(n):
+    return sum(k + 1 for k in range(n))
+
+
+def check_errors():
+    harness.expect_error(hvd.InvalidArgumentError,
+                         lambda: hvd.allreduce(tf.constant([True, False])), "bool")
+
+    @tf.function(jit_compile=True)
+    def xla(x):
+        return hvd.allreduce(x)
+
+    try:
+        xla(tf.ones([2]))
+    except Exception as e:  # TF wraps it in a StagingError during tracing
+        assert "jit_compile" in str(e) and "XLA" in str(e), str(e)
+    else:
+        raise AssertionError("jit_compile=True did not raise")
+
+
+if __name__ == "__main__":
+    harness.run([check_ops_eager_and_graph, check_gradients_through_collectives, check_errors])

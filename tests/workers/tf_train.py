@@ -1,0 +1,265 @@
+"""Keras 3 / TensorFlow training with fuseopt: N ranks x batch b must equal
+one process on the concatenated batch (the reference is trained locally on
+every rank from the same seeds), plus callbacks, save/load, loss scaling,
+accumulation, SyncBatchNormalization and the jit_compile error."""
+import numpy as np
+import tensorflow as tf
+
+import harness
+from tf_common import (B, close, global_data, hvd, keras, make_model, rank_rows,
+                       weights_equal_across_ranks)
+
+STEPS = 4
+
+
+def fit_pair(make_opt, passes=1, epochs=1, **dist_kwargs):
+    n = hvd.size()
+    x, y = global_data(1, STEPS * passes * n * B)
+    ref = make_model()
+    ref.compile(optimizer=make_opt(), loss="sparse_categorical_crossentropy")
+    ref.fit(x, y, batch_size=passes * n * B, epochs=epochs, shuffle=False, verbose=0)
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(make_opt(), backward_passes_per_step=passes,
+                                                     **dist_kwargs),
+                  loss="sparse_categorical_crossentropy")
+    model.fit(rank_rows(x, B, STEPS * passes), rank_rows(y, B, STEPS * passes), batch_size=B,
+              epochs=epochs, shuffle=False, verbose=0)
+    return model, ref
+
+
+def check_fit_equals_single_process_sgd_adam():
+    for name, make_opt in (("SGD+momentum", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+                           ("Adam", lambda: keras.optimizers.Adam(0.01)),
+                           ("AdamW+schedule", lambda: keras.optimizers.AdamW(
+                               keras.optimizers.schedules.ExponentialDecay(0.01, 2, 0.5)))):
+        model, ref = fit_pair(make_opt, epochs=2)
+        for w, v in zip(model.get_weights(), ref.get_weights()):
+            close(w, v, "fit %s" % name)
+
+
+def check_accumulation_equals_concatenated_batch():
+    model, ref = fit_pair(lambda: keras.optimizers.SGD(0.1, momentum=0.9), passes=2)
+    for w, v in zip(model.get_weights(), ref.get_weights()):
+        close(w, v, "backward_passes_per_step=2")
+
+
+def check_custom_loop_tape_and_apply_gradients():
+    n = hvd.size()
+    x, y = global_data(2, STEPS * n * B)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    model, ref = make_model(), make_model()
+    opt, ref_opt = keras.optimizers.Adam(0.01), keras.optimizers.Adam(0.01)
+    xr, yr = rank_rows(x, B, STEPS), rank_rows(y, B, STEPS)
+
+    @tf.function
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(yb, model(xb, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    for k in range(STEPS):
+        step(xr[k * B:(k + 1) * B], yr[k * B:(k + 1) * B])
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[k * n * B:(k + 1) * n * B], ref(x[k * n * B:(k + 1) * n * B]))
+        ref_opt.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables),
+                                    ref.trainable_variables))
+    for w, v in zip(model.get_weights(), ref.get_weights()):
+        close(w, v, "tape + apply_gradients")
+
+
+def check_compression_and_sparse_gradients():
+    for comp, tol in ((hvd.Compression.fp16, 3e-3), (hvd.Compression.bf16, 3e-2)):
+        model, ref = fit_pair(lambda: keras.optimizers.SGD(0.1), compression=comp)
+        for w, v in zip(model.get_weights(), ref.get_weights()):
+            close(w, v, "compression %s" % type(comp).__name__, tol)
+    # Embedding gradients are IndexedSlices: allgathered, and equal to dense.
+    keras.utils.set_random_seed(3)
+    emb = keras.layers.Embedding(10, 4)
+    ids = tf.constant([[hvd.rank(), 3]])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(emb(ids))
+    tape = hvd.DistributedGradientTape(tape, op=hvd.Sum)
+    (grad,) = tape.gradient(loss, emb.trainable_variables)
+    assert isinstance(grad, tf.IndexedSlices)
+    dense = tf.math.unsorted_segment_sum(grad.values, grad.indices, 10).numpy()
+    expected = np.zeros((10, 4))
+    for k in range(hvd.size()):
+        expected[k] += 1
+        expected[3] += 1
+    close(dense, expected, "IndexedSlices gradient")
+
+
+def check_loss_scale_optimizer_and_mixed_precision():
+    def lso():
+        return keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    n = hvd.size()
+    x, y = global_data(4, STEPS * n * B)
+    ref = make_model()
+    ref.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    ref.fit(x, y, batch_size=n * B, shuffle=False, verbose=0)
+    model = make_model()
+    opt = hvd.DistributedOptimizer(lso())
+    assert isinstance(opt, keras.optimizers.LossScaleOptimizer)
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+    model.fit(rank_rows(x, B, STEPS), rank_rows(y, B, STEPS), batch_size=B, shuffle=False,
+              verbose=0)
+    assert model.optimizer is opt, "Keras re-wrapped the optimizer"
+    for w, v in zip(model.get_weights(), ref.get_weights()):
+        close(w, v, "LossScaleOptimizer", 1e-4)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        mixed = make_model()
+        mixed.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+                      loss="sparse_categorical_crossentropy")
+        assert isinstance(mixed.optimizer, hvd.optimizer.DistributedLossScaleOptimizer)
+        hist = mixed.fit(rank_rows(x, B, STEPS), rank_rows(y, B, STEPS), batch_size=B,
+                         verbose=0, shuffle=False)
+        assert np.isfinite(hist.history["loss"][-1])
+        weights_equal_across_ranks(mixed, "mixed_float16")
+    finally:
+        keras.mixed_precision.set_global_policy("float64")
+
+
+def check_callbacks():
+    n, r = hvd.size(), hvd.rank()
+    x, y = global_data(5, STEPS * n * B)
+    model = make_model(seed=r)  # different on every rank
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(0.01)),
+                  loss="sparse_categorical_crossentropy")
+    seen = {}
+
+    class Capture(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 0 and "w0" not in seen:
+                seen["w0"] = self.model.get_weights()[0].copy()
+
+        def on_epoch_end(self, epoch, logs=None):
+            seen.setdefault("loss", []).append(logs["loss"])
+            seen.setdefault("lr", []).append(float(self.model.optimizer.learning_rate.numpy()))
+
+    hist = model.fit(rank_rows(x, B, STEPS), rank_rows(y, B, STEPS), batch_size=B, epochs=3,
+                     shuffle=False, verbose=0,
+                     callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(n - 1),
+                                hvd.callbacks.MetricAverageCallback(),
+                                hvd.callbacks.LearningRateWarmupCallback(0.01, warmup_epochs=2),
+                                Capture()])
+    close(seen["w0"], make_model(seed=n - 1).get_weights()[0], "broadcast initial weights", 0)
+    weights_equal_across_ranks(model, "after broadcast + fit")
+    losses = hvd.allgather_object(seen["loss"])
+    assert all(l == losses[0] for l in losses), "MetricAverageCallback: ranks differ %s" % losses
+    assert np.isclose(seen["lr"][0], 0.01 / n) and np.isclose(seen["lr"][-1], 0.01), seen["lr"]
+    del hist
+    sched = make_model()
+    sched.compile(optimizer=keras.optimizers.SGD(1.0), loss="sparse_categorical_crossentropy")
+    lrs = []
+    sched.fit(x[:4 * B], y[:4 * B], batch_size=B, epochs=3, verbose=0, callbacks=[
+        hvd.callbacks.LearningRateScheduleCallback(0.5, lambda e: 0.1 ** e, start_epoch=1),
+        keras.callbacks.LambdaCallback(on_epoch_end=lambda e, l: lrs.append(
+            float(sched.optimizer.learning_rate.numpy())))])
+    close(lrs, [1.0, 0.05, 0.005], "LearningRateScheduleCallback", 1e-6)
+
+
+def check_local_sgd_callback():
+    n = hvd.size()
+    x, y = global_data(6, 6 * n * B)
+    model = make_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    local = hvd.callbacks.LocalSGDCallback(period=3)
+    model.fit(rank_rows(x, B, 6), rank_rows(y, B, 6), batch_size=B, shuffle=False, verbose=0,
+              callbacks=[local])
+    assert local.syncs == 2, local.syncs
+    weights_equal_across_ranks(model, "local sgd")
+    adaptive = hvd.callbacks.LocalSGDCallback(period=100, adaptive_threshold=1e-4)
+    model.fit(rank_rows(x, B, 6), rank_rows(y, B, 6), batch_size=B, shuffle=False, verbose=0,
+              callbacks=[adaptive])
+    counts = hvd.allgather_object(adaptive.syncs)
+    assert len(set(counts)) == 1 and counts[0] >= 1, counts
+
+
+def check_save_and_load_model():
+    model, _ = fit_pair(lambda: keras.optimizers.Adam(0.01))
+    path = "/tmp/fuseopt_test_model_rank%d.keras" % hvd.rank()
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert type(loaded.optimizer).__name__ == "DistributedKerasOptimizer"
+    assert type(loaded.optimizer.inner_optimizer).__name__ == "Adam"
+    for w, v in zip(loaded.get_weights(), model.get_weights()):
+        close(w, v, "loaded weights", 0)
+    x, y = global_data(7, 2 * hvd.size() * B)
+    loaded.fit(rank_rows(x, B, 2), rank_rows(y, B, 2), batch_size=B, verbose=0, shuffle=False)
+    weights_equal_across_ranks(loaded, "training after load")
+
+
+def check_jit_compile_true_is_a_clear_error():
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+                  loss="sparse_categorical_crossentropy", jit_compile=True)
+    x, y = global_data(8, B)
+    try:
+        model.fit(x, y, batch_size=B, verbose=0)
+    except Exception as e:
+        assert "jit_compile" in str(e), str(e)[:500]
+    else:
+        raise AssertionError("fit with jit_compile=True did not raise")
+
+
+def check_sync_batch_normalization_uneven_batches():
+    n, r = hvd.size(), hvd.rank()
+    sizes = [k + 1 for k in range(n)] if n > 1 else [3]
+    start = sum(sizes[:r])
+    keras.utils.set_random_seed(0)
+    ref = keras.layers.BatchNormalization(momentum=0.7)
+    sync = hvd.SyncBatchNormalization(momentum=0.7)
+    rng = np.random.default_rng(9)
+    for step in range(3):
+        x = (rng.normal(size=(sum(sizes), 5)) * 3 + 1).astype("float32")
+        probe = rng.normal(size=x.shape).astype("float32")
+        xt = tf.constant(x)
+        mine = tf.constant(x[start:start + sizes[r]])
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(xt)
+            tape.watch(mine)
+            out_ref = ref(xt, training=True)
+            loss_ref = tf.reduce_sum(out_ref * probe)
+            out = sync(mine, training=True)
+            loss = tf.reduce_sum(out * probe[start:start + sizes[r]])
+        close(out, out_ref.numpy()[start:start + sizes[r]], "SyncBN forward step %d" % step)
+        close(tape.gradient(loss, mine), tape.gradient(loss_ref, xt).numpy()[start:start + sizes[r]],
+              "SyncBN input gradient step %d" % step)
+        g = tape.gradient(loss, sync.trainable_variables)
+        g_ref = tape.gradient(loss_ref, ref.trainable_variables)
+        for gi, gr in zip(g, g_ref):
+            close(hvd.allreduce(gi, op=hvd.Sum), gr, "SyncBN gamma/beta gradient (summed)", 1e-4)
+    close(sync.moving_mean, ref.moving_mean, "moving mean")
+    close(sync.moving_variance, ref.moving_variance, "moving variance")
+    x = rng.normal(size=(sum(sizes), 5)).astype("float32")
+    close(sync(x[start:start + sizes[r]], training=False), ref(x, training=False).numpy()[start:start + sizes[r]],
+          "SyncBN inference")
+
+
+def check_sync_batch_normalization_in_fit():
+    model = make_model(bn=lambda: hvd.SyncBatchNormalization())
+    assert not model.layers[1].supports_jit
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)),
+                  loss="sparse_categorical_crossentropy")
+    x, y = global_data(10, STEPS * hvd.size() * B)
+    model.fit(rank_rows(x, B, STEPS), rank_rows(y, B, STEPS), batch_size=B, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    weights_equal_across_ranks(model, "SyncBN model")
+
+
+if __name__ == "__main__":
+    # float64: the references are then exact to ~1e-15, so 1e-5 tests semantics,
+    # not how much float32 rounding a chaotic 8-step trajectory amplifies.
+    keras.config.set_floatx("float64")
+    harness.run([check_fit_equals_single_process_sgd_adam,
+                 check_accumulation_equals_concatenated_batch,
+                 check_custom_loop_tape_and_apply_gradients,
+                 check_compression_and_sparse_gradients,
+                 check_loss_scale_optimizer_and_mixed_precision, check_callbacks,
+                 check_local_sgd_callback, check_save_and_load_model,
+                 check_jit_compile_true_is_a_clear_error,
+                 check_sync_batch_normalization_uneven_batches,
+                 check_sync_batch_normalization_in_fit])
