@@ -32,3 +32,16 @@ def test_pytorch_synthetic_benchmark_reports_throughput():
     out = run_example("pytorch_synthetic_benchmark.py", "--num-iters", "2",
                       "--num-batches-per-iter", "2", "--num-warmup-batches", "1")
     assert re.search(r"Total img/sec on 2 rank\(s\): [\d.]+", out), out
+
+
+def test_keras_digits_fit_with_callbacks_and_sync_batch_norm():
+    out = run_example("keras_digits.py", "--epochs", "2")
+    m = re.findall(r"val_accuracy ([\d.]+)", out)
+    assert m and float(m[-1]) > 0.8, out
+    assert "images/s on 2 ranks" in out
+
+
+def test_tensorflow_synthetic_benchmark_reports_throughput():
+    out = run_example("tensorflow_synthetic_benchmark.py", "--num-iters", "2",
+                      "--num-batches-per-iter", "2", "--num-warmup-batches", "2")
+    assert re.search(r"Total img/sec on 2 rank\(s\): [\d.]+", out), out

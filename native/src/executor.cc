@@ -13,9 +13,14 @@ namespace {
 
 int64_t tensor_bytes(const TensorSpec& s) { return s.num_elements() * dtype_size(s.dtype); }
 
+// A tensor this large already runs at full bandwidth on its own; fusing it
+// would only add two passes over its bytes (copy in, copy out).
+constexpr int64_t kSoloBytes = int64_t(1) << 20;
+
 // Tensors may share a bucket only if one collective call can serve them all.
 // Scale factors are keyed by their exact bits (hexfloat), not a rounding.
 std::string fusion_key(const TensorSpec& s) {
+  if (tensor_bytes(s) >= kSoloBytes) return "";
   std::ostringstream k;
   switch (s.collective) {
     case FUSEOPT_ALLREDUCE:
