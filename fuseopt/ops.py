@@ -19,12 +19,20 @@ Max = lib.FUSEOPT_MAX
 Product = lib.FUSEOPT_PRODUCT
 
 
+_dtype_names = {}  # np.dtype -> name; dtype.name is slow enough to matter per tensor
+
+
 def _dtype_name(array):
-    return array.dtype.name  # ml_dtypes.bfloat16 is named "bfloat16" too
+    dtype = array.dtype
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = dtype.name  # ml_dtypes.bfloat16 is "bfloat16" too
+    return name
 
 
 def _ptr(array):
-    return _rq.ffi.cast("void*", array.ctypes.data)
+    # from_buffer is several times cheaper than array.ctypes.data
+    return _rq.ffi.from_buffer(array) if array.size else _rq.ffi.NULL
 
 
 def _contiguous(array):

@@ -136,8 +136,11 @@ int64_t Context::enqueue(const fuseopt_request_t& request) {
   e.handle = handles_.create(e.spec.name);
   const int64_t handle = e.handle;
   inbox_.queue.push_back(std::move(e));
+  // A busy loop thread drains the queue on its own; a futex wake per tensor
+  // would cost a system call each.
+  const bool wake = inbox_.loop_waiting;
   lock.unlock();
-  inbox_.wake.notify_one();
+  if (wake) inbox_.wake.notify_one();
   return handle;
 }
 

@@ -25,6 +25,7 @@ struct Inbox {
   std::condition_variable wake;
   std::deque<Entry> queue;
   bool shutdown_requested = false;
+  bool loop_waiting = false;                  // enqueue signals only if true
   bool stopped = false;                       // the loop thread has exited
   Outcome stop_reason;                        // why enqueue now fails
 };

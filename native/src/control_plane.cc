@@ -12,8 +12,7 @@ namespace {
 constexpr int kSpinMicros = 30;
 }  // namespace
 
-void ControlPlane::and_round(std::vector<uint64_t>* words,
-                             const std::function<bool()>& keep_waiting) {
+void ControlPlane::and_round(std::vector<uint64_t>* words, const PauseFn& pause) {
   MPI_Request request;
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, words->data(), static_cast<int>(words->size()),
                            MPI_UINT64_T, MPI_BAND, world_.comm(), &request),
@@ -25,20 +24,28 @@ void ControlPlane::and_round(std::vector<uint64_t>* words,
   auto sleep = std::chrono::microseconds(5);
   const auto max_sleep_short = std::chrono::microseconds(200);
   const auto max_sleep_long = std::chrono::microseconds(2000);
-  const auto spin_until = start + std::chrono::microseconds(kSpinMicros);
+  auto spin_until = start + std::chrono::microseconds(kSpinMicros);
+  auto active_since = start;
   for (;;) {
     int done = 0;
     mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test(negotiation)");
     if (done) return;
-    if (clock::now() < spin_until) continue;
-    if (!keep_waiting()) {
+    const auto now = clock::now();
+    if (now < spin_until) continue;
+    const Pause how = pause(sleep);
+    if (how == Pause::kAbandon) {
       // The request cannot be cancelled portably, and MPI may still write
       // into the buffer later: leak it (moving a vector keeps its storage).
       new std::vector<uint64_t>(std::move(*words));
       throw Error(FUSEOPT_RANK_FAILED, "negotiation round abandoned");
     }
-    std::this_thread::sleep_for(sleep);
-    const bool long_wait = clock::now() - start > std::chrono::milliseconds(20);
+    if (how == Pause::kWoken) {  // local activity: the others are likely close
+      sleep = std::chrono::microseconds(5);
+      active_since = clock::now();
+      spin_until = active_since + std::chrono::microseconds(kSpinMicros);
+      continue;
+    }
+    const bool long_wait = clock::now() - active_since > std::chrono::milliseconds(20);
     const auto cap = long_wait ? max_sleep_long : max_sleep_short;
     sleep = std::min(cap, sleep * 2);
   }

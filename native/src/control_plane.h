@@ -21,10 +21,15 @@ class ControlPlane {
  public:
   explicit ControlPlane(const MpiWorld& world) : world_(world) {}
 
-  // Runs one AND-allreduce of words in place. keep_waiting is consulted
-  // between polls; when it returns false the round is abandoned and the
-  // function throws (used for stall shutdown).
-  void and_round(std::vector<uint64_t>* words, const std::function<bool()>& keep_waiting);
+  // How a pause between polls ended.
+  enum class Pause { kTimedOut, kWoken, kAbandon };
+  using PauseFn = std::function<Pause(std::chrono::microseconds)>;
+
+  // Runs one AND-allreduce of words in place. Between polls it calls pause,
+  // which waits up to the given time and may end early (kWoken: something
+  // happened locally, so peers are probably active too: poll eagerly again)
+  // or abandon the round (kAbandon: the function throws; stall shutdown).
+  void and_round(std::vector<uint64_t>* words, const PauseFn& pause);
 
   // On the coordinator: every rank's blob, indexed by rank. Elsewhere: empty.
   std::vector<std::vector<char>> gather(const std::vector<char>& mine);

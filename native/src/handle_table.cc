@@ -23,6 +23,7 @@ int64_t HandleTable::create(const std::string& name) {
 }
 
 void HandleTable::complete(int64_t handle, Outcome outcome, OwnedOutput output) {
+  bool waited_on;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = states_.find(handle);
@@ -34,8 +35,10 @@ void HandleTable::complete(int64_t handle, Outcome outcome, OwnedOutput output) 
     in_flight_.erase(it->second.name);
     it->second.outcome = std::move(outcome);
     it->second.output = std::move(output);
+    waited_on = it->second.waiters > 0;
   }
-  cv_.notify_all();
+  // Completing 200 fused tensors must not wake a waiter 200 times.
+  if (waited_on) cv_.notify_all();
 }
 
 void HandleTable::fail_pending(const Outcome& outcome) {
@@ -68,12 +71,17 @@ Outcome HandleTable::wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out) 
   std::unique_lock<std::mutex> lock(mu_);
   find(handle);
   auto is_done = [&] { return find(handle).done; };
+  find(handle).waiters++;
+  bool done = true;
   if (timeout_ms < 0) {
     cv_.wait(lock, is_done);
-  } else if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), is_done)) {
+  } else {
+    done = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), is_done);
+  }
+  find(handle).waiters--;
+  if (!done)
     return Outcome{FUSEOPT_TIMEOUT, "handle " + std::to_string(handle) + " not complete after " +
                                         std::to_string(timeout_ms) + " ms"};
-  }
   State& s = find(handle);
   Outcome outcome = s.outcome;
   if (out && outcome.ok()) {

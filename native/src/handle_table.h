@@ -49,6 +49,7 @@ class HandleTable {
   struct State {
     std::string name;
     bool done = false;
+    int waiters = 0;  // threads blocked on this handle: completion wakes only them
     Outcome outcome;
     OwnedOutput output;
   };

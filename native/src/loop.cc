@@ -27,6 +27,10 @@ constexpr uint64_t kNothingPending = 1 << 5; // nobody has a tensor in flight (j
 // another rank may have started (e.g. to shut down). Enqueues wake it sooner.
 constexpr auto kIdleTick = std::chrono::milliseconds(50);
 
+// Adaptive batching of enqueue bursts (see wait_for_work).
+constexpr auto kBurstQuiet = std::chrono::microseconds(20);
+constexpr auto kBurstMax = std::chrono::microseconds(1000);
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -117,6 +121,7 @@ bool Loop::wait_for_work() {
   {
     std::unique_lock<std::mutex> lock(inbox_.mu);
     auto has_news = [&] { return !inbox_.queue.empty() || inbox_.shutdown_requested; };
+    inbox_.loop_waiting = true;
     if (pending_.empty() && !joined_) {
       inbox_.wake.wait_for(lock, kIdleTick, has_news);
     } else if (no_progress_rounds_ > 0) {
@@ -126,10 +131,25 @@ bool Loop::wait_for_work() {
       auto backoff = std::chrono::microseconds(10 << std::min(no_progress_rounds_, 7));
       inbox_.wake.wait_for(lock, backoff, has_news);
     }
+    inbox_.loop_waiting = false;
     if (!inbox_.queue.empty() && config_.cycle_time_us > 0) {
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(config_.cycle_time_us));
       lock.lock();
+    } else if (!inbox_.queue.empty()) {
+      // Adaptive batching: while tensors are still streaming in (a burst of
+      // small gradients, or a grouped call), wait until the stream pauses for
+      // kBurstQuiet, so that they are negotiated and fused together instead
+      // of in many small rounds. A lone tensor pays one quiet gap.
+      const auto deadline = std::chrono::steady_clock::now() + kBurstMax;
+      size_t seen = inbox_.queue.size();
+      while (std::chrono::steady_clock::now() < deadline && !inbox_.shutdown_requested) {
+        lock.unlock();
+        std::this_thread::sleep_for(kBurstQuiet);
+        lock.lock();
+        if (inbox_.queue.size() == seen) break;
+        seen = inbox_.queue.size();
+      }
     }
     incoming.swap(inbox_.queue);
     shutdown = inbox_.shutdown_requested;
@@ -229,7 +249,8 @@ bool Loop::round() {
   const double started = now_s();
   bool warned = false;
   try {
-    control_->and_round(&words, [&] {
+    size_t seen = 0;  // queue length at our last wake-up
+    control_->and_round(&words, [&](std::chrono::microseconds most) {
       if (!warned && config_.stall_check_s > 0 && now_s() - started > config_.stall_check_s) {
         warned = true;
         std::vector<std::string> names;
@@ -239,7 +260,16 @@ bool Loop::round() {
                                         << " s for other ranks to negotiate; in flight here: "
                                         << (names.empty() ? "nothing" : join_names(names, 10)));
       }
-      return keep_waiting(started);
+      if (!keep_waiting(started)) return ControlPlane::Pause::kAbandon;
+      // Sleep on the inbox, not a timer: a local enqueue means the other ranks
+      // are probably enqueueing too, so poll again at once.
+      std::unique_lock<std::mutex> lock(inbox_.mu);
+      auto news = [&] { return inbox_.queue.size() != seen || inbox_.shutdown_requested; };
+      inbox_.loop_waiting = true;
+      const bool woken = inbox_.wake.wait_for(lock, most, news);
+      inbox_.loop_waiting = false;
+      seen = inbox_.queue.size();
+      return woken ? ControlPlane::Pause::kWoken : ControlPlane::Pause::kTimedOut;
     });
   } catch (const Error& e) {
     if (e.status() != FUSEOPT_RANK_FAILED) throw;
