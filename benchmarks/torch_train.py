@@ -36,7 +36,11 @@ Per model each process warms up, then times every step (forward, backward,
 ``opt.step()``, ``opt.zero_grad()``; phases recorded separately). Per job: the
 median over steps of the slowest rank's step time (2-rank jobs). Table: median
 over repetitions; contenders are interleaved in a shuffled order each
-repetition because the machine is noisy.
+repetition because the machine is noisy, and before each job the driver waits
+(``--settle``, up to 60 s) for the machine to be >= 90% idle. Each process also
+records the CPU time per step of its training thread and of its other threads
+(fuseopt's loop thread, gloo's threads): on 2 cores, that CPU is taken from
+compute.
 
 Overhead = step - unconnected step. Scaling efficiency = 2-rank throughput /
 (2 x single throughput) = single step / 2-rank step.
@@ -163,6 +167,46 @@ def run_steps(model, opt, x, y, loss_fn, n, rec=None):
     return float(loss.detach()) if loss is not None else None
 
 
+def thread_cpu_s():
+    """{tid: (name, cpu seconds, involuntary context switches)} of this process (Linux)."""
+    out = {}
+    tck = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open("/proc/self/task/%s/stat" % tid) as f:
+                st = f.read()
+            with open("/proc/self/task/%s/status" % tid) as f:
+                status = f.read()
+        except OSError:
+            continue
+        fields = st[st.rindex(")") + 2:].split()
+        csw = int(status.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+        out[int(tid)] = (st[st.index("(") + 1:st.rindex(")")],
+                         (int(fields[11]) + int(fields[12])) / tck, csw)
+    return out
+
+
+def cpu_per_step(before, after, steps):
+    """CPU ms per step of the main thread and of all other threads together."""
+    main_tid = threading.get_native_id()
+    res = {"main_ms": 0.0, "other_ms": 0.0, "main_invol_csw": 0.0, "threads": {}}
+    for tid, (name, cpu, csw) in after.items():
+        cpu0, csw0 = (before[tid][1], before[tid][2]) if tid in before else (0.0, 0)
+        ms = (cpu - cpu0) * 1e3 / steps
+        if tid == main_tid:
+            res["main_ms"] = ms
+            res["main_invol_csw"] = (csw - csw0) / steps
+        else:
+            res["other_ms"] += ms
+        if ms > 0.01:
+            res["threads"]["%s/%d" % (name, tid)] = round(ms, 3)
+    return res
+
+
 def checksum(torch, model):
     with torch.no_grad():
         s = sum(float(p.double().sum()) for p in model.parameters())
@@ -251,8 +295,10 @@ def worker_main(args):
         rec = {k: [] for k in PHASES + ("t_start",)}
         t_begin = time.perf_counter()
         loss0 = run_steps(net, opt, x, y, loss_fn, warm)
+        cpu0 = thread_cpu_s()
         loss1 = run_steps(net, opt, x, y, loss_fn, timed, rec)
         t_end = time.perf_counter()
+        cpu = cpu_per_step(cpu0, thread_cpu_s(), timed)
         filler = 0
         if stdin is not None:        # keep the core busy until the other is done too
             _say("%s %s" % (DONE, model_name))
@@ -273,7 +319,7 @@ def worker_main(args):
             "params": nparams, "tensors": ntensors, "warmup": warm, "timed": timed,
             "samples_ms": {k: [round(v, 4) for v in rec[k]] for k in PHASES},
             "t_start": rec["t_start"], "t_begin": t_begin, "t_end": t_end,
-            "filler_steps": filler, "loss_after_warmup": loss0, "loss_last": loss1,
+            "filler_steps": filler, "cpu_per_step": cpu, "loss_after_warmup": loss0, "loss_last": loss1,
             "checksum": checksum(torch, model),
         }
         del net, opt, model
@@ -459,9 +505,11 @@ def job_value(contender, results, model):
     """Per-job statistics for one model: the step figure and phase medians."""
     recs = [r["models"][model] for r in results]
     med = statistics.median
+    cpu = {k: statistics.mean(r["cpu_per_step"][k] for r in recs)
+           for k in ("main_ms", "other_ms", "main_invol_csw")}
     if contender == "single":
         s = recs[0]["samples_ms"]
-        return {"step_ms": med(s["step"]),
+        return {"step_ms": med(s["step"]), "cpu": cpu,
                 "phases_ms": {k: med(s[k]) for k in PHASES}}
     if contender == "unconnected":
         per = [med(r["samples_ms"]["step"]) for r in recs]
@@ -469,7 +517,7 @@ def job_value(contender, results, model):
         b = max(r["t_begin"] for r in recs)
         e = min(r["t_end"] for r in recs)
         span = max(r["t_end"] for r in recs) - min(r["t_begin"] for r in recs)
-        return {"step_ms": statistics.mean(per), "per_process_ms": per,
+        return {"step_ms": statistics.mean(per), "per_process_ms": per, "cpu": cpu,
                 "timed_window_overlap": round(max(0.0, e - b) / span, 3) if span > 0 else None,
                 "filler_steps": [r["filler_steps"] for r in recs],
                 "phases_ms": {k: statistics.mean(med(r["samples_ms"][k]) for r in recs)
@@ -477,7 +525,7 @@ def job_value(contender, results, model):
     # 2-rank jobs: per step, the slowest rank.
     steps = [r["samples_ms"]["step"] for r in recs]
     slowest = [max(v) for v in zip(*steps)]
-    return {"step_ms": med(slowest), "rank0_step_ms": med(steps[0]),
+    return {"step_ms": med(slowest), "rank0_step_ms": med(steps[0]), "cpu": cpu,
             "per_rank_ms": [med(s) for s in steps],
             "phases_ms": {k: statistics.mean(med(r["samples_ms"][k]) for r in recs)
                           for k in PHASES}}
@@ -512,6 +560,8 @@ def summarize(jobs, contenders, models):
                 "per_rep_ms": [round(v["step_ms"], 3) for v in vals],
                 "phases_ms": {k: statistics.median(v["phases_ms"][k] for v in vals)
                               for k in PHASES},
+                "cpu": {k: statistics.median(v["cpu"][k] for v in vals)
+                        for k in ("main_ms", "other_ms", "main_invol_csw")},
             }
     return summary
 
@@ -539,8 +589,9 @@ def build_report(summary, jobs, contenders, models):
                         else "100 x Linear(64,64)", BATCH, warm, timed))
         lines.append("| contender | median step ms | steps/s | overhead vs unconnected (ms) "
                      "| overhead / DDP overhead | scaling efficiency | fwd / bwd / opt.step ms "
+                     "| CPU ms/step: main / other threads (invol. csw) "
                      "| per-rep step ms | paired overhead per rep (ms) |")
-        lines.append("|---|---:|---:|---:|---:|---:|---|---|---|")
+        lines.append("|---|---:|---:|---:|---:|---:|---|---|---|---|")
         for c in contenders:
             if c not in s:
                 continue
@@ -550,14 +601,17 @@ def build_report(summary, jobs, contenders, models):
             eff = single / step if single is not None and c != "single" else None
             ph = s[c]["phases_ms"]
             paired = paired_overheads(jobs, c, m) if over is not None else []
-            lines.append("| %s | %.2f | %.1f | %s | %s | %s | %.2f / %.2f / %.2f | %s | %s |" % (
+            cpu = s[c]["cpu"]
+            lines.append("| %s | %.2f | %.1f | %s | %s | %s | %.2f / %.2f / %.2f "
+                         "| %.1f / %.1f (%.0f) | %s | %s |" % (
                 c, step, 1e3 / step, fmt(over), fmt(ratio), fmt(eff * 100 if eff else None,
                                                                 "%.0f%%"),
-                ph["fwd"], ph["bwd"], ph["opt"], ", ".join("%.2f" % v for v in s[c]["per_rep_ms"]),
+                ph["fwd"], ph["bwd"], ph["opt"], cpu["main_ms"], cpu["other_ms"],
+                cpu["main_invol_csw"], ", ".join("%.2f" % v for v in s[c]["per_rep_ms"]),
                 ", ".join("%.2f" % v for v in paired) or "—"))
         hv_over = hv["step"] - hv["unconnected"]
         lines.append("| horovod (reference, measured earlier) | %.2f | %.1f | %.2f | %s | %s | "
-                     "— | — | — |" % (hv["step"], 1e3 / hv["step"], hv_over,
+                     "— | — | — | — |" % (hv["step"], 1e3 / hv["step"], hv_over,
                                       fmt(hv_over / ddp_over if ddp_over else None),
                                       fmt(hv["eff"] * 100 if hv["eff"] else None, "%.0f%%")))
         lines.append("")
@@ -655,6 +709,30 @@ def parse_variant(text):
     return "fuseopt:" + name, env
 
 
+def _cpu_times():
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    return sum(vals), vals[3] + vals[4]   # total, idle + iowait
+
+
+def settle(max_wait_s, idle_needed=0.9, window_s=1.0):
+    """Waits (up to max_wait_s) until the machine is >= idle_needed idle over a
+    window (other jobs share it). Returns (idle fraction seen, seconds waited)."""
+    t0 = time.monotonic()
+    idle = None
+    while True:
+        try:
+            a = _cpu_times()
+            time.sleep(window_s)
+            b = _cpu_times()
+        except OSError:
+            return None, 0.0
+        idle = (b[1] - a[1]) / max(1, b[0] - a[0])
+        waited = time.monotonic() - t0
+        if idle >= idle_needed or waited >= max_wait_s:
+            return idle, waited
+
+
 def driver_main(args):
     mpiexec = find_mpiexec()
     os.makedirs(args.out, exist_ok=True)
@@ -674,8 +752,11 @@ def driver_main(args):
         order = list(contenders)
         rng.shuffle(order)
         for pos, c in enumerate(order):
+            idle, waited = settle(args.settle) if args.settle > 0 else (None, 0.0)
             load = os.getloadavg()[0]
-            sys.stderr.write("[rep %d/%d] %-14s (load %.2f) ... " % (rep + 1, args.reps, c, load))
+            sys.stderr.write("[rep %d/%d] %-14s (load %.2f, idle %s after %.0f s) ... "
+                             % (rep + 1, args.reps, c, load,
+                                "?" if idle is None else "%.0f%%" % (100 * idle), waited))
             sys.stderr.flush()
             t0 = time.perf_counter()
             try:
@@ -694,7 +775,8 @@ def driver_main(args):
                 sys.stderr.write(stderr + "\n")
             jobs.append({"rep": rep, "position": pos, "contender": c, "quick": args.quick,
                          "env": variants.get(c, {}), "wall_s": round(wall, 2),
-                         "loadavg_1m_before": load, "loadavg_1m_after": os.getloadavg()[0],
+                         "loadavg_1m_before": load, "idle_before": idle,
+                         "settle_wait_s": round(waited, 1), "loadavg_1m_after": os.getloadavg()[0],
                          "values": values, "checksums": checks, "results": results,
                          "stderr_tail": stderr[-4000:]})
 
@@ -708,8 +790,16 @@ def driver_main(args):
         "'paired' = same-repetition difference." % args.reps,
         "fwd/bwd/opt.step: median phase times (mean over ranks). fuseopt waits for its "
         "allreduces in opt.step(); DDP waits at the end of backward.",
-        "1-minute load average when jobs started: median %.2f, max %.2f (%d cores)."
-        % (statistics.median(loads), max(loads), os.cpu_count() or 0),
+        "CPU ms/step: CPU time per timed step (from /proc, 10 ms ticks; mean over ranks) of "
+        "the training thread and of all other threads of the process (fuseopt: its loop "
+        "thread; DDP: gloo's threads), and the training thread's involuntary context "
+        "switches per step. With 2 ranks on 2 cores, other threads' CPU comes out of compute.",
+        "1-minute load average when jobs started: median %.2f, max %.2f (%d cores); "
+        "machine idle just before the jobs (1 s window, after waiting up to %.0f s for "
+        ">= 90%%): %s." % (statistics.median(loads), max(loads), os.cpu_count() or 0,
+                           args.settle, ", ".join(
+                               "?" if j["idle_before"] is None else "%.0f%%"
+                               % (100 * j["idle_before"]) for j in jobs)),
     ]
     for m in args.models:
         f = [j["checksums"][m] for j in jobs if j["contender"] == "fuseopt" and j["checksums"][m]]
@@ -757,6 +847,9 @@ def main(argv=None):
     p.add_argument("--models", default=",".join(MODELS), type=lambda s: s.split(","))
     p.add_argument("--fuseopt-variant", action="append", default=[],
                    help="NAME:FUSEOPT_VAR=VALUE[,...]: an extra fuseopt contender")
+    p.add_argument("--settle", type=float, default=60,
+                   help="before each job wait up to this many seconds for the machine to be "
+                        ">= 90%% idle (0: don't wait)")
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
     p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
     p.add_argument("--verbose", action="store_true", help="echo each job's stderr")
