@@ -208,6 +208,7 @@ def _make_timer(keras, warm, timed, stdin, probe, timeout):
             self.filler = 0
             self.deadline = None
             self.t_begin = self.t_end = None
+            self.cpu_begin = self.cpu_end = None
 
         def on_train_batch_begin(self, batch, logs=None):
             if stdin is not None and batch == warm:     # unconnected: start together
@@ -215,6 +216,7 @@ def _make_timer(keras, warm, timed, stdin, probe, timeout):
                 stdin.expect("GO", timeout)
             if batch == warm:
                 self.t_begin = pc()
+                self.cpu_begin = time.process_time()
             if probe is not None:
                 probe.take()
             self.t0 = pc()
@@ -235,6 +237,7 @@ def _make_timer(keras, warm, timed, stdin, probe, timeout):
                         self.rec["t_done"].append(b)
                 if batch == warm + timed - 1:
                     self.t_end = t1
+                    self.cpu_end = time.process_time()
                     if stdin is not None:
                         _say(DONE)
                         self.deadline = time.monotonic() + timeout
@@ -303,6 +306,7 @@ def worker_fit(args):
                           if not k.startswith("t_")},
            "t_start": timer.rec["t_start"], "t_enq": timer.rec["t_enq"],
            "t_done": timer.rec["t_done"], "t_begin": timer.t_begin, "t_end": timer.t_end,
+           "cpu_ms_per_step": (timer.cpu_end - timer.cpu_begin) * 1e3 / timed,
            "filler_steps": timer.filler, "fit_wall_s": wall,
            "loss_last": float(hist.history["loss"][-1]), "checksum": _checksum(model),
            "steps_trained": warm + timed + timer.filler}
@@ -387,6 +391,7 @@ def worker_mwms(args):
     for i in range(warm + timed):
         if i == warm:
             t_begin = pc()
+            cpu_begin = time.process_time()
         t0 = pc()
         loss = float(train_step(it))
         t1 = pc()
@@ -394,7 +399,8 @@ def worker_mwms(args):
             rec["step"].append((t1 - t0) * 1e3)
             rec["t_start"].append(t0)
     t_end = pc()
-    out.update(params=int(model.count_params()), tensors=len(model.trainable_variables),
+    cpu_ms = (time.process_time() - cpu_begin) * 1e3 / timed
+    out.update(cpu_ms_per_step=cpu_ms, params=int(model.count_params()), tensors=len(model.trainable_variables),
                samples_ms={"step": [round(v, 4) for v in rec["step"]]},
                t_start=rec["t_start"], t_begin=t_begin, t_end=t_end, filler_steps=0,
                loop_wall_s=t_end - t0w, loss_last=loss, checksum=_checksum(model),
@@ -683,6 +689,16 @@ def run_job(contender, variants, mpiexec, args):
 
 
 def job_value(contender, results):
+    v = _job_step(contender, results)
+    if contender != "commfloor" and all("cpu_ms_per_step" in r for r in results):
+        # process CPU time (all threads) per timed step vs wall time per step
+        v["cpu_ms_per_step"] = statistics.mean(r["cpu_ms_per_step"] for r in results)
+        v["wall_ms_per_step"] = statistics.mean((r["t_end"] - r["t_begin"]) * 1e3 / r["timed"]
+                                                for r in results)
+    return v
+
+
+def _job_step(contender, results):
     med = statistics.median
     if contender == "single":
         return {"step_ms": med(results[0]["samples_ms"]["step"])}
@@ -744,6 +760,10 @@ def summarize(jobs, contenders):
             continue
         s = {"step_ms": statistics.median(v["step_ms"] for v in vals),
              "per_rep_ms": [round(v["step_ms"], 3) for v in vals]}
+        cpu = [v["cpu_ms_per_step"] / v["wall_ms_per_step"] for v in vals
+               if v.get("wall_ms_per_step")]
+        if cpu:
+            s["cpu_busy_fraction"] = statistics.median(cpu)
         ph = [v["phases_ms"] for v in vals if "phases_ms" in v]
         if ph:
             s["phases_ms"] = {k: statistics.median(p[k] for p in ph) for k in ph[0]}
@@ -837,6 +857,12 @@ def build_report(summary, jobs, contenders, args, mwms_fit_probe):
             notes.append("fuseopt allreduce split across ranks (shared monotonic clock): waiting "
                          "for the later rank to enqueue (compute skew) %.2f ms, later rank's "
                          "enqueue -> last completion %.2f ms." % (p["skew"], p["transfer"]))
+    busy = [(c, s[c]["cpu_busy_fraction"]) for c in contenders
+            if c in s and "cpu_busy_fraction" in s[c]]
+    if busy:
+        notes.append("process CPU time / wall time over the timed steps (per process, all "
+                     "threads; 100%% = one core busy all the time): %s."
+                     % ", ".join("%s %.0f%%" % (c, 100 * b) for c, b in busy))
     if "commfloor" in s:
         cf = s["commfloor"]
         notes.append("allreduce only, no TensorFlow (%s; the same 8 gradient buffers, "

@@ -319,7 +319,8 @@ def worker_main(args):
             "params": nparams, "tensors": ntensors, "warmup": warm, "timed": timed,
             "samples_ms": {k: [round(v, 4) for v in rec[k]] for k in PHASES},
             "t_start": rec["t_start"], "t_begin": t_begin, "t_end": t_end,
-            "filler_steps": filler, "cpu_per_step": cpu, "loss_after_warmup": loss0, "loss_last": loss1,
+            "filler_steps": filler, "cpu_per_step": cpu, "loss_after_warmup": loss0,
+            "loss_last": loss1,
             "checksum": checksum(torch, model),
         }
         del net, opt, model
@@ -733,6 +734,56 @@ def settle(max_wait_s, idle_needed=0.9, window_s=1.0):
             return idle, waited
 
 
+def _self_and_children_cpu_s():
+    import resource
+    a = resource.getrusage(resource.RUSAGE_SELF)
+    b = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def run_measured_job(c, variants, mpiexec, args, rep, attempt):
+    """One job plus how much CPU other processes used meanwhile (in cores)."""
+    idle, waited = settle(args.settle) if args.settle > 0 else (None, 0.0)
+    load = os.getloadavg()[0]
+    sys.stderr.write("[rep %d/%d] %-14s (load %.2f, idle %s after %.0f s) ... "
+                     % (rep + 1, args.reps, c, load,
+                        "?" if idle is None else "%.0f%%" % (100 * idle), waited))
+    sys.stderr.flush()
+    hz = os.sysconf("SC_CLK_TCK")
+    try:
+        stat0 = _cpu_times()
+    except OSError:
+        stat0 = None
+    ours0 = _self_and_children_cpu_s()
+    t0 = time.perf_counter()
+    try:
+        results, stderr = run_job(c, variants, mpiexec, args)
+        values, checks = {}, {}
+        for m in args.models:
+            values[m] = job_value(c, results, m)
+            checks[m] = verify(c, results, m)
+    except JobFailed as e:
+        sys.stderr.write("\nBENCHMARK JOB FAILED\n%s\n" % e)
+        raise SystemExit(2)
+    wall = time.perf_counter() - t0
+    foreign = None
+    if stat0 is not None:
+        stat1 = _cpu_times()
+        busy_s = ((stat1[0] - stat0[0]) - (stat1[1] - stat0[1])) / hz
+        foreign = max(0.0, busy_s - (_self_and_children_cpu_s() - ours0)) / wall
+    sys.stderr.write("%.1f s, foreign CPU %s cores: %s\n" % (
+        wall, "?" if foreign is None else "%.2f" % foreign,
+        ", ".join("%s %.2f ms" % (m, values[m]["step_ms"]) for m in args.models)))
+    if args.verbose and stderr.strip():
+        sys.stderr.write(stderr + "\n")
+    return {"rep": rep, "attempt": attempt, "contender": c, "quick": args.quick,
+            "env": variants.get(c, {}), "wall_s": round(wall, 2), "loadavg_1m_before": load,
+            "idle_before": idle, "settle_wait_s": round(waited, 1),
+            "foreign_cores": None if foreign is None else round(foreign, 3),
+            "loadavg_1m_after": os.getloadavg()[0], "values": values, "checksums": checks,
+            "results": results, "stderr_tail": stderr[-4000:]}
+
+
 def driver_main(args):
     mpiexec = find_mpiexec()
     os.makedirs(args.out, exist_ok=True)
@@ -744,7 +795,7 @@ def driver_main(args):
     variants = dict(parse_variant(v) for v in args.fuseopt_variant)
     contenders = base + list(variants)
     rng = random.Random(args.seed)
-    jobs = []
+    jobs, discarded = [], []
     started = time.time()
     sys.stderr.write("mpiexec: %s; %d reps x %s; models %s; quick=%s\n"
                      % (mpiexec, args.reps, contenders, args.models, args.quick))
@@ -752,33 +803,17 @@ def driver_main(args):
         order = list(contenders)
         rng.shuffle(order)
         for pos, c in enumerate(order):
-            idle, waited = settle(args.settle) if args.settle > 0 else (None, 0.0)
-            load = os.getloadavg()[0]
-            sys.stderr.write("[rep %d/%d] %-14s (load %.2f, idle %s after %.0f s) ... "
-                             % (rep + 1, args.reps, c, load,
-                                "?" if idle is None else "%.0f%%" % (100 * idle), waited))
-            sys.stderr.flush()
-            t0 = time.perf_counter()
-            try:
-                results, stderr = run_job(c, variants, mpiexec, args)
-                values, checks = {}, {}
-                for m in args.models:
-                    values[m] = job_value(c, results, m)
-                    checks[m] = verify(c, results, m)
-            except JobFailed as e:
-                sys.stderr.write("\nBENCHMARK JOB FAILED\n%s\n" % e)
-                raise SystemExit(2)
-            wall = time.perf_counter() - t0
-            sys.stderr.write("%.1f s: %s\n" % (wall, ", ".join(
-                "%s %.2f ms" % (m, values[m]["step_ms"]) for m in args.models)))
-            if args.verbose and stderr.strip():
-                sys.stderr.write(stderr + "\n")
-            jobs.append({"rep": rep, "position": pos, "contender": c, "quick": args.quick,
-                         "env": variants.get(c, {}), "wall_s": round(wall, 2),
-                         "loadavg_1m_before": load, "idle_before": idle,
-                         "settle_wait_s": round(waited, 1), "loadavg_1m_after": os.getloadavg()[0],
-                         "values": values, "checksums": checks, "results": results,
-                         "stderr_tail": stderr[-4000:]})
+            for attempt in range(args.retry_noisy + 1):
+                job = run_measured_job(c, variants, mpiexec, args, rep, attempt)
+                job["position"] = pos
+                noisy = job["foreign_cores"] is not None and job["foreign_cores"] > args.max_foreign
+                if not noisy or attempt == args.retry_noisy:
+                    break
+                discarded.append(job)
+                sys.stderr.write("    (other processes used %.2f cores during the job: rerun)\n"
+                                 % job["foreign_cores"])
+            job["noisy"] = noisy
+            jobs.append(job)
 
     summary = summarize(jobs, contenders, args.models)
     table, verdicts, targets = build_report(summary, jobs, contenders, args.models)
@@ -794,6 +829,12 @@ def driver_main(args):
         "the training thread and of all other threads of the process (fuseopt: its loop "
         "thread; DDP: gloo's threads), and the training thread's involuntary context "
         "switches per step. With 2 ranks on 2 cores, other threads' CPU comes out of compute.",
+        "CPU used by other processes during each kept job (cores, mean over the job): %s; "
+        "%d noisy job(s) (> %.2f cores) were rerun and discarded (kept in the JSON); %d kept "
+        "job(s) are still noisy." % (
+            ", ".join("?" if j["foreign_cores"] is None else "%.2f" % j["foreign_cores"]
+                      for j in jobs), len(discarded), args.max_foreign,
+            sum(1 for j in jobs if j["noisy"])),
         "1-minute load average when jobs started: median %.2f, max %.2f (%d cores); "
         "machine idle just before the jobs (1 s window, after waiting up to %.0f s for "
         ">= 90%%): %s." % (statistics.median(loads), max(loads), os.cpu_count() or 0,
@@ -815,13 +856,16 @@ def driver_main(args):
         "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
         "duration_s": round(time.time() - started, 1), "mpiexec": mpiexec, "ranks": NRANKS,
         "reps": args.reps, "quick": args.quick, "seed": args.seed, "models": args.models,
+        "settle_s": args.settle, "max_foreign_cores": args.max_foreign,
+        "retry_noisy": args.retry_noisy,
         "steps": {m: steps_for(m, args.quick) for m in args.models}, "batch_per_rank": BATCH,
         "lr": LR, "variants": variants, "python": sys.version.split()[0],
         "platform": platform.platform(), "cpus": os.cpu_count(), "horovod_reference": HOROVOD,
     }
     with open(os.path.join(args.out, "torch_train.json"), "w") as f:
         json.dump({"meta": meta, "summary": summary, "targets": targets,
-                   "table_markdown": report, "jobs": jobs}, f, separators=(",", ":"))
+                   "table_markdown": report, "jobs": jobs, "discarded_noisy_jobs": discarded},
+                  f, separators=(",", ":"))
         f.write("\n")
     plot(summary, contenders, args.models, os.path.join(args.out, "torch_train.png"))
     with open(os.path.join(args.out, "torch_train.md"), "w") as f:
@@ -850,6 +894,10 @@ def main(argv=None):
     p.add_argument("--settle", type=float, default=60,
                    help="before each job wait up to this many seconds for the machine to be "
                         ">= 90%% idle (0: don't wait)")
+    p.add_argument("--max-foreign", type=float, default=0.25,
+                   help="a job during which other processes used more than this many cores "
+                        "(on average) is rerun, up to --retry-noisy times")
+    p.add_argument("--retry-noisy", type=int, default=2)
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
     p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
     p.add_argument("--verbose", action="store_true", help="echo each job's stderr")

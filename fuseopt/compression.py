@@ -42,3 +42,21 @@ class ResidualMemory:
 
     def __len__(self):
         return len(self._residuals)
+
+
+class Compressor:
+    """Base class of every compressor: sends the tensor as it is. Payloads are
+    lists so one gradient may travel as several tensors (e.g. int8 signs and a
+    float scale); ``reduce_op`` None means the optimizer's op."""
+
+    reduce_op = None
+
+    def compress(self, tensor, name=None):
+        return [tensor], None
+
+    def decompress(self, payloads, ctx):
+        return payloads[0]
+
+
+class NoneCompressor(Compressor):
+    """No compression."""

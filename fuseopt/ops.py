@@ -76,10 +76,19 @@ def grouped_allreduce_async(arrays, names=None, op=Average, prescale_factor=1.0,
     names = names or [None] * len(arrays)
     handles = [allreduce_async(a, n, op, prescale_factor, postscale_factor)
                for a, n in zip(arrays, names)]
-    return _Group(handles)
+    return Group(handles)
 
 
-class _Group:
+def resolve_op(average, op):
+    """Horovod's deprecated ``average`` flag and ``op`` (default Average)."""
+    if average is not None and op is not None:
+        raise InvalidArgumentError("pass either average= (deprecated) or op=, not both")
+    if average is not None:
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+class Group:
     """Handles of a grouped operation, waited on together."""
 
     def __init__(self, handles):

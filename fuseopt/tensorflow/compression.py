@@ -7,25 +7,9 @@ import itertools
 import tensorflow as tf
 
 from .. import runtime
-from ..compression import ResidualMemory
+from ..compression import Compressor, NoneCompressor, ResidualMemory
 from ..errors import UnsupportedError
 from ..ops import Sum
-
-
-class Compressor:
-    """Base class: identity. See fuseopt.compression for the contract."""
-
-    reduce_op = None
-
-    def compress(self, tensor, name=None):
-        return [tensor], None
-
-    def decompress(self, payloads, ctx):
-        return payloads[0]
-
-
-class NoneCompressor(Compressor):
-    """No compression."""
 
 
 class _CastCompressor(Compressor):

@@ -17,13 +17,6 @@ from .compression import NoneCompressor
 Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
 
 
-def _resolve_op(average, op):
-    if average is not None and op is not None:
-        raise InvalidArgumentError("pass either average= (deprecated) or op=, not both")
-    if average is not None:
-        return Average if average else Sum
-    return Average if op is None else op
-
 
 def _grouped_allreduce_raw(tensors, names, op, prescale, postscale):
     """One numpy call for the whole list: all enqueued, then all waited."""
@@ -58,7 +51,7 @@ def grouped_allreduce(tensors, average=None, compression=None, op=None, prescale
     """Allreduces a list of tensors together (one negotiation, fused)."""
     tensors = list(tensors)
     return allreduce_named(tensors, _names(len(tensors), name, "grouped_allreduce"),
-                           _resolve_op(average, op), compression, prescale_factor,
+                           _np.resolve_op(average, op), compression, prescale_factor,
                            postscale_factor)
 
 
@@ -99,7 +92,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     """Reduces ``tensor`` across ranks (Average by default). IndexedSlices are
     allgathered (values and indices) as in Horovod."""
     if isinstance(tensor, tf.IndexedSlices):
-        op = _resolve_op(average, op)
+        op = _np.resolve_op(average, op)
         values = allgather(tensor.values, name=None if name is None else name + ".values")
         indices = allgather(tensor.indices, name=None if name is None else name + ".indices")
         if op == Average:

@@ -59,6 +59,15 @@ class _Reducer:
                 "op": int(self.op), "gradient_predivide_factor": self.gradient_predivide_factor,
                 "sparse_as_dense": self.sparse_as_dense}
 
+    def _built_for(self, trainable_variables):
+        """Builds on first use (as Keras optimizers do); returns the variables."""
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        return list(trainable_variables) if trainable_variables is not None \
+            else self.inner_optimizer._trainable_variables
+
     def _reduce(self, grads, variables):
         return reduce_gradients(list(grads), list(variables), self.compression, self.op,
                                 self.gradient_predivide_factor, self.sparse_as_dense)
@@ -91,12 +100,7 @@ class DistributedKerasOptimizer(_Reducer, keras.optimizers.Optimizer):
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
-        if not self.built:
-            with keras.name_scope(self.name, caller=self):
-                self.build(trainable_variables)
-            self.built = True
-        variables = list(trainable_variables) if trainable_variables is not None \
-            else self.inner_optimizer._trainable_variables
+        variables = self._built_for(trainable_variables)
         if self.backward_passes_per_step == 1:
             self.inner_optimizer.apply(self._reduce(grads, variables), trainable_variables)
             return
@@ -168,12 +172,7 @@ class DistributedLossScaleOptimizer(_Reducer, LossScaleOptimizer):
                            gradient_predivide_factor, sparse_as_dense)
 
     def apply(self, grads, trainable_variables=None):
-        if not self.built:
-            with keras.name_scope(self.name, caller=self):
-                self.build(trainable_variables)
-            self.built = True
-        variables = list(trainable_variables) if trainable_variables is not None \
-            else self.inner_optimizer._trainable_variables
+        variables = self._built_for(trainable_variables)
         return super().apply(self._reduce(list(grads), variables), trainable_variables)
 
     def get_config(self):

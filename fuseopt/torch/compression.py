@@ -5,27 +5,9 @@ import itertools
 import torch
 
 from .. import runtime
-from ..compression import ResidualMemory
+from ..compression import Compressor, NoneCompressor, ResidualMemory
 from ..errors import UnsupportedError
 from ..ops import Sum
-
-
-class Compressor:
-    """Base class: sends the tensor as it is. ``reduce_op`` None means the
-    optimizer's op; payloads are lists so one gradient may travel as several
-    tensors (e.g. int8 signs and a float scale)."""
-
-    reduce_op = None
-
-    def compress(self, tensor, name=None):
-        return [tensor], None
-
-    def decompress(self, payloads, ctx):
-        return payloads[0]
-
-
-class NoneCompressor(Compressor):
-    """No compression."""
 
 
 class _CastCompressor(Compressor):

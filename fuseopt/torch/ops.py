@@ -19,14 +19,6 @@ Max = _np_ops.Max
 Product = _np_ops.Product
 
 
-def _resolve_op(average, op):
-    """Horovod's deprecated ``average`` flag and ``op`` (default Average)."""
-    if average is not None and op is not None:
-        raise InvalidArgumentError("pass either average= (deprecated) or op=, not both")
-    if average is not None:
-        return Average if average else Sum
-    return Average if op is None else op
-
 
 def _allreduce_into(src, out, name, op, prescale_factor, postscale_factor):
     return _rq.enqueue(_rq.ALLREDUCE, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
@@ -37,14 +29,14 @@ def _allreduce_into(src, out, name, op, prescale_factor, postscale_factor):
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None):
     src = _t.contiguous(tensor.detach())
-    return _allreduce_into(src, torch.empty_like(src), name, _resolve_op(average, op),
+    return _allreduce_into(src, torch.empty_like(src), name, _np_ops.resolve_op(average, op),
                            prescale_factor, postscale_factor)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
     buf = _t.writable(tensor.detach(), "allreduce_ tensor")
-    return _allreduce_into(buf, buf, name, _resolve_op(average, op), prescale_factor,
+    return _allreduce_into(buf, buf, name, _np_ops.resolve_op(average, op), prescale_factor,
                            postscale_factor)
 
 
@@ -70,7 +62,7 @@ class _Allreduce(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """Reduces ``tensor`` across ranks (Average by default) into a new tensor."""
-    op = _resolve_op(average, op)
+    op = _np_ops.resolve_op(average, op)
     if compression is None:
         return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor)
     payloads, ctx = compression.compress(tensor, name)
@@ -81,16 +73,6 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     return compression.decompress(reduced, ctx)
 
 
-class _Group:
-    def __init__(self, handles):
-        self.handles = handles
-
-    def poll(self):
-        return all(h.poll() for h in self.handles)
-
-    def wait(self, timeout=None):
-        return [h.wait(timeout) for h in self.handles]
-
 
 def _group_names(tensors, name):
     return [None if name is None else "%s.%d" % (name, i) for i in range(len(tensors))]
@@ -99,13 +81,13 @@ def _group_names(tensors, name):
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=None):
     """Allreduces a list of tensors, negotiated and fused together."""
-    return _Group([allreduce_async(t, average, n, op, prescale_factor, postscale_factor)
+    return _np_ops.Group([allreduce_async(t, average, n, op, prescale_factor, postscale_factor)
                    for t, n in zip(tensors, _group_names(tensors, name))])
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
-    return _Group([allreduce_async_(t, average, n, op, prescale_factor, postscale_factor)
+    return _np_ops.Group([allreduce_async_(t, average, n, op, prescale_factor, postscale_factor)
                    for t, n in zip(tensors, _group_names(tensors, name))])
 
 
