@@ -553,12 +553,18 @@ def summarize(jobs, contenders, models):
     for m in models:
         summary[m] = {}
         for c in contenders:
-            vals = [j["values"][m] for j in jobs if j["contender"] == c]
-            if not vals:
+            mine = [j for j in jobs if j["contender"] == c]
+            if not mine:
                 continue
+            # Jobs during which other processes kept a core busy measure them,
+            # not us: use the clean jobs when there are any.
+            clean = [j for j in mine if not j.get("noisy")]
+            vals = [j["values"][m] for j in (clean or mine)]
             summary[m][c] = {
                 "step_ms": statistics.median(v["step_ms"] for v in vals),
-                "per_rep_ms": [round(v["step_ms"], 3) for v in vals],
+                "jobs_used": len(vals), "jobs_clean": len(clean), "jobs": len(mine),
+                "per_rep_ms": [round(j["values"][m]["step_ms"], 3) for j in mine],
+                "per_rep_noisy": [bool(j.get("noisy")) for j in mine],
                 "phases_ms": {k: statistics.median(v["phases_ms"][k] for v in vals)
                               for k in PHASES},
                 "cpu": {k: statistics.median(v["cpu"][k] for v in vals)
@@ -571,7 +577,8 @@ def paired_overheads(jobs, contender, model):
     """Per repetition: contender step - unconnected step of the same repetition."""
     by_rep = {}
     for j in jobs:
-        by_rep.setdefault(j["rep"], {})[j["contender"]] = j["values"][model]["step_ms"]
+        if not j.get("noisy"):
+            by_rep.setdefault(j["rep"], {})[j["contender"]] = j["values"][model]["step_ms"]
     return [round(r[contender] - r["unconnected"], 3) for _, r in sorted(by_rep.items())
             if contender in r and "unconnected" in r]
 
@@ -608,7 +615,9 @@ def build_report(summary, jobs, contenders, models):
                 c, step, 1e3 / step, fmt(over), fmt(ratio), fmt(eff * 100 if eff else None,
                                                                 "%.0f%%"),
                 ph["fwd"], ph["bwd"], ph["opt"], cpu["main_ms"], cpu["other_ms"],
-                cpu["main_invol_csw"], ", ".join("%.2f" % v for v in s[c]["per_rep_ms"]),
+                cpu["main_invol_csw"], ", ".join(
+                    "%.2f%s" % (v, "*" if noisy else "")
+                    for v, noisy in zip(s[c]["per_rep_ms"], s[c]["per_rep_noisy"])),
                 ", ".join("%.2f" % v for v in paired) or "—"))
         hv_over = hv["step"] - hv["unconnected"]
         lines.append("| horovod (reference, measured earlier) | %.2f | %.1f | %.2f | %s | %s | "
@@ -673,9 +682,14 @@ def plot(summary, contenders, models, path):
                   else "#1f77b4" for n in names]
         xs = list(range(len(names)))
         ax.bar(xs, vals, color=colors, hatch=None)
+        top = max(vals)
         for x, c in zip(xs, [c for c in contenders if c in s]):
-            reps = s[c]["per_rep_ms"]
-            ax.plot([x] * len(reps), reps, "k.", ms=4)
+            for v, noisy in zip(s[c]["per_rep_ms"], s[c]["per_rep_noisy"]):
+                if not noisy:
+                    top = max(top, v)
+                ax.plot([x], [v], "x" if noisy else ".", color="#888888" if noisy else "k",
+                        ms=5 if noisy else 4)
+        ax.set_ylim(0, top * 1.25)
         for x, v in zip(xs, vals):
             ax.text(x, v, "%.1f" % v, ha="center", va="bottom", fontsize=8)
         if "unconnected" in s:
@@ -691,7 +705,8 @@ def plot(summary, contenders, models, path):
         ax.set_ylabel("median step time (ms)")
         ax.set_title({"mlp": "MLP 1024-2048-2048-1024-10 (8.4M params)",
                       "small": "100 x Linear(64,64) (200 tensors)"}[m])
-    fig.suptitle("Training step time, batch %d/rank, 2 ranks (dots: repetitions)" % BATCH)
+    fig.suptitle("Training step time, batch %d/rank, 2 ranks (dots: repetitions; x: noisy, "
+                 "left out)" % BATCH)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -820,9 +835,11 @@ def driver_main(args):
     loads = [j["loadavg_1m_before"] for j in jobs]
     notes = [
         "Per job: median over timed steps of the slowest rank's step time (2-rank jobs); "
-        "unconnected: mean of the two processes' medians. Cells: median over %d job(s) per "
-        "contender, interleaved in shuffled order. Overheads and ratios use those medians; "
-        "'paired' = same-repetition difference." % args.reps,
+        "unconnected: mean of the two processes' medians. Cells: median over the clean jobs "
+        "(of %d per contender, interleaved in shuffled order; all jobs if none is clean); "
+        "'*' marks a noisy job (other processes used > %.2f cores meanwhile), left out of "
+        "medians and of the paired (same-repetition, both clean) overheads. Overheads and "
+        "ratios use the medians." % (args.reps, args.max_foreign),
         "fwd/bwd/opt.step: median phase times (mean over ranks). fuseopt waits for its "
         "allreduces in opt.step(); DDP waits at the end of backward.",
         "CPU ms/step: CPU time per timed step (from /proc, 10 ms ticks; mean over ranks) of "
