@@ -5,8 +5,9 @@ against MultiWorkerMirroredStrategy (MWMS), on 2 local workers.
 Usage (from the repository root)::
 
     python benchmarks/tf_train.py [--quick] [--reps N] [--out benchmarks/results]
-        [--inter-op N] [--mwms-impl RING|AUTO] [--no-probe-mwms-fit]
-        [--fuseopt-variant NAME:FUSEOPT_VAR=VALUE[,...]]...
+        [--inter-op N] [--mwms-impl RING|AUTO] [--no-probe-mwms-fit] [--no-comm-floor]
+        [--fuseopt-variant NAME:FUSEOPT_VAR=VALUE[,...]]... [--timeout S]
+    python benchmarks/tf_train.py --rerender benchmarks/results/tf_train.json
 
 Workload: MLP 1024-2048-2048-1024-10 (Dense + ReLU, linear logits, ~8.4M
 parameters in 8 tensors), sparse categorical cross-entropy (from logits), SGD
@@ -54,6 +55,13 @@ In fuseopt jobs the worker wraps ``fuseopt.ops.allreduce_async`` (in its own
 process, not in the library) to time stamp each gradient's enqueue and
 completion, which splits a step into compute before the allreduce, the
 allreduce inside the ``tf.numpy_function``, and the rest (SGD update, Keras).
+
+Also per rep, ``commfloor``: allreduce only, no TensorFlow (mpi4py on the same
+MPI vs fuseopt, the MLP's 8 gradient buffers), the floor under the
+communication part of a fuseopt step. A job that fails or times out is
+reported and left out of the medians; the other jobs go on. The report puts a
+CAUTION above the verdicts when the run looks invalid (load above the core
+count, the compute-only baseline slower than fuseopt, per-rep spread > 1.5x).
 
 Overhead = 2-worker step - unconnected step. Scaling efficiency = 2-worker
 throughput / (2 x single throughput) = single step / 2-worker step.
@@ -400,7 +408,8 @@ def worker_mwms(args):
             rec["t_start"].append(t0)
     t_end = pc()
     cpu_ms = (time.process_time() - cpu_begin) * 1e3 / timed
-    out.update(cpu_ms_per_step=cpu_ms, params=int(model.count_params()), tensors=len(model.trainable_variables),
+    out.update(cpu_ms_per_step=cpu_ms, params=int(model.count_params()),
+               tensors=len(model.trainable_variables),
                samples_ms={"step": [round(v, 4) for v in rec["step"]]},
                t_start=rec["t_start"], t_begin=t_begin, t_end=t_end, filler_steps=0,
                loop_wall_s=t_end - t0w, loss_last=loss, checksum=_checksum(model),
@@ -714,7 +723,9 @@ def _job_step(contender, results):
                 "filler_steps": [r["filler_steps"] for r in results]}
     steps = [r["samples_ms"]["step"] for r in results]
     slowest = [max(v) for v in zip(*steps)]
-    v = {"step_ms": med(slowest), "per_rank_ms": [med(s) for s in steps]}
+    v = {"step_ms": med(slowest), "per_rank_ms": [med(s) for s in steps],
+         "max_step_ms": max(slowest), "steps_over_1s": sum(1 for x in slowest if x > 1000),
+         "n_steps": len(slowest)}
     if all(r["samples_ms"].get("comm") for r in results):
         v["phases_ms"] = {k: statistics.mean(med(r["samples_ms"][k]) for r in results)
                           for k in ("pre", "comm", "post")}
@@ -775,7 +786,7 @@ def per_rep(jobs, c):
     return {j["rep"]: j["values"]["step_ms"] for j in jobs if j["contender"] == c}
 
 
-def build_report(summary, jobs, contenders, args, mwms_fit_probe):
+def build_report(summary, jobs, contenders, args, mwms_fit_probe, failures=()):
     s = summary
     single = s.get("single", {}).get("step_ms")
     unc = s.get("unconnected", {}).get("step_ms")
@@ -807,6 +818,26 @@ def build_report(summary, jobs, contenders, args, mwms_fit_probe):
                  "130-135 | | | | | | |")
     lines.append("")
     verdicts, targets = [], {}
+    loads = [j["loadavg_1m_before"] for j in jobs] or [0.0]
+    suspect = []
+    if statistics.median(loads) > (os.cpu_count() or 2) + 0.5:
+        suspect.append("median 1-minute load %.1f on %d cores: other work shared the cores"
+                       % (statistics.median(loads), os.cpu_count() or 0))
+    if "fuseopt" in s and unc is not None and s["fuseopt"]["step_ms"] < unc:
+        suspect.append("the compute-only baseline (unconnected) is slower than fuseopt, which "
+                       "computes the same and communicates too")
+    if single is not None and unc is not None and single / unc < 0.75:
+        suspect.append("unconnected ran at %.0f%% of single speed (cores taken by others)"
+                       % (100 * single / unc))
+    spread = [c for c in ("single", "unconnected", "fuseopt", "mwms") if c in s
+              and len(s[c]["per_rep_ms"]) > 1
+              and max(s[c]["per_rep_ms"]) > 1.5 * min(s[c]["per_rep_ms"])]
+    if spread:
+        suspect.append("per-rep step times differ by more than 1.5x for %s" % ", ".join(spread))
+    if suspect:
+        lines.append("- **CAUTION, the verdicts below are not trustworthy**: " + "; ".join(suspect)
+                     + ". Rerun on a quiet machine.")
+    targets["suspect"] = suspect
     if "fuseopt" in s and unc is not None:
         f = s["fuseopt"]["step_ms"]
         ratio = f / unc
@@ -842,7 +873,14 @@ def build_report(summary, jobs, contenders, args, mwms_fit_probe):
                          ", ".join("%.2fx" % p for p in paired),
                          statistics.median(paired) if paired else float("nan"),
                          "PASS" if ok else "FAIL"))
+    if "fuseopt" in contenders and "fuseopt" not in s:
+        verdicts.append(False)
+        lines.append("- **FAIL** targets: no fuseopt job completed (see the failures below).")
     notes = []
+    for fl in failures:
+        first = " ".join(fl["error"].split("--- ")[0].split())[:240]
+        notes.append("**job failed** (not in the medians): %s, rep %d, after %.0f s: %s"
+                     % (fl["contender"], fl["rep"] + 1, fl["wall_s"], first))
     if single is not None and unc is not None:
         notes.append("compute-only ceiling: unconnected efficiency (single / unconnected) = "
                      "%.0f%%." % (100 * single / unc))
@@ -882,11 +920,21 @@ def build_report(summary, jobs, contenders, args, mwms_fit_probe):
                      "tf.numpy_function holds the only inter-op thread, but everything else "
                      "in the step depends on it, and fuseopt's own thread does the transfer; "
                      "no hang.")
-    notes.append("MWMS runs a custom training loop (tf.function step around strategy.run; "
-                 "GradientTape + optimizer.apply_gradients; global batch 128 = 64 per worker "
-                 "from distribute_datasets_from_function; collective implementation %s), "
-                 "because Keras %s model.fit under MWMS fails (keras-team/keras#20585 and "
-                 "the scalar-log reduction over axis 0)." % (args.mwms_impl, keras_version()))
+    for c in contenders:
+        js = [j for j in jobs if j["contender"] == c and "max_step_ms" in j["values"]]
+        if js:
+            notes.append("%s: timed steps longer than 1 s: %d of %d (longest %.1f s; the "
+                         "median is robust to them, the wall time is not)." % (
+                             c, sum(j["values"]["steps_over_1s"] for j in js),
+                             sum(j["values"]["n_steps"] for j in js),
+                             max(j["values"]["max_step_ms"] for j in js) / 1e3))
+    if "mwms" in contenders:
+        notes.append("MWMS runs a custom training loop (tf.function step around "
+                     "strategy.run; GradientTape + optimizer.apply_gradients; global batch 128 "
+                     "= 64 per worker from distribute_datasets_from_function; collective "
+                     "implementation %s), because Keras %s model.fit under MWMS fails "
+                     "(keras-team/keras#20585 and the scalar-log reduction over axis 0)."
+                     % (args.mwms_impl, keras_version()))
     if mwms_fit_probe is not None:
         notes.append("MWMS model.fit probe (run once here): %s" % mwms_fit_probe)
     notes.append("Per job: median over timed steps of the slowest worker's step (2-worker jobs); "
@@ -896,7 +944,6 @@ def build_report(summary, jobs, contenders, args, mwms_fit_probe):
     if ov:
         notes.append("unconnected timed-window overlap: %s." % ", ".join("%.0f%%" % (100 * o)
                                                                        for o in ov))
-    loads = [j["loadavg_1m_before"] for j in jobs]
     notes.append("1-minute load average when jobs started: median %.2f, max %.2f (%d cores)."
                  % (statistics.median(loads), max(loads), os.cpu_count() or 0))
     fo = [j["checksums"] for j in jobs if j["contender"] == "fuseopt"]
@@ -1006,7 +1053,7 @@ def driver_main(args):
         except JobFailed as e:
             mwms_fit_probe = "the probe job itself failed: %s" % " ".join(str(e).split())[:300]
         sys.stderr.write("%.1f s: %s\n" % (time.perf_counter() - t0, mwms_fit_probe[:200]))
-    jobs = []
+    jobs, failures = [], []
     for rep in range(args.reps):
         order = list(contenders)
         rng.shuffle(order)
@@ -1020,8 +1067,13 @@ def driver_main(args):
                 values = job_value(c, results)
                 checks = verify(c, results)
             except JobFailed as e:
-                sys.stderr.write("\nBENCHMARK JOB FAILED\n%s\n" % e)
-                raise SystemExit(2)
+                # Recorded and reported; the other jobs go on (a hang is a result too).
+                wall = time.perf_counter() - t0
+                sys.stderr.write("FAILED after %.1f s\n%s\n" % (wall, str(e)[-3000:]))
+                failures.append({"rep": rep, "position": pos, "contender": c,
+                                 "wall_s": round(wall, 1), "loadavg_1m_before": load,
+                                 "error": str(e)[-6000:]})
+                continue
             wall = time.perf_counter() - t0
             extra = ""
             if "phases_ms" in values:
@@ -1039,8 +1091,6 @@ def driver_main(args):
                          "loadavg_1m_before": load, "loadavg_1m_after": os.getloadavg()[0],
                          "values": values, "checksums": checks, "results": results})
 
-    summary = summarize(jobs, contenders)
-    report, verdicts, targets = build_report(summary, jobs, contenders, args, mwms_fit_probe)
     meta = {
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
@@ -1049,25 +1099,55 @@ def driver_main(args):
         "batch_per_worker": BATCH, "lr": LR, "dims": DIMS, "params": n_params(),
         "inter_op": args.inter_op, "intra_op": 1, "mwms_impl": args.mwms_impl,
         "mwms_mode": "custom loop (tf.function + strategy.run), not model.fit",
-        "variants": args.variants, "python": sys.version.split()[0],
-        "platform": platform.platform(), "cpus": os.cpu_count(), "reference_ms": REFERENCE,
+        "contenders": contenders, "variants": args.variants,
+        "python": sys.version.split()[0], "platform": platform.platform(),
+        "cpus": os.cpu_count(), "reference_ms": REFERENCE,
     }
+    return write_outputs(args, meta, contenders, jobs, failures,
+                         {"summary": mwms_fit_probe, "results": probe_raw})
+
+
+def write_outputs(args, meta, contenders, jobs, failures, probe):
+    summary = summarize(jobs, contenders)
+    report, verdicts, targets = build_report(summary, jobs, contenders, args, probe["summary"],
+                                             failures)
     with open(os.path.join(args.out, "tf_train.json"), "w") as f:
-        json.dump({"meta": meta, "summary": summary, "targets": targets,
-                   "mwms_fit_probe": {"summary": mwms_fit_probe, "results": probe_raw},
-                   "table_markdown": report, "jobs": jobs}, f, separators=(",", ":"))
+        json.dump({"meta": meta, "summary": summary, "targets": targets, "failures": failures,
+                   "mwms_fit_probe": probe, "table_markdown": report, "jobs": jobs}, f,
+                  separators=(",", ":"))
         f.write("\n")
     plot(summary, contenders, os.path.join(args.out, "tf_train.png"))
     with open(os.path.join(args.out, "tf_train.md"), "w") as f:
         f.write("# Keras training-step benchmark\n\n`%s` (%s, %d reps, %.0f s)\n\n%s\n"
-                % (meta["command"], meta["started"], args.reps, meta["duration_s"], report))
+                % (meta["command"], meta["started"], meta["reps"], meta["duration_s"], report))
     print(report)
     print()
     print("Wrote %s, %s, %s" % tuple(os.path.join(args.out, n) for n in
                                      ("tf_train.json", "tf_train.png", "tf_train.md")))
     fails = sum(1 for ok in verdicts if not ok)
-    print("%d target(s) passed, %d failed" % (len(verdicts) - fails, fails))
+    print("%d target(s) passed, %d failed%s" % (len(verdicts) - fails, fails,
+                                                " (CAUTION: suspect run, see above)"
+                                                if targets.get("suspect") else ""))
     return 1 if (args.strict and fails) else 0
+
+
+def rerender_main(args):
+    """Rebuilds the report, chart and files from a saved tf_train.json."""
+    with open(args.rerender) as f:
+        d = json.load(f)
+    meta = d["meta"]
+    args.reps, args.quick = meta["reps"], meta["quick"]
+    args.inter_op, args.mwms_impl = meta["inter_op"], meta["mwms_impl"]
+    args.variants = meta.get("variants", {})
+    present = {j["contender"] for j in d["jobs"]} | {fl["contender"]
+                                                    for fl in d.get("failures", [])}
+    contenders = meta.get("contenders") or (
+        [c for c in BASE_CONTENDERS if c in present] + list(args.variants)
+        + (["commfloor"] if "commfloor" in present else []))
+    meta["contenders"] = contenders
+    os.makedirs(args.out, exist_ok=True)
+    return write_outputs(args, meta, contenders, d["jobs"], d.get("failures", []),
+                         d.get("mwms_fit_probe") or {"summary": None, "results": None})
 
 
 def main(argv=None):
@@ -1090,6 +1170,8 @@ def main(argv=None):
                    help="NAME:FUSEOPT_VAR=VALUE[,...]: an extra fuseopt contender")
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
     p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
+    p.add_argument("--rerender", metavar="JSON",
+                   help="rebuild the report and files from a saved tf_train.json (no jobs)")
     # Worker-only flags.
     p.add_argument("--worker", choices=("single", "fuseopt", "mwms", "commfloor"),
                    help=argparse.SUPPRESS)
@@ -1105,6 +1187,8 @@ def main(argv=None):
         return worker_commfloor(args)
     if args.worker:
         return worker_fit(args)
+    if args.rerender:
+        return rerender_main(args)
     if args.reps < 1:
         p.error("--reps must be >= 1")
     return driver_main(args)

@@ -583,7 +583,7 @@ def paired_overheads(jobs, contender, model):
             if contender in r and "unconnected" in r]
 
 
-def build_report(summary, jobs, contenders, models):
+def build_report(summary, jobs, contenders, models, quick):
     lines, verdicts, targets = [], [], {}
     for m in models:
         s = summary[m]
@@ -591,7 +591,7 @@ def build_report(summary, jobs, contenders, models):
         unc = s.get("unconnected", {}).get("step_ms")
         ddp_over = s["ddp"]["step_ms"] - unc if "ddp" in s and unc is not None else None
         hv = HOROVOD[m]
-        warm, timed = steps_for(m, jobs[0]["quick"])
+        warm, timed = steps_for(m, quick)
         lines.append("### %s (%s; batch %d/rank; %d warm-up + %d timed steps)\n"
                      % (m, "MLP 1024-2048-2048-1024-10" if m == "mlp"
                         else "100 x Linear(64,64)", BATCH, warm, timed))
@@ -719,7 +719,7 @@ def parse_variant(text):
     env = {}
     for a in assigns.split(","):
         k, eq, v = a.partition("=")
-        if not eq or not k.startswith("FUSEOPT_"):
+        if not eq or not k.strip() or not k.strip().replace("_", "").isalnum():
             raise SystemExit("bad assignment %r in --fuseopt-variant %r" % (a, text))
         env[k.strip()] = v.strip()
     return "fuseopt:" + name, env
@@ -756,6 +756,15 @@ def _self_and_children_cpu_s():
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
+def foreign_cores(stat0, ours0, wall, hz):
+    """Mean cores used by processes other than the driver and its children since stat0."""
+    if stat0 is None or wall <= 0:
+        return None
+    stat1 = _cpu_times()
+    busy_s = ((stat1[0] - stat0[0]) - (stat1[1] - stat0[1])) / hz
+    return max(0.0, busy_s - (_self_and_children_cpu_s() - ours0)) / wall
+
+
 def run_measured_job(c, variants, mpiexec, args, rep, attempt):
     """One job plus how much CPU other processes used meanwhile (in cores)."""
     idle, waited = settle(args.settle) if args.settle > 0 else (None, 0.0)
@@ -778,14 +787,17 @@ def run_measured_job(c, variants, mpiexec, args, rep, attempt):
             values[m] = job_value(c, results, m)
             checks[m] = verify(c, results, m)
     except JobFailed as e:
-        sys.stderr.write("\nBENCHMARK JOB FAILED\n%s\n" % e)
-        raise SystemExit(2)
+        wall = time.perf_counter() - t0
+        foreign = foreign_cores(stat0, ours0, wall, hz)
+        sys.stderr.write("\nBENCHMARK JOB FAILED (other processes used %s cores meanwhile)\n%s\n"
+                         % ("?" if foreign is None else "%.2f" % foreign, e))
+        if not args.keep_going:
+            raise SystemExit(2)
+        return {"rep": rep, "attempt": attempt, "contender": c, "failed": True,
+                "error": str(e)[-8000:], "wall_s": round(wall, 2),
+                "env": variants.get(c, {}), "foreign_cores": foreign}
     wall = time.perf_counter() - t0
-    foreign = None
-    if stat0 is not None:
-        stat1 = _cpu_times()
-        busy_s = ((stat1[0] - stat0[0]) - (stat1[1] - stat0[1])) / hz
-        foreign = max(0.0, busy_s - (_self_and_children_cpu_s() - ours0)) / wall
+    foreign = foreign_cores(stat0, ours0, wall, hz)
     sys.stderr.write("%.1f s, foreign CPU %s cores: %s\n" % (
         wall, "?" if foreign is None else "%.2f" % foreign,
         ", ".join("%s %.2f ms" % (m, values[m]["step_ms"]) for m in args.models)))
@@ -810,7 +822,7 @@ def driver_main(args):
     variants = dict(parse_variant(v) for v in args.fuseopt_variant)
     contenders = base + list(variants)
     rng = random.Random(args.seed)
-    jobs, discarded = [], []
+    jobs, discarded, failed = [], [], []
     started = time.time()
     sys.stderr.write("mpiexec: %s; %d reps x %s; models %s; quick=%s\n"
                      % (mpiexec, args.reps, contenders, args.models, args.quick))
@@ -821,17 +833,25 @@ def driver_main(args):
             for attempt in range(args.retry_noisy + 1):
                 job = run_measured_job(c, variants, mpiexec, args, rep, attempt)
                 job["position"] = pos
+                if job.get("failed"):
+                    failed.append(job)
+                    break
                 noisy = job["foreign_cores"] is not None and job["foreign_cores"] > args.max_foreign
                 if not noisy or attempt == args.retry_noisy:
                     break
                 discarded.append(job)
                 sys.stderr.write("    (other processes used %.2f cores during the job: rerun)\n"
                                  % job["foreign_cores"])
+            if job.get("failed"):
+                continue
             job["noisy"] = noisy
             jobs.append(job)
 
+    if not jobs:
+        sys.stderr.write("\nEVERY JOB FAILED\n")
+        return 2
     summary = summarize(jobs, contenders, args.models)
-    table, verdicts, targets = build_report(summary, jobs, contenders, args.models)
+    table, verdicts, targets = build_report(summary, jobs, contenders, args.models, args.quick)
     loads = [j["loadavg_1m_before"] for j in jobs]
     notes = [
         "Per job: median over timed steps of the slowest rank's step time (2-rank jobs); "
@@ -866,6 +886,11 @@ def driver_main(args):
             rel = abs(f[0][1] - d[0][1]) / max(1e-12, abs(d[0][1]))
             notes.append("%s: ranks agree in every 2-rank job; final sum(p^2) fuseopt vs DDP "
                          "differ by %.1e (relative)." % (m, rel))
+    if failed:
+        notes.insert(0, "**%d JOB(S) FAILED** and are left out (--keep-going): %s. Errors are "
+                     "in the JSON (failed_jobs)." % (len(failed), ", ".join(
+                         "%s (rep %d): %s" % (j["contender"], j["rep"] + 1,
+                                              j["error"].splitlines()[0][:80]) for j in failed)))
     report = table + "\n" + "\n".join("- " + n for n in notes)
 
     meta = {
@@ -881,7 +906,8 @@ def driver_main(args):
     }
     with open(os.path.join(args.out, "torch_train.json"), "w") as f:
         json.dump({"meta": meta, "summary": summary, "targets": targets,
-                   "table_markdown": report, "jobs": jobs, "discarded_noisy_jobs": discarded},
+                   "table_markdown": report, "jobs": jobs, "discarded_noisy_jobs": discarded,
+                   "failed_jobs": failed},
                   f, separators=(",", ":"))
         f.write("\n")
     plot(summary, contenders, args.models, os.path.join(args.out, "torch_train.png"))
@@ -894,6 +920,9 @@ def driver_main(args):
                             os.path.join(args.out, "torch_train.png")))
     fails = sum(1 for ok in verdicts if not ok)
     print("%d target(s) passed, %d failed" % (len(verdicts) - fails, fails))
+    if failed:
+        print("%d JOB(S) FAILED (see above and failed_jobs in the JSON)" % len(failed))
+        return 2
     return 1 if (args.strict and fails) else 0
 
 
@@ -907,7 +936,8 @@ def main(argv=None):
     p.add_argument("--contenders", default=",".join(BASE_CONTENDERS))
     p.add_argument("--models", default=",".join(MODELS), type=lambda s: s.split(","))
     p.add_argument("--fuseopt-variant", action="append", default=[],
-                   help="NAME:FUSEOPT_VAR=VALUE[,...]: an extra fuseopt contender")
+                   help="NAME:VAR=VALUE[,...]: an extra fuseopt contender run with these "
+                        "environment variables (FUSEOPT_* knobs, or e.g. MPICH's MPIR_CVAR_*)")
     p.add_argument("--settle", type=float, default=60,
                    help="before each job wait up to this many seconds for the machine to be "
                         ">= 90%% idle (0: don't wait)")
@@ -915,6 +945,9 @@ def main(argv=None):
                    help="a job during which other processes used more than this many cores "
                         "(on average) is rerun, up to --retry-noisy times")
     p.add_argument("--retry-noisy", type=int, default=2)
+    p.add_argument("--keep-going", action="store_true",
+                   help="record a failed or timed-out job and go on (exit status 2 at the "
+                        "end) instead of stopping at once")
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
     p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
     p.add_argument("--verbose", action="store_true", help="echo each job's stderr")
