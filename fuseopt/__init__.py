@@ -15,8 +15,10 @@ from .requests import Handle
 from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
                   allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async,
                   barrier, broadcast, broadcast_, broadcast_async, broadcast_async_,
-                  grouped_allreduce, grouped_allreduce_async, join, poll, reducescatter,
+                  grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+                  grouped_allreduce_async_, join, poll, reducescatter,
                   reducescatter_async, synchronize)
 from .objects import allgather_object, broadcast_object
+from .naming import Shared
 
 __version__ = "0.1.0"

@@ -52,31 +52,53 @@ def _writable(array, what):
     return array
 
 
+def _allreduce_op(array, name, op, prescale_factor, postscale_factor, in_place):
+    """enqueue()'s arguments for one allreduce (in place or into a new array)."""
+    if in_place:
+        src = out = _writable(array, "allreduce_ input")
+        src_ptr = out_ptr = _ptr(src)
+    else:
+        src = _contiguous(array)
+        out = np.empty_like(src)
+        src_ptr, out_ptr = _ptr(src), _ptr(out)
+    return ((_rq.ALLREDUCE, name, _dtype_name(src), src.shape, src_ptr, out_ptr),
+            dict(reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
+                 keepalive=(src, out), finish=lambda _: out))
+
+
 def allreduce_async(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces ``array`` across ranks into a new array (``op``: Average, Sum,
     Min, Max, Product; Average divides the sum by size())."""
-    src = _contiguous(array)
-    out = np.empty_like(src)
-    return _rq.enqueue(_rq.ALLREDUCE, name, _dtype_name(src), src.shape, _ptr(src), _ptr(out),
-                       reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
-                       keepalive=(src, out), finish=lambda _: out)
+    args, kwargs = _allreduce_op(array, name, op, prescale_factor, postscale_factor, False)
+    return _rq.enqueue(*args, **kwargs)
 
 
 def allreduce_async_(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
     """In-place allreduce: ``array`` holds the result when the handle completes."""
-    buf = _writable(array, "allreduce_ input")
-    return _rq.enqueue(_rq.ALLREDUCE, name, _dtype_name(buf), buf.shape, _ptr(buf), _ptr(buf),
-                       reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
-                       keepalive=(buf,), finish=lambda _: buf)
+    args, kwargs = _allreduce_op(array, name, op, prescale_factor, postscale_factor, True)
+    return _rq.enqueue(*args, **kwargs)
+
+
+def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place):
+    names = names or [None] * len(arrays)
+    batch = _rq.Batch()
+    for a, n in zip(arrays, names):
+        args, kwargs = _allreduce_op(a, n, op, prescale_factor, postscale_factor, in_place)
+        batch.add(*args, **kwargs)
+    return Group(batch.submit())
 
 
 def grouped_allreduce_async(arrays, names=None, op=Average, prescale_factor=1.0,
                             postscale_factor=1.0):
-    """Allreduces a list together; they are negotiated in one round and fused."""
-    names = names or [None] * len(arrays)
-    handles = [allreduce_async(a, n, op, prescale_factor, postscale_factor)
-               for a, n in zip(arrays, names)]
-    return Group(handles)
+    """Allreduces a list together: submitted in one call (all or none),
+    negotiated in one round and fused."""
+    return _grouped(arrays, names, op, prescale_factor, postscale_factor, False)
+
+
+def grouped_allreduce_async_(arrays, names=None, op=Average, prescale_factor=1.0,
+                             postscale_factor=1.0):
+    """In-place grouped allreduce."""
+    return _grouped(arrays, names, op, prescale_factor, postscale_factor, True)
 
 
 def resolve_op(average, op):
@@ -179,6 +201,7 @@ def _blocking(async_fn):
 allreduce = _blocking(allreduce_async)
 allreduce_ = _blocking(allreduce_async_)
 grouped_allreduce = _blocking(grouped_allreduce_async)
+grouped_allreduce_ = _blocking(grouped_allreduce_async_)
 allgather = _blocking(allgather_async)
 broadcast = _blocking(broadcast_async)
 broadcast_ = _blocking(broadcast_async_)

@@ -106,18 +106,18 @@ class Handle:
         return self._result
 
 
-def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
-            reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
-            keepalive=None, finish=None):
-    """Submits one operation on raw buffers and returns its Handle.
+# Filled-in requests by signature. Training submits the same tensors every
+# step, and building a cffi struct field by field costs more than the native
+# enqueue itself; a cached one is copied and given this call's buffers.
+_templates = {}
+_MAX_TEMPLATES = 8192
 
-    dtype is a name ("float32"); shape a sequence of ints; pointers are cffi
-    ``void*`` (or NULL). ``finish(raw)`` turns the completed operation into
-    the handle's result; raw is a RuntimeOutput for allgather/alltoall.
-    """
-    ctx = runtime.context()
-    if _orphans:
-        reap_orphans()
+
+def _template(collective, name, dtype, shape, reduce_op, root, prescale, postscale):
+    key = (collective, name, dtype, shape, reduce_op, root, prescale, postscale)
+    found = _templates.get(key)
+    if found is not None:
+        return found[0]
     req = ffi.new("fuseopt_request_t*")
     req.struct_size = ffi.sizeof("fuseopt_request_t")
     req.collective = collective
@@ -128,18 +128,89 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
     c_shape = ffi.new("int64_t[]", list(shape))
     req.ndim = len(shape)
     req.shape = c_shape
-    req.input = input_ptr
-    req.output = output_ptr
     req.root = root
     req.prescale = prescale
     req.postscale = postscale
-    c_splits = ffi.new("int64_t[]", list(splits)) if splits is not None else _NULL
-    req.splits = c_splits
-    req.num_splits = len(splits) if splits is not None else 0
+    if len(_templates) >= _MAX_TEMPLATES:
+        _templates.clear()
+    # The name and shape arrays live as long as the template that points at them.
+    _templates[key] = (req, c_name, c_shape)
+    return req
+
+
+def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
+            reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
+            keepalive=None, finish=None):
+    """Submits one operation on raw buffers and returns its Handle.
+
+    dtype is a name ("float32"); shape a sequence of ints; pointers are cffi
+    ``void*`` (or NULL). ``finish(raw)`` turns the completed operation into
+    the handle's result; raw is a RuntimeOutput for allgather/alltoall.
+    """
+    ctx = _context()
+    req = ffi.new("fuseopt_request_t*")
+    c_splits = _fill(req[0], collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
+                     root, prescale, postscale, splits)
     handle = ffi.new("int64_t*")
     check(lib.fuseopt_enqueue(ctx, req, handle))
-    runtime_output = collective in (ALLGATHER, ALLTOALL)
-    return Handle(ctx, handle[0], keepalive, finish, runtime_output)
+    del c_splits  # the core has copied them
+    return Handle(ctx, handle[0], keepalive, finish, collective in _RUNTIME_OUTPUT)
+
+
+class Batch:
+    """Operations submitted in one native call, all or none: they reach the
+    loop thread together, so they are negotiated in one round and fused.
+    ``add`` takes :func:`enqueue`'s arguments; ``submit`` returns the Handles
+    in order."""
+
+    def __init__(self):
+        self._ops = []
+
+    def add(self, collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
+            reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
+            keepalive=None, finish=None):
+        self._ops.append((collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
+                          prescale, postscale, splits, keepalive, finish))
+
+    def submit(self):
+        ctx = _context()
+        n = len(self._ops)
+        reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
+        c_splits = [_fill(reqs[i], *op[:11]) for i, op in enumerate(self._ops)]
+        handles = ffi.new("int64_t[]", max(n, 1))
+        check(lib.fuseopt_enqueue_many(ctx, reqs, n, handles))
+        del c_splits
+        ops, self._ops = self._ops, []
+        return [Handle(ctx, handles[i], op[11], op[12], op[0] in _RUNTIME_OUTPUT)
+                for i, op in enumerate(ops)]
+
+
+def _context():
+    ctx = runtime.context()
+    if _orphans:
+        reap_orphans()
+    return ctx
+
+
+def _fill(req, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root, prescale,
+          postscale, splits):
+    """Fills one fuseopt_request_t; returns what must stay alive until enqueued."""
+    if type(shape) is not tuple:
+        shape = tuple(shape)
+    ffi.memmove(ffi.addressof(req), _template(collective, name, dtype, shape, reduce_op, root,
+                                              prescale, postscale), _REQUEST_SIZE)
+    req.input = input_ptr
+    req.output = output_ptr
+    if splits is None:
+        return None
+    c_splits = ffi.new("int64_t[]", list(splits))
+    req.splits = c_splits
+    req.num_splits = len(splits)
+    return c_splits
+
+
+_RUNTIME_OUTPUT = (ALLGATHER, ALLTOALL)
+_REQUEST_SIZE = ffi.sizeof("fuseopt_request_t")
 
 
 def enqueue_control(collective, name=None):

@@ -26,10 +26,7 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale):
         _t.dtype_name(t)
 
     def fn(*arrays):
-        handles = [_np.allreduce_async(a, name=n, op=op, prescale_factor=prescale,
-                                       postscale_factor=postscale)
-                   for a, n in zip(arrays, names)]
-        return [h.wait() for h in handles]
+        return _np.grouped_allreduce_async(list(arrays), names, op, prescale, postscale).wait()
 
     outs = _t.run(fn, tensors, dtypes, "allreduce")
     for o, t in zip(outs, tensors):

@@ -20,24 +20,32 @@ Product = _np_ops.Product
 
 
 
-def _allreduce_into(src, out, name, op, prescale_factor, postscale_factor):
-    return _rq.enqueue(_rq.ALLREDUCE, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
-                       _t.ptr(out), reduce_op=op, prescale=prescale_factor,
-                       postscale=postscale_factor, keepalive=(src, out), finish=lambda _: out)
+def _allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place):
+    """enqueue()'s arguments for one allreduce (in place or into a new tensor)."""
+    if in_place:
+        src = out = _t.writable(tensor.detach(), "allreduce_ tensor")
+        src_ptr = out_ptr = _t.ptr(src)
+    else:
+        src = _t.contiguous(tensor.detach())
+        out = torch.empty_like(src)
+        src_ptr, out_ptr = _t.ptr(src), _t.ptr(out)
+    return ((_rq.ALLREDUCE, name, _t.dtype_name(src), tuple(src.shape), src_ptr, out_ptr),
+            dict(reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
+                 keepalive=(src, out), finish=lambda _: out))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None):
-    src = _t.contiguous(tensor.detach())
-    return _allreduce_into(src, torch.empty_like(src), name, _np_ops.resolve_op(average, op),
-                           prescale_factor, postscale_factor)
+    args, kwargs = _allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
+                                 postscale_factor, False)
+    return _rq.enqueue(*args, **kwargs)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
-    buf = _t.writable(tensor.detach(), "allreduce_ tensor")
-    return _allreduce_into(buf, buf, name, _np_ops.resolve_op(average, op), prescale_factor,
-                           postscale_factor)
+    args, kwargs = _allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
+                                 postscale_factor, True)
+    return _rq.enqueue(*args, **kwargs)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -78,17 +86,25 @@ def _group_names(tensors, name):
     return [None if name is None else "%s.%d" % (name, i) for i in range(len(tensors))]
 
 
+def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, in_place):
+    op = _np_ops.resolve_op(average, op)
+    batch = _rq.Batch()
+    for t, n in zip(tensors, _group_names(tensors, name)):
+        args, kwargs = _allreduce_op(t, n, op, prescale_factor, postscale_factor, in_place)
+        batch.add(*args, **kwargs)
+    return _np_ops.Group(batch.submit())
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=None):
-    """Allreduces a list of tensors, negotiated and fused together."""
-    return _np_ops.Group([allreduce_async(t, average, n, op, prescale_factor, postscale_factor)
-                   for t, n in zip(tensors, _group_names(tensors, name))])
+    """Allreduces a list of tensors: submitted in one call, negotiated in one
+    round and fused."""
+    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, False)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
-    return _np_ops.Group([allreduce_async_(t, average, n, op, prescale_factor, postscale_factor)
-                   for t, n in zip(tensors, _group_names(tensors, name))])
+    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, True)
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,

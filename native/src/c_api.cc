@@ -101,7 +101,16 @@ int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out) {
 int fuseopt_enqueue(fuseopt_ctx_t* ctx, const fuseopt_request_t* req, int64_t* handle) {
   REQUIRE_CTX(ctx);
   if (!req || !handle) return fail(FUSEOPT_INVALID_ARG, "request or handle pointer is NULL");
-  return guarded([&] { *handle = ctx->context.enqueue(*req); });
+  return guarded([&] { ctx->context.enqueue(req, 1, handle); });
+}
+
+int fuseopt_enqueue_many(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests, int64_t count,
+                         int64_t* handles) {
+  REQUIRE_CTX(ctx);
+  if (count < 0) return fail(FUSEOPT_INVALID_ARG, "count is negative");
+  if (count > 0 && (!requests || !handles))
+    return fail(FUSEOPT_INVALID_ARG, "requests or handles pointer is NULL");
+  return guarded([&] { ctx->context.enqueue(requests, count, handles); });
 }
 
 int fuseopt_poll(fuseopt_ctx_t* ctx, int64_t handle, int* done) {

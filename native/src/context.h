@@ -24,6 +24,7 @@ struct Inbox {
   std::mutex mu;
   std::condition_variable wake;
   std::deque<Entry> queue;
+  std::atomic<uint64_t> enqueued{0};         // count ever queued; read without mu
   bool shutdown_requested = false;
   bool loop_waiting = false;                  // enqueue signals only if true
   bool stopped = false;                       // the loop thread has exited
@@ -37,7 +38,8 @@ class Context {
 
   void shutdown();
   const fuseopt_comm_info_t& comm_info() const { return info_; }
-  int64_t enqueue(const fuseopt_request_t& request);
+  // Queues count requests, all or none (throws Error), one handle each.
+  void enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles);
   HandleTable& handles() { return handles_; }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 namespace fuseopt {
 
@@ -20,6 +21,14 @@ int64_t HandleTable::create(const std::string& name) {
   s.name = name;
   states_.emplace(h, std::move(s));
   return h;
+}
+
+void HandleTable::discard(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = states_.find(handle);
+  if (it == states_.end()) return;
+  in_flight_.erase(it->second.name);
+  states_.erase(it);
 }
 
 void HandleTable::complete(int64_t handle, Outcome outcome, OwnedOutput output) {
@@ -67,9 +76,22 @@ bool HandleTable::poll(int64_t handle) {
   return find(handle).done;
 }
 
+namespace {
+// A blocked waiter pays a futex wake-up when its handle completes, tens of
+// microseconds on a virtual machine; a small op often completes sooner than
+// that, so look a few times before blocking.
+constexpr auto kWaitSpin = std::chrono::microseconds(50);
+}  // namespace
+
 Outcome HandleTable::wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out) {
   std::unique_lock<std::mutex> lock(mu_);
   find(handle);
+  const auto spin_end = std::chrono::steady_clock::now() + kWaitSpin;
+  while (timeout_ms != 0 && !find(handle).done && std::chrono::steady_clock::now() < spin_end) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
   auto is_done = [&] { return find(handle).done; };
   find(handle).waiters++;
   bool done = true;

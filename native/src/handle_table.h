@@ -33,6 +33,8 @@ class HandleTable {
   ~HandleTable();
   // Throws Error(INVALID_ARG) if name is already in flight.
   int64_t create(const std::string& name);
+  // Forgets a handle nobody was given (its enqueue was refused).
+  void discard(int64_t handle);
   void complete(int64_t handle, Outcome outcome, OwnedOutput output = OwnedOutput());
   // Completes every handle still pending (shutdown, fatal errors).
   void fail_pending(const Outcome& outcome);

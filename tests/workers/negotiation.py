@@ -125,9 +125,41 @@ def check_name_reuse_wait_timeout_and_poll():
     assert fuseopt.pending_handles() == 0, fuseopt.pending_handles()
 
 
+def check_grouped_submission_is_all_or_nothing():
+    r, n = fuseopt.rank(), fuseopt.size()
+    arrays = [np.full(k + 1, r + k, np.float32) for k in range(40)]
+    names = ["grp.%d" % k for k in range(40)]
+    out = fuseopt.grouped_allreduce(arrays, names, op=fuseopt.Sum)
+    for k, o in enumerate(out):
+        assert_close(o, np.full(k + 1, sum(q + k for q in range(n)), np.float32), names[k])
+    fuseopt.grouped_allreduce_(arrays, names, op=fuseopt.Sum)  # in place, same names: cached
+    for k, a in enumerate(arrays):
+        assert_close(a, np.full(k + 1, sum(q + k for q in range(n)), np.float32), "in place")
+    # One bad member (a name repeated inside the group) refuses the whole
+    # call: nothing is queued, so nothing can be left half-negotiated.
+    before = fuseopt.pending_handles()
+    harness.expect_error(fuseopt.InvalidArgumentError,
+                         lambda: fuseopt.grouped_allreduce_async(
+                             [np.ones(2, np.float32)] * 3, ["grp.a", "grp.b", "grp.a"]),
+                         "grp.a", "already in flight")
+    assert fuseopt.pending_handles() == before, fuseopt.pending_handles()
+    # Unnamed members take the next automatic names only when accepted, so
+    # ranks stay matched even if one of them had a refused group (rank 0 here).
+    if r == 0:
+        harness.expect_error(fuseopt.InvalidArgumentError,
+                             lambda: fuseopt.grouped_allreduce_async(
+                                 [np.ones(2, np.float32), np.ones(2, np.complex64)]),
+                             "complex64")
+    out = fuseopt.grouped_allreduce([np.full(2, r, np.float32), np.full(3, 1, np.int32)],
+                                    op=fuseopt.Sum)
+    assert_close(out[0], np.full(2, n * (n - 1) / 2, np.float32), "unnamed group 0")
+    assert_close(out[1], np.full(3, n, np.int32), "unnamed group 1")
+
+
 if __name__ == "__main__":
     harness.run([check_500_tensors_in_a_different_order_per_rank,
                  check_mismatched_shape_dtype_op_root_kind,
                  check_cache_renegotiates_changed_shapes,
                  check_local_argument_errors,
-                 check_name_reuse_wait_timeout_and_poll])
+                 check_name_reuse_wait_timeout_and_poll,
+                 check_grouped_submission_is_all_or_nothing])

@@ -154,6 +154,13 @@ int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out);
  * surface later, from fuseopt_wait. */
 int fuseopt_enqueue(fuseopt_ctx_t* ctx, const fuseopt_request_t* req, int64_t* handle);
 
+/* Enqueues count requests at once, all or none: on an error nothing is
+ * queued. handles[i] belongs to requests[i]. Cheaper than count single calls
+ * and they reach the loop thread together, so they negotiate and fuse in one
+ * round. */
+int fuseopt_enqueue_many(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests, int64_t count,
+                         int64_t* handles);
+
 /* *done becomes 1 once the handle has a final status. Does not release it. */
 int fuseopt_poll(fuseopt_ctx_t* ctx, int64_t handle, int* done);
 
