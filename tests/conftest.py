@@ -26,8 +26,19 @@ def launch(nranks, script, *args, timeout=120, env=None, launcher_args=(), expec
     """Runs tests/workers/<script> on nranks ranks and returns a RunResult.
 
     With expect_ok (the default) every rank must exit 0."""
-    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "-np", str(nranks), *launcher_args,
-           sys.executable, os.path.join(WORKERS, script), *map(str, args)]
+    return launch_mpmd([(nranks, script) + args], timeout=timeout, env=env,
+                       launcher_args=launcher_args, expect_ok=expect_ok)
+
+
+def launch_mpmd(programs, timeout=120, env=None, launcher_args=(), expect_ok=True):
+    """One job of several programs, each ``(nranks, script, *args)``, joined by
+    ``:`` as in ``fuseoptrun -np 2 a.py : -np 2 b.py``."""
+    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", *launcher_args]
+    for i, (nranks, script, *args) in enumerate(programs):
+        cmd += ([":"] if i else []) + ["-np", str(nranks), sys.executable,
+                                       os.path.join(WORKERS, script), *map(str, args)]
+    nranks = sum(p[0] for p in programs)
+    script = " : ".join(p[1] for p in programs)
     full_env = dict(os.environ)
     full_env.pop("FUSEOPT_MPIEXEC", None)
     full_env["PYTHONPATH"] = WORKERS + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -50,3 +61,8 @@ def launch(nranks, script, *args, timeout=120, env=None, launcher_args=(), expec
 @pytest.fixture
 def run_ranks():
     return launch
+
+
+@pytest.fixture
+def run_mpmd():
+    return launch_mpmd

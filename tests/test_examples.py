@@ -45,3 +45,19 @@ def test_tensorflow_synthetic_benchmark_reports_throughput():
     out = run_example("tensorflow_synthetic_benchmark.py", "--num-iters", "2",
                       "--num-batches-per-iter", "2", "--num-warmup-batches", "2")
     assert re.search(r"Total img/sec on 2 rank\(s\): [\d.]+", out), out
+
+
+def test_mixed_cluster_example_trains_one_model_on_both_frameworks():
+    example = os.path.join(ROOT, "examples", "mixed_cluster")
+    cmd = [sys.executable, "-m", "fuseopt.launcher.cli",
+           "-np", "1", sys.executable, os.path.join(example, "train_torch.py"), ":",
+           "-np", "1", sys.executable, os.path.join(example, "train_keras.py")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    accs = {fw: float(re.findall(r"%s\]?\s+epoch 8 .*val acc ([\d.]+)" % fw, out)[-1])
+            for fw in ("PyTorch", "Keras")}
+    assert accs["PyTorch"] == accs["Keras"] > 0.85, out  # one model, evaluated twice
+    drifts = [float(d) for d in
+              re.findall(r"largest weight difference to any rank: ([0-9.e+-]+)", out)]
+    assert len(drifts) == 2 and max(drifts) < 1e-5, out

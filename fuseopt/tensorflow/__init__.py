@@ -21,6 +21,7 @@ from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_object, 
                   alltoall, barrier, broadcast, broadcast_object, grouped_allreduce, join,
                   reducescatter)
 from .optimizer import DistributedOptimizer
+from ..naming import Shared
 from .sync_batch_norm import SyncBatchNormalization
 
 HorovodInternalError = FuseoptError

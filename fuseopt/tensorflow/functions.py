@@ -1,7 +1,10 @@
 """Making every rank start from the same variables."""
+import numpy as np
 import tensorflow as tf
 
+from .. import naming
 from .. import ops as _np
+from ..errors import InvalidArgumentError
 from . import ops
 
 
@@ -9,11 +12,19 @@ def _var_name(v, i):
     return "broadcast.var.%s" % (getattr(v, "path", None) or getattr(v, "name", "var%d" % i))
 
 
-def broadcast_variables(variables, root_rank=0, process_set=None):
+def broadcast_variables(variables, root_rank=0, process_set=None, name_map=None):
     """Assigns root_rank's values to ``variables`` on every rank (Keras
     variables or tf.Variables). Eagerly, all broadcasts are submitted at once
-    so they fuse; inside tf.function they are graph ops."""
+    so they fuse; inside tf.function they are graph ops.
+
+    ``name_map`` (mixed PyTorch/TensorFlow jobs, see docs/mixed.md): maps each
+    variable's path to a shared name or ``fuseopt.Shared(name, perm)``, so a
+    PyTorch rank's ``broadcast_parameters(..., name_map=...)`` can be the root
+    or a receiver. Eager only; the ranks first check together that they agree
+    on every shared tensor."""
     variables = list(variables)
+    if name_map is not None:
+        return _broadcast_mapped(variables, root_rank, name_map)
     names = [_var_name(v, i) for i, v in enumerate(variables)]
     if len(set(names)) != len(names):
         names = ["broadcast.var.%d" % i for i in range(len(variables))]
@@ -23,4 +34,27 @@ def broadcast_variables(variables, root_rank=0, process_set=None):
     handles = [_np.broadcast_async(v.numpy(), root_rank, name=n) for v, n in zip(variables, names)]
     for v, h in zip(variables, handles):
         v.assign(h.wait())
+    return None
+
+
+def variable_path(v):
+    """The name a name_map knows a variable by: its Keras path
+    (``"model/dense/kernel"``), or a tf.Variable's name without ``:0``."""
+    return str(getattr(v, "path", None) or v.name).split(":")[0]
+
+
+def _broadcast_mapped(variables, root_rank, name_map):
+    if not tf.executing_eagerly():
+        raise InvalidArgumentError("broadcast_variables(name_map=...) runs eagerly; call it "
+                                   "outside tf.function")
+    shared = [naming.Shared(naming.BROADCAST_PREFIX + s.name, s.perm)
+              for s in naming.resolve(name_map, [variable_path(v) for v in variables])]
+    values = [v.numpy() if s.perm is None else np.ascontiguousarray(v.numpy().transpose(s.perm))
+              for v, s in zip(variables, shared)]
+    naming.verify_agreement({s.name: (x.shape, x.dtype.name) for s, x in zip(shared, values)},
+                            "broadcast_variables")
+    handles = [_np.broadcast_async(x, root_rank, name=s.name) for s, x in zip(shared, values)]
+    for v, s, h in zip(variables, shared, handles):
+        x = h.wait()
+        v.assign(x if s.perm is None else x.transpose(s.inverse))
     return None

@@ -2,7 +2,9 @@
 across ranks, all of a step's gradients negotiated together so they fuse."""
 import tensorflow as tf
 
+from .. import naming
 from . import ops
+from .functions import variable_path
 from .compression import Compression
 
 
@@ -18,18 +20,30 @@ def gradient_names(sources):
     return names
 
 
+def mapped_gradients(sources, name_map):
+    """Names and layouts from a mixed-cluster name map (fuseopt.naming)."""
+    shared = naming.resolve(name_map, [variable_path(s) for s in sources])
+    return [naming.GRADIENT_PREFIX + s.name for s in shared], shared
+
+
 def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
-                     sparse_as_dense, names=None):
+                     sparse_as_dense, name_map=None):
     """Averages a list of gradients across ranks in one grouped allreduce.
 
     None gradients (a variable unused on this rank) take part as zeros, so
     every rank submits the same set of names. IndexedSlices are allgathered
-    unless sparse_as_dense."""
+    unless sparse_as_dense. With a name_map, gradients travel under their
+    shared names, permuted into the shared layout and back."""
     grads = [tf.zeros_like(s) if g is None else g for g, s in zip(grads, sources)]
+    shared = None
+    if name_map is not None:
+        names, shared = mapped_gradients(sources, name_map)
+        grads = [g if s.perm is None else tf.transpose(tf.convert_to_tensor(g), s.perm)
+                 for g, s in zip(grads, shared)]
+    else:
+        names = gradient_names(sources)
     grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) and sparse_as_dense
              else g for g in grads]
-    if names is None:
-        names = gradient_names(sources)
     if names is None:
         names = ops._names(len(grads), None, "gradients")
     scales = (1.0 / gradient_predivide_factor, gradient_predivide_factor) \
@@ -44,6 +58,8 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices):
             out[i] = ops.allreduce(g, op=op, name=names[i])
+    if shared is not None:
+        out = [o if s.perm is None else tf.transpose(o, s.inverse) for o, s in zip(out, shared)]
     return out
 
 
@@ -60,8 +76,9 @@ class DistributedGradientTape:
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=Compression.none,
                  sparse_as_dense=False, op=ops.Average, gradient_predivide_factor=1.0,
-                 num_groups=0, groups=None, process_set=None):
+                 num_groups=0, groups=None, process_set=None, name_map=None):
         self._tape = gradtape
+        self._name_map = name_map
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         self._op = op
@@ -72,7 +89,7 @@ class DistributedGradientTape:
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         reduced = reduce_gradients(flat_grads, flat_sources, self._compression, self._op,
-                                   self._predivide, self._sparse_as_dense)
+                                   self._predivide, self._sparse_as_dense, self._name_map)
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def __getattr__(self, name):

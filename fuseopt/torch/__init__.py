@@ -19,6 +19,7 @@ from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, a
                   grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, join,
                   poll, reducescatter, reducescatter_async, synchronize)
 from .optimizer import DistributedOptimizer
+from ..naming import Shared
 from .sync_batch_norm import SyncBatchNorm, recompute_bn_stats
 from .local_sgd import AdaptiveLocalSGD, LocalSGD
 

@@ -3,35 +3,49 @@ import io
 
 import torch
 
+from .. import naming
 from .. import objects as _objects
 from .. import runtime
 from ..errors import InvalidArgumentError
-from . import ops
+from . import _tensors, ops
 
 
-def broadcast_parameters(params, root_rank=0, prefix="broadcast.param."):
+def broadcast_parameters(params, root_rank=0, prefix="broadcast.param.", name_map=None):
     """Copies root_rank's tensors into everyone's, in place.
 
     ``params``: a ``state_dict()`` (tensors and buffers) or an iterable of
     ``(name, tensor)`` such as ``model.named_parameters()``. All broadcasts
-    are submitted at once so they fuse."""
+    are submitted at once so they fuse.
+
+    ``name_map`` (mixed PyTorch/TensorFlow jobs, see docs/mixed.md): maps
+    each name to a shared name or ``fuseopt.Shared(name, perm)``; the tensors
+    then travel under the shared names and layout, so a Keras rank's
+    ``broadcast_variables(..., name_map=...)`` can be the root or a receiver.
+    The ranks first check together that they agree on every shared tensor."""
     items = sorted(params.items()) if isinstance(params, dict) else list(params)
     if not all(isinstance(item, tuple) and len(item) == 2 for item in items):
         raise InvalidArgumentError("broadcast_parameters needs a state_dict or (name, tensor) "
                                    "pairs such as model.named_parameters()")
+    items = [(n, t.data if isinstance(t, torch.nn.Parameter) else t)
+             for n, t in items if torch.is_tensor(t)]
+    if name_map is None:
+        shared = [naming.Shared(prefix + n) for n, _ in items]
+    else:
+        shared = [naming.Shared(naming.BROADCAST_PREFIX + s.name, s.perm)
+                  for s in naming.resolve(name_map, [n for n, _ in items])]
+        naming.verify_agreement({s.name: (s.shared_shape(t.shape), _tensors.dtype_name(t))
+                                 for (_, t), s in zip(items, shared)}, "broadcast_parameters")
     pending = []
-    for name, tensor in items:
-        if not torch.is_tensor(tensor):
-            continue
-        target = tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
-        if target.is_contiguous():
-            pending.append((None, ops.broadcast_async_(target, root_rank, name=prefix + name)))
+    for (_, target), s in zip(items, shared):
+        if s.perm is None and target.is_contiguous():
+            pending.append((None, s, ops.broadcast_async_(target, root_rank, name=s.name)))
         else:
-            pending.append((target, ops.broadcast_async(target, root_rank, name=prefix + name)))
-    for target, handle in pending:
+            view = target if s.perm is None else target.permute(s.perm)
+            pending.append((target, s, ops.broadcast_async(view, root_rank, name=s.name)))
+    for target, s, handle in pending:
         result = handle.wait()
         if target is not None:
-            target.copy_(result)
+            target.copy_(result if s.perm is None else result.permute(s.inverse))
 
 
 def broadcast_object(obj, root_rank=0, name=None):

@@ -17,6 +17,7 @@ import warnings
 
 import torch
 
+from .. import naming
 from ..errors import InvalidArgumentError
 from . import ops
 from .compression import Compression
@@ -46,11 +47,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
             the parameters into that many groups in order.
         sparse_as_dense: accepted for Horovod compatibility; sparse gradients
             are always reduced as dense tensors.
+        name_map: for mixed PyTorch/TensorFlow jobs: maps each name in
+            ``named_parameters`` to a framework-neutral name or
+            ``fuseopt.Shared(name, perm)`` (see docs/mixed.md).
     """
 
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
                  backward_passes_per_step=1, op=ops.Average, gradient_predivide_factor=1.0,
-                 num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+                 num_groups=0, groups=None, sparse_as_dense=False, process_set=None,
+                 name_map=None):
         # No Optimizer.__init__: the wrapped optimizer owns parameters and state.
         self._optimizer = optimizer
         self._compression = compression
@@ -63,6 +68,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._prescale = 1.0 / gradient_predivide_factor
         self._postscale = gradient_predivide_factor
         self._names = self._parameter_names(named_parameters)
+        self._perms = {}  # param -> Shared, for parameters stored in another layout
+        if name_map is not None:
+            self._apply_name_map(named_parameters, name_map)
         self._group_of = self._parameter_groups(num_groups, groups)
         self._group_size = {}
         for g in self._group_of.values():
@@ -139,7 +147,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         params = [p for g in self._optimizer.param_groups for p in g["params"] if p.requires_grad]
         if named_parameters is None:
             return {p: "grad.param.%d" % i for i, p in enumerate(params)}
-        named = list(named_parameters)
+        named = self._named = list(named_parameters)
         names = [n for n, _ in named]
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
@@ -152,6 +160,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "model.named_parameters() of the model this optimizer trains" % (
                     len(missing), missing[:5]))
         return {p: by_param[p] for p in params}
+
+    def _apply_name_map(self, named_parameters, name_map):
+        if named_parameters is None:
+            raise InvalidArgumentError("name_map needs named_parameters (its keys are those names)")
+        local = {p: n for n, p in self._named}
+        params = list(self._names)
+        shared = naming.resolve(name_map, [local[p] for p in params])
+        for p, s in zip(params, shared):
+            self._names[p] = naming.GRADIENT_PREFIX + s.name
+            if s.perm is not None:
+                self._perms[p] = s
 
     def _parameter_groups(self, num_groups, groups):
         params = list(self._names)
@@ -193,6 +212,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if grad.is_sparse:
             grad = p.grad = grad.to_dense()
         name = self._names[p]
+        shared = self._perms.get(p)
+        if shared is not None:  # travels in the shared layout (a copy, made contiguous below)
+            grad = grad.permute(shared.perm)
         payloads, ctx = self._compression.compress(grad, name)
         op = self._compression.reduce_op if self._compression.reduce_op is not None else self._op
         scales = (self._prescale, self._postscale) if op == ops.Average else (1.0, 1.0)
@@ -216,10 +238,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._ready.clear()
         for p, (handles, payloads, ctx) in self._in_flight.items():
             reduced = [h.wait() for h in handles]
-            if self._compression is not Compression.none:
-                p.grad.copy_(self._compression.decompress(reduced, ctx))
-            elif reduced[0].data_ptr() != p.grad.data_ptr():  # made contiguous on the way
-                p.grad.copy_(reduced[0])
+            result = reduced[0] if self._compression is Compression.none \
+                else self._compression.decompress(reduced, ctx)
+            shared = self._perms.get(p)
+            if shared is not None:
+                result = result.permute(shared.inverse)
+            if result.data_ptr() != p.grad.data_ptr():  # decompressed, or copied on the way
+                p.grad.copy_(result)
         self._in_flight.clear()
         self._passes.clear()
         self._synchronized = True

@@ -11,17 +11,27 @@ from ..functions import broadcast_variables
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """At the start of training, copies root_rank's model weights and optimizer
     state to every rank. The optimizer is built first, so its slots (which
-    Keras creates lazily) exist and are broadcast too."""
+    Keras creates lazily) exist and are broadcast too.
 
-    def __init__(self, root_rank=0, device=""):
+    With ``name_map`` (a mixed PyTorch/TensorFlow job, see docs/mixed.md) the
+    model's variables travel under their shared names, so the root may be a
+    PyTorch rank; optimizer state, which the frameworks lay out differently,
+    is then not broadcast (fresh optimizers start equal anyway)."""
+
+    def __init__(self, root_rank=0, device="", name_map=None):
         super().__init__()
         self.root_rank = root_rank
+        self.name_map = name_map
         self.broadcast_done = False
 
     def on_train_begin(self, logs=None):
         if self.broadcast_done:
             return
         model = self.model
+        if self.name_map is not None:
+            broadcast_variables(model.variables, self.root_rank, name_map=self.name_map)
+            self.broadcast_done = True
+            return
         optimizer = model.optimizer
         if optimizer is not None and not optimizer.built:
             optimizer.build(model.trainable_variables)
