@@ -20,7 +20,7 @@ Product = _np_ops.Product
 
 
 
-def _allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place):
+def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place):
     """enqueue()'s arguments for one allreduce (in place or into a new tensor)."""
     if in_place:
         src = out = _t.writable(tensor.detach(), "allreduce_ tensor")
@@ -36,14 +36,14 @@ def _allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place)
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None):
-    args, kwargs = _allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
+    args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
                                  postscale_factor, False)
     return _rq.enqueue(*args, **kwargs)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
-    args, kwargs = _allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
+    args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
                                  postscale_factor, True)
     return _rq.enqueue(*args, **kwargs)
 
@@ -90,7 +90,7 @@ def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, in_p
     op = _np_ops.resolve_op(average, op)
     batch = _rq.Batch()
     for t, n in zip(tensors, _group_names(tensors, name)):
-        args, kwargs = _allreduce_op(t, n, op, prescale_factor, postscale_factor, in_place)
+        args, kwargs = allreduce_op(t, n, op, prescale_factor, postscale_factor, in_place)
         batch.add(*args, **kwargs)
     return _np_ops.Group(batch.submit())
 

@@ -13,14 +13,35 @@ optimizer all behave as without fuseopt, and DistributedOptimizer itself can
 be subclassed.
 """
 import contextlib
+import os
 import warnings
 
 import torch
 
 from .. import naming
 from ..errors import InvalidArgumentError
+from .. import requests as _rq
 from . import ops
 from .compression import Compression
+
+
+def _bucket_cap_bytes(bucket_cap_mb):
+    if bucket_cap_mb is None:
+        bucket_cap_mb = os.environ.get("FUSEOPT_BUCKET_CAP_MB", DEFAULT_BUCKET_CAP_MB)
+    if isinstance(bucket_cap_mb, str):
+        if bucket_cap_mb.strip().lower() in ("inf", "none", "off"):
+            return float("inf")
+        try:
+            bucket_cap_mb = float(bucket_cap_mb)
+        except ValueError:
+            raise InvalidArgumentError("FUSEOPT_BUCKET_CAP_MB=%r is not a number or 'inf'"
+                                       % bucket_cap_mb) from None
+    if not bucket_cap_mb >= 0:
+        raise InvalidArgumentError("bucket_cap_mb must be >= 0, not %r" % (bucket_cap_mb,))
+    return bucket_cap_mb * 2 ** 20
+
+
+DEFAULT_BUCKET_CAP_MB = 1.0
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -50,12 +71,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
         name_map: for mixed PyTorch/TensorFlow jobs: maps each name in
             ``named_parameters`` to a framework-neutral name or
             ``fuseopt.Shared(name, perm)`` (see docs/mixed.md).
+        bucket_cap_mb: ready gradients are handed to the core together once
+            this many MiB of them are waiting (one native call and one
+            wake-up of the background thread per bucket instead of per
+            gradient); the rest go at ``step()``/``synchronize()``. 0 hands
+            each gradient over the moment it is ready; ``float("inf")`` (or
+            ``"inf"``) waits for the end of backward: no overlap, which is
+            faster when compute already uses every core (see
+            docs/benchmarks.md). Default: ``FUSEOPT_BUCKET_CAP_MB`` or 1.
     """
 
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
                  backward_passes_per_step=1, op=ops.Average, gradient_predivide_factor=1.0,
                  num_groups=0, groups=None, sparse_as_dense=False, process_set=None,
-                 name_map=None):
+                 name_map=None, bucket_cap_mb=None):
         # No Optimizer.__init__: the wrapped optimizer owns parameters and state.
         self._optimizer = optimizer
         self._compression = compression
@@ -78,6 +107,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._passes = {}       # param -> backward passes since the last allreduce
         self._ready = {}        # group index -> params of the group ready to go
         self._in_flight = {}    # param -> (handles, compression ctx)
+        # Ready gradients not yet submitted (an ordered set), and their bytes.
+        self._bucket = {}
+        self._bucket_bytes = 0
+        self._bucket_cap = _bucket_cap_bytes(bucket_cap_mb)
         self._should_synchronize = True
         self._synchronized = False
         self._hook_handles = [p.register_post_accumulate_grad_hook(self._on_grad_ready)
@@ -187,7 +220,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     # -- communication -----------------------------------------------------------
     def _on_grad_ready(self, p):
-        if p in self._in_flight:
+        if p in self._in_flight or p in self._bucket:
             raise InvalidArgumentError(
                 "gradient of %s was computed again before step()/synchronize(); for several "
                 "backward passes per step, pass backward_passes_per_step" % self._names[p])
@@ -195,47 +228,60 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._passes[p] < self.backward_passes_per_step:
             return
         group = self._group_of.get(p)
-        if group is None:
-            self._start(p)
+        if group is not None:
+            ready = self._ready.setdefault(group, [])
+            ready.append(p)
+            if len(ready) == self._group_size[group]:
+                self._submit(ready)
+                del self._ready[group]
             return
-        ready = self._ready.setdefault(group, [])
-        ready.append(p)
-        if len(ready) == self._group_size[group]:
-            for q in ready:
-                self._start(q)
-            del self._ready[group]
+        self._bucket[p] = None
+        self._bucket_bytes += p.grad.numel() * p.grad.element_size()
+        if self._bucket_bytes >= self._bucket_cap:
+            self._flush_bucket()
 
-    def _start(self, p):
-        grad = p.grad
-        if grad is None:  # unused on this rank: take part with zeros
-            grad = p.grad = torch.zeros_like(p)
-        if grad.is_sparse:
-            grad = p.grad = grad.to_dense()
-        name = self._names[p]
-        shared = self._perms.get(p)
-        if shared is not None:  # travels in the shared layout (a copy, made contiguous below)
-            grad = grad.permute(shared.perm)
-        payloads, ctx = self._compression.compress(grad, name)
+    def _flush_bucket(self):
+        if self._bucket:
+            self._submit(list(self._bucket))
+        self._bucket.clear()
+        self._bucket_bytes = 0
+
+    def _submit(self, params):
+        """Starts the allreduces of ``params`` in one native call."""
         op = self._compression.reduce_op if self._compression.reduce_op is not None else self._op
         scales = (self._prescale, self._postscale) if op == ops.Average else (1.0, 1.0)
-        handles = []
-        for i, payload in enumerate(payloads):
-            if not payload.is_contiguous():
-                payload = payload.contiguous()
-            handles.append(ops.allreduce_async_(payload, name=name if i == 0 else
-                                                "%s.%d" % (name, i), op=op,
-                                                prescale_factor=scales[0],
-                                                postscale_factor=scales[1]))
-        self._in_flight[p] = (handles, payloads, ctx)
+        batch = _rq.Batch()
+        started = []
+        for p in params:
+            grad = p.grad
+            if grad is None:  # unused on this rank: take part with zeros
+                grad = p.grad = torch.zeros_like(p)
+            if grad.is_sparse:
+                grad = p.grad = grad.to_dense()
+            name = self._names[p]
+            shared = self._perms.get(p)
+            if shared is not None:  # travels in the shared layout (a copy, made contiguous below)
+                grad = grad.permute(shared.perm)
+            payloads, ctx = self._compression.compress(grad, name)
+            for i, payload in enumerate(payloads):
+                args, kwargs = ops.allreduce_op(payload.contiguous(),
+                                                name if i == 0 else "%s.%d" % (name, i), op,
+                                                scales[0], scales[1], True)
+                batch.add(*args, **kwargs)
+            started.append((p, len(payloads), payloads, ctx))
+        handles = iter(batch.submit())
+        for p, count, payloads, ctx in started:
+            self._in_flight[p] = ([next(handles) for _ in range(count)], payloads, ctx)
 
     def synchronize(self):
         """Waits for every gradient's allreduce and writes the averages into
         ``p.grad``. Parameters whose gradient never arrived on this rank (an
         unused branch) take part with zeros, so no rank waits forever."""
-        for p in self._names:
+        for p in self._names:  # late ones: unused parameters, incomplete groups
             if p not in self._in_flight:
-                self._start(p)
+                self._bucket[p] = None
         self._ready.clear()
+        self._flush_bucket()
         for p, (handles, payloads, ctx) in self._in_flight.items():
             reduced = [h.wait() for h in handles]
             result = reduced[0] if self._compression is Compression.none \
@@ -276,7 +322,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return self._optimizer.step()
 
     def zero_grad(self, set_to_none=True):
-        if self._in_flight:
+        if self._in_flight or self._bucket:
             raise InvalidArgumentError(
                 "optimizer.zero_grad() was called after loss.backward() but before "
                 "optimizer.step() or optimizer.synchronize(): gradients are still being "

@@ -45,11 +45,13 @@ def assert_equal_across_ranks(model, what):
             close(gathered[k], gathered[0], "%s: %s differs on rank %d" % (what, name, k), 0)
 
 
-def train_pair(make_opt, steps=5, passes=1, compression=hvd.Compression.none, tag="t"):
+def train_pair(make_opt, steps=5, passes=1, compression=hvd.Compression.none, tag="t",
+               **opt_kwargs):
     n = hvd.size()
     model, reference = make_model(), make_model()
     opt = hvd.DistributedOptimizer(make_opt(model.parameters()), model.named_parameters(),
-                                   compression=compression, backward_passes_per_step=passes)
+                                   compression=compression, backward_passes_per_step=passes,
+                                   **opt_kwargs)
     ref_opt = make_opt(reference.parameters())
     for step in range(steps):
         x, y = global_batch(step, n)
@@ -74,6 +76,36 @@ def check_equivalence_sgd_momentum_and_adam():
     adam = lambda ps: torch.optim.Adam(ps, lr=0.01)  # noqa: E731
     model, ref, _ = train_pair(adam)
     assert_same_params(model, ref, "Adam")
+
+
+def check_bucket_caps_change_timing_not_results():
+    sgd = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
+    # 0: each gradient at once; 0.0002 MiB (~200 B): a few per bucket; inf: all at step().
+    for cap in (0, 0.0002, float("inf")):
+        model, ref, opt = train_pair(sgd, bucket_cap_mb=cap)
+        assert_same_params(model, ref, "bucket_cap_mb=%s" % cap)
+    # When gradients reach the core: bucket sizes per native submission, and
+    # how many are in flight by the end of backward (the rest go at step()).
+    # Gradients: 16x3 weight 192 B, biases 64 B and 12 B, 8x16 weight 512 B.
+    for cap, in_backward in ((0, 4), (0.0002, 4), (1, 0), (float("inf"), 0)):
+        model = make_model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       model.named_parameters(), bucket_cap_mb=cap)
+        batches, submit = [], opt._submit
+        opt._submit = lambda params: (batches.append(len(params)), submit(params))
+        x, y = global_batch(0, hvd.size())
+        F.cross_entropy(model(my_slice(x)), my_slice(y)).backward()
+        assert len(opt._in_flight) == in_backward, (cap, len(opt._in_flight))
+        opt.step()
+        assert not opt._in_flight and not opt._bucket
+        expected = {0: [1, 1, 1, 1], 0.0002: None, 1: [4], float("inf"): [4]}[cap]
+        if expected is None:  # ~210 B: several gradients per bucket, several buckets
+            assert 1 < len(batches) < 4 and sum(batches) == 4, batches
+        else:
+            assert batches == expected, (cap, batches)
+    harness.expect_error(hvd.InvalidArgumentError,
+                         lambda: hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1),
+                                                          bucket_cap_mb=-1), "bucket_cap_mb")
 
 
 def check_gradient_accumulation():
@@ -284,7 +316,8 @@ def check_join_with_uneven_batches():
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    harness.run([check_equivalence_sgd_momentum_and_adam, check_gradient_accumulation,
+    harness.run([check_equivalence_sgd_momentum_and_adam, check_bucket_caps_change_timing_not_results,
+                 check_gradient_accumulation,
                  check_compression_within_tolerance, check_error_feedback_converges_on_digits,
                  check_unused_parameters_do_not_deadlock,
                  check_optimizer_api_scheduler_scaler_state_dict,
