@@ -148,8 +148,8 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
     the handle's result; raw is a RuntimeOutput for allgather/alltoall.
     """
     ctx = _context()
-    req = ffi.new("fuseopt_request_t*")
-    c_splits = _fill(req[0], collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
+    req = ffi.new("fuseopt_request_t[1]")
+    c_splits = _fill(req, 0, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
                      root, prescale, postscale, splits)
     handle = ffi.new("int64_t*")
     check(lib.fuseopt_enqueue(ctx, req, handle))
@@ -176,7 +176,7 @@ class Batch:
         ctx = _context()
         n = len(self._ops)
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
-        c_splits = [_fill(reqs[i], *op[:11]) for i, op in enumerate(self._ops)]
+        c_splits = [_fill(reqs, i, *op[:11]) for i, op in enumerate(self._ops)]
         handles = ffi.new("int64_t[]", max(n, 1))
         check(lib.fuseopt_enqueue_many(ctx, reqs, n, handles))
         del c_splits
@@ -192,13 +192,13 @@ def _context():
     return ctx
 
 
-def _fill(req, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root, prescale,
-          postscale, splits):
-    """Fills one fuseopt_request_t; returns what must stay alive until enqueued."""
+def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
+          prescale, postscale, splits):
+    """Fills reqs[i]; returns what must stay alive until enqueued."""
     if type(shape) is not tuple:
         shape = tuple(shape)
-    ffi.memmove(ffi.addressof(req), _template(collective, name, dtype, shape, reduce_op, root,
-                                              prescale, postscale), _REQUEST_SIZE)
+    reqs[i] = _template(collective, name, dtype, shape, reduce_op, root, prescale, postscale)[0]
+    req = reqs[i]
     req.input = input_ptr
     req.output = output_ptr
     if splits is None:
@@ -210,7 +210,6 @@ def _fill(req, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
 
 
 _RUNTIME_OUTPUT = (ALLGATHER, ALLTOALL)
-_REQUEST_SIZE = ffi.sizeof("fuseopt_request_t")
 
 
 def enqueue_control(collective, name=None):

@@ -26,7 +26,7 @@ def dtype_name(tensor):
 def check_device(tensor):
     """Host tensors go to the MPI backend. Device tensors need a device backend
     (NCCL for CUDA, HCCL for Ascend NPU), which this build does not have yet."""
-    if tensor.device.type == "cpu":
+    if tensor.is_cpu:  # cheaper than building tensor.device
         return
     library = {"cuda": "NCCL (libnccl.so.2, pip install nvidia-nccl-cu12)",
                "npu": "HCCL (libhccl.so from Ascend CANN)"}.get(tensor.device.type)

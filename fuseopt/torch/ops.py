@@ -22,11 +22,13 @@ Product = _np_ops.Product
 
 def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place):
     """enqueue()'s arguments for one allreduce (in place or into a new tensor)."""
+    if tensor.requires_grad:  # e.g. a parameter; gradients themselves do not
+        tensor = tensor.detach()
     if in_place:
-        src = out = _t.writable(tensor.detach(), "allreduce_ tensor")
+        src = out = _t.writable(tensor, "allreduce_ tensor")
         src_ptr = out_ptr = _t.ptr(src)
     else:
-        src = _t.contiguous(tensor.detach())
+        src = _t.contiguous(tensor)
         out = torch.empty_like(src)
         src_ptr, out_ptr = _t.ptr(src), _t.ptr(out)
     return ((_rq.ALLREDUCE, name, _t.dtype_name(src), tuple(src.shape), src_ptr, out_ptr),

@@ -13,6 +13,7 @@ optimizer all behave as without fuseopt, and DistributedOptimizer itself can
 be subclassed.
 """
 import contextlib
+import functools
 import os
 import warnings
 
@@ -96,25 +97,37 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
         self._prescale = 1.0 / gradient_predivide_factor
         self._postscale = gradient_predivide_factor
-        self._names = self._parameter_names(named_parameters)
-        self._perms = {}  # param -> Shared, for parameters stored in another layout
+        # Parameters are numbered once; the per-step bookkeeping is keyed by
+        # that index (hashing a tensor costs a Python call, dozens per step).
+        self._params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        local_names = self._local_names(named_parameters)
+        self._names = ["grad." + n for n in local_names]
+        self._perms = {}  # index -> Shared, for parameters stored in another layout
         if name_map is not None:
-            self._apply_name_map(named_parameters, name_map)
+            if named_parameters is None:
+                raise InvalidArgumentError("name_map needs named_parameters (its keys are those "
+                                           "names)")
+            for i, shared in enumerate(naming.resolve(name_map, local_names)):
+                self._names[i] = naming.GRADIENT_PREFIX + shared.name
+                if shared.perm is not None:
+                    self._perms[i] = shared
         self._group_of = self._parameter_groups(num_groups, groups)
         self._group_size = {}
-        for g in self._group_of.values():
-            self._group_size[g] = self._group_size.get(g, 0) + 1
-        self._passes = {}       # param -> backward passes since the last allreduce
-        self._ready = {}        # group index -> params of the group ready to go
-        self._in_flight = {}    # param -> (handles, compression ctx)
-        # Ready gradients not yet submitted (an ordered set), and their bytes.
+        for g in self._group_of:
+            if g is not None:
+                self._group_size[g] = self._group_size.get(g, 0) + 1
+        self._passes = [0] * len(self._params)  # backward passes since the last allreduce
+        self._ready = {}        # group -> indices of the group's ready parameters
+        self._in_flight = {}    # index -> (handles, payloads, compression ctx)
+        # Ready gradients not yet submitted (an ordered set of indices), and their bytes.
         self._bucket = {}
         self._bucket_bytes = 0
         self._bucket_cap = _bucket_cap_bytes(bucket_cap_mb)
         self._should_synchronize = True
         self._synchronized = False
-        self._hook_handles = [p.register_post_accumulate_grad_hook(self._on_grad_ready)
-                              for p in self._names]
+        self._hook_handles = [
+            p.register_post_accumulate_grad_hook(functools.partial(self._on_grad_ready, i))
+            for i, p in enumerate(self._params)]
 
     # -- the wrapped optimizer's state, shared ---------------------------------
     @property
@@ -154,11 +167,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def add_param_group(self, param_group):
         self._optimizer.add_param_group(param_group)
-        for p in param_group["params"] if isinstance(param_group["params"], list) else \
-                list(self._optimizer.param_groups[-1]["params"]):
-            if p not in self._names and p.requires_grad:
-                self._names[p] = "grad.group%d.%d" % (len(self.param_groups) - 1, len(self._names))
-                self._hook_handles.append(p.register_post_accumulate_grad_hook(self._on_grad_ready))
+        known = set(self._params)
+        for p in self._optimizer.param_groups[-1]["params"]:
+            if p not in known and p.requires_grad:
+                i = len(self._params)
+                self._params.append(p)
+                self._names.append("grad.group%d.%d" % (len(self.param_groups) - 1, i))
+                self._group_of.append(None)
+                self._passes.append(0)
+                self._hook_handles.append(p.register_post_accumulate_grad_hook(
+                    functools.partial(self._on_grad_ready, i)))
 
     def register_step_pre_hook(self, hook):
         return self._optimizer.register_step_pre_hook(hook)
@@ -176,67 +194,58 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return getattr(self._optimizer, name)
 
     # -- naming and grouping ---------------------------------------------------
-    def _parameter_names(self, named_parameters):
-        params = [p for g in self._optimizer.param_groups for p in g["params"] if p.requires_grad]
+    def _local_names(self, named_parameters):
         if named_parameters is None:
-            return {p: "grad.param.%d" % i for i, p in enumerate(params)}
-        named = self._named = list(named_parameters)
+            return ["param.%d" % i for i in range(len(self._params))]
+        named = list(named_parameters)
         names = [n for n, _ in named]
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
             raise InvalidArgumentError("named_parameters has duplicate names: %s" % dup)
-        by_param = {p: "grad." + n for n, p in named}
-        missing = [i for i, p in enumerate(params) if p not in by_param]
+        by_param = {p: n for n, p in named}
+        missing = [i for i, p in enumerate(self._params) if p not in by_param]
         if missing:
             raise InvalidArgumentError(
                 "%d optimizer parameter(s) are not in named_parameters (positions %s); pass "
                 "model.named_parameters() of the model this optimizer trains" % (
                     len(missing), missing[:5]))
-        return {p: by_param[p] for p in params}
-
-    def _apply_name_map(self, named_parameters, name_map):
-        if named_parameters is None:
-            raise InvalidArgumentError("name_map needs named_parameters (its keys are those names)")
-        local = {p: n for n, p in self._named}
-        params = list(self._names)
-        shared = naming.resolve(name_map, [local[p] for p in params])
-        for p, s in zip(params, shared):
-            self._names[p] = naming.GRADIENT_PREFIX + s.name
-            if s.perm is not None:
-                self._perms[p] = s
+        return [by_param[p] for p in self._params]
 
     def _parameter_groups(self, num_groups, groups):
-        params = list(self._names)
+        """The group of each parameter index (None: not grouped)."""
+        n = len(self._params)
         if groups is not None:
-            group_of = {}
+            index_of = {p: i for i, p in enumerate(self._params)}
+            group_of = [None] * n
             for gi, group in enumerate(groups):
                 for p in group:
-                    group_of[p] = gi
+                    group_of[index_of[p]] = gi
             return group_of
         if num_groups and num_groups > 0:
-            per = -(-len(params) // num_groups)
-            return {p: i // per for i, p in enumerate(params)}
-        return {}
+            per = -(-n // num_groups)
+            return [i // per for i in range(n)]
+        return [None] * n
 
     # -- communication -----------------------------------------------------------
-    def _on_grad_ready(self, p):
-        if p in self._in_flight or p in self._bucket:
+    def _on_grad_ready(self, i, p):
+        if i in self._in_flight or i in self._bucket:
             raise InvalidArgumentError(
                 "gradient of %s was computed again before step()/synchronize(); for several "
-                "backward passes per step, pass backward_passes_per_step" % self._names[p])
-        self._passes[p] = self._passes.get(p, 0) + 1
-        if self._passes[p] < self.backward_passes_per_step:
+                "backward passes per step, pass backward_passes_per_step" % self._names[i])
+        self._passes[i] += 1
+        if self._passes[i] < self.backward_passes_per_step:
             return
-        group = self._group_of.get(p)
+        group = self._group_of[i]
         if group is not None:
             ready = self._ready.setdefault(group, [])
-            ready.append(p)
+            ready.append(i)
             if len(ready) == self._group_size[group]:
                 self._submit(ready)
                 del self._ready[group]
             return
-        self._bucket[p] = None
-        self._bucket_bytes += p.grad.numel() * p.grad.element_size()
+        self._bucket[i] = None
+        grad = p.grad
+        self._bucket_bytes += grad.numel() * grad.element_size()
         if self._bucket_bytes >= self._bucket_cap:
             self._flush_bucket()
 
@@ -246,53 +255,59 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._bucket.clear()
         self._bucket_bytes = 0
 
-    def _submit(self, params):
-        """Starts the allreduces of ``params`` in one native call."""
+    def _submit(self, indices):
+        """Starts the allreduces of these parameters in one native call."""
         op = self._compression.reduce_op if self._compression.reduce_op is not None else self._op
         scales = (self._prescale, self._postscale) if op == ops.Average else (1.0, 1.0)
         batch = _rq.Batch()
         started = []
-        for p in params:
+        plain = self._compression is Compression.none
+        for i in indices:
+            p = self._params[i]
             grad = p.grad
             if grad is None:  # unused on this rank: take part with zeros
                 grad = p.grad = torch.zeros_like(p)
             if grad.is_sparse:
                 grad = p.grad = grad.to_dense()
-            name = self._names[p]
-            shared = self._perms.get(p)
+            name = self._names[i]
+            shared = self._perms.get(i)
             if shared is not None:  # travels in the shared layout (a copy, made contiguous below)
                 grad = grad.permute(shared.perm)
-            payloads, ctx = self._compression.compress(grad, name)
-            for i, payload in enumerate(payloads):
+            if plain:
+                payloads, ctx = (grad,), None
+            else:
+                payloads, ctx = self._compression.compress(grad, name)
+            for k, payload in enumerate(payloads):
                 args, kwargs = ops.allreduce_op(payload.contiguous(),
-                                                name if i == 0 else "%s.%d" % (name, i), op,
+                                                name if k == 0 else "%s.%d" % (name, k), op,
                                                 scales[0], scales[1], True)
                 batch.add(*args, **kwargs)
-            started.append((p, len(payloads), payloads, ctx))
+            started.append((i, len(payloads), payloads, ctx))
         handles = iter(batch.submit())
-        for p, count, payloads, ctx in started:
-            self._in_flight[p] = ([next(handles) for _ in range(count)], payloads, ctx)
+        for i, count, payloads, ctx in started:
+            self._in_flight[i] = ([next(handles) for _ in range(count)], payloads, ctx)
 
     def synchronize(self):
         """Waits for every gradient's allreduce and writes the averages into
         ``p.grad``. Parameters whose gradient never arrived on this rank (an
         unused branch) take part with zeros, so no rank waits forever."""
-        for p in self._names:  # late ones: unused parameters, incomplete groups
-            if p not in self._in_flight:
-                self._bucket[p] = None
+        for i in range(len(self._params)):  # late ones: unused parameters, incomplete groups
+            if i not in self._in_flight:
+                self._bucket[i] = None
         self._ready.clear()
         self._flush_bucket()
-        for p, (handles, payloads, ctx) in self._in_flight.items():
+        plain = self._compression is Compression.none
+        for i, (handles, payloads, ctx) in self._in_flight.items():
             reduced = [h.wait() for h in handles]
-            result = reduced[0] if self._compression is Compression.none \
-                else self._compression.decompress(reduced, ctx)
-            shared = self._perms.get(p)
+            result = reduced[0] if plain else self._compression.decompress(reduced, ctx)
+            shared = self._perms.get(i)
             if shared is not None:
                 result = result.permute(shared.inverse)
-            if result.data_ptr() != p.grad.data_ptr():  # decompressed, or copied on the way
-                p.grad.copy_(result)
+            grad = self._params[i].grad
+            if result.data_ptr() != grad.data_ptr():  # decompressed, or copied on the way
+                grad.copy_(result)
         self._in_flight.clear()
-        self._passes.clear()
+        self._passes = [0] * len(self._params)
         self._synchronized = True
 
     @contextlib.contextmanager
