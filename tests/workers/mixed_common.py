@@ -90,3 +90,18 @@ def check_everyone_holds(fuseopt, weights, model):
     for r, theirs in enumerate(every):
         check_close(theirs, weights, "%s: rank %d vs rank %d" % (model, r, fuseopt.rank()),
                     tol=1e-6)
+
+
+def run(hvd, framework, scenarios):
+    """Runs scenarios[sys.argv[1]](x, y) on this framework's ranks of the
+    4-rank job and reports "[rank r] mixed <framework> <scenario> ok"."""
+    import sys
+    hvd.init()
+    assert hvd.size() == 4, hvd.size()
+    assert (hvd.rank() in TORCH_RANKS) == (framework == "torch"), (framework, hvd.rank())
+    x, y = digits()
+    scenario = sys.argv[1]
+    scenarios[scenario](x, y)
+    rank = hvd.rank()
+    hvd.shutdown()
+    print("[rank %d] mixed %s %s ok" % (rank, framework, scenario), flush=True)

@@ -5,9 +5,6 @@ logreg trains with model.fit and takes its initial weights from the PyTorch
 root through BroadcastGlobalVariablesCallback(name_map=...); mlp is the
 Keras root, broadcasts with broadcast_variables(name_map=...), and trains in
 a custom loop with DistributedGradientTape(name_map=...)."""
-import sys
-
-import numpy as np
 
 from tf_common import hvd, keras, tf
 from harness import expect_error
@@ -98,20 +95,7 @@ def mismatch(x, y):
                  "ranks 2, 3 have allreduce float32[")
 
 
-def main():
-    hvd.init()
-    assert hvd.size() == 4, hvd.size()
-    assert hvd.rank() not in mc.TORCH_RANKS, hvd.rank()
-    x, y = mc.digits()
-    if sys.argv[1] == "train":
-        train_logreg_with_fit(x, y)
-        train_mlp_with_tape(x, y)
-    else:
-        mismatch(x, y)
-    rank = hvd.rank()
-    hvd.shutdown()
-    print("[rank %d] mixed keras %s ok" % (rank, sys.argv[1]), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    mc.run(hvd, "keras", {"train": lambda x, y: (train_logreg_with_fit(x, y),
+                                                  train_mlp_with_tape(x, y)),
+                          "mismatch": mismatch})

@@ -7,9 +7,6 @@ started together with mixed_keras.py under one fuseoptrun (MPMD).
             check in broadcast, then the core's gradient negotiation, must
             both fail with a clear error on every rank.
 """
-import sys
-
-import numpy as np
 import torch
 
 import fuseopt.torch as hvd
@@ -106,20 +103,6 @@ def mismatch(x, y):
                  "ranks 0, 1 have allreduce float32[", "ranks 2, 3 have allreduce float32[")
 
 
-def main():
-    hvd.init()
-    assert hvd.size() == 4, hvd.size()
-    assert hvd.rank() in mc.TORCH_RANKS, hvd.rank()
-    x, y = mc.digits()
-    if sys.argv[1] == "train":
-        train("logreg", x, y)
-        train("mlp", x, y)
-    else:
-        mismatch(x, y)
-    rank = hvd.rank()
-    hvd.shutdown()
-    print("[rank %d] mixed torch %s ok" % (rank, sys.argv[1]), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    mc.run(hvd, "torch", {"train": lambda x, y: (train("logreg", x, y), train("mlp", x, y)),
+                          "mismatch": mismatch})
