@@ -52,14 +52,16 @@ def _writable(array, what):
     return array
 
 
-def _allreduce_op(array, name, op, prescale_factor, postscale_factor, in_place):
-    """enqueue()'s arguments for one allreduce (in place or into a new array)."""
+def _allreduce_op(array, name, op, prescale_factor, postscale_factor, in_place, out=None):
+    """enqueue()'s arguments for one allreduce: in place, into ``out`` (a
+    C-contiguous array of the same shape and dtype) or into a new array."""
     if in_place:
         src = out = _writable(array, "allreduce_ input")
         src_ptr = out_ptr = _ptr(src)
     else:
         src = _contiguous(array)
-        out = np.empty_like(src)
+        if out is None:
+            out = np.empty_like(src)
         src_ptr, out_ptr = _ptr(src), _ptr(out)
     return ((_rq.ALLREDUCE, name, _dtype_name(src), src.shape, src_ptr, out_ptr),
             dict(reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
@@ -79,11 +81,12 @@ def allreduce_async_(array, name=None, op=Average, prescale_factor=1.0, postscal
     return _rq.enqueue(*args, **kwargs)
 
 
-def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place):
+def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, outs=None):
     names = names or [None] * len(arrays)
+    outs = outs or [None] * len(arrays)
     batch = _rq.Batch()
-    for a, n in zip(arrays, names):
-        args, kwargs = _allreduce_op(a, n, op, prescale_factor, postscale_factor, in_place)
+    for a, n, o in zip(arrays, names, outs):
+        args, kwargs = _allreduce_op(a, n, op, prescale_factor, postscale_factor, in_place, o)
         batch.add(*args, **kwargs)
     return Group(batch.submit())
 
