@@ -60,6 +60,10 @@ KNOBS = (
     Knob("log_level", "FUSEOPT_LOG_LEVEL", "log_level", _parse_log_level, int,
          lambda v: [k for k, n in _LOG_LEVELS.items() if n == v][0],
          "trace, debug, info, warning (default) or error."),
+    Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", int, int, _same,
+         "Allreduces of at least this many bytes go through fuseopt's shared-memory "
+         "path when every rank runs on one host (each rank reduces a slice of all "
+         "ranks' data in place: ~2x MPICH's bandwidth here); -1 always uses MPI."),
     Knob("emulated_local_size", "FUSEOPT_EMULATED_LOCAL_SIZE", "emulated_local_size",
          int, int, _same,
          "Test knob: pretend each node holds this many consecutive ranks, to exercise "

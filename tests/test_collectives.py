@@ -17,3 +17,21 @@ def test_collectives_tiny_threshold_forces_many_buckets(run_ranks, nranks):
 
 def test_collectives_fusion_disabled(run_ranks):
     run_ranks(2, "collectives.py", 0, timeout=240)
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_collectives_through_shared_memory_for_every_size(run_ranks, nranks):
+    # Every allreduce (all dtypes, ops, scalings, fused buckets) takes the
+    # shared-memory path; the default threshold only sends >= 256 KiB there.
+    # 4 ranks on 2 cores would make fuseoptrun turn MPICH's local transport off
+    # (MPIR_CVAR_NOLOCAL), and with it the shared-memory path: keep it on.
+    out = run_ranks(nranks, "collectives.py", launcher_args=("--nolocal", "off"),
+                    env={"FUSEOPT_SHM_MIN_BYTES": "0", "FUSEOPT_LOG_LEVEL": "info"},
+                    timeout=240).output
+    assert out.count("use the shared-memory path") == nranks, out
+
+
+def test_collectives_without_shared_memory_path(run_ranks):
+    out = run_ranks(2, "collectives.py", env={"FUSEOPT_SHM_MIN_BYTES": "-1",
+                                              "FUSEOPT_LOG_LEVEL": "info"}, timeout=240).output
+    assert "shared-memory path" not in out, out

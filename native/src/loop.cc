@@ -82,9 +82,13 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
   }
   if (!clean) FUSEOPT_LOG(kError, "runtime stopped: " << reason.message);
   stop(reason);
-  // After a failure an MPI request may still be outstanding; leave the
-  // communicators to process exit rather than free them under it.
-  if (!clean) world_.release();
+  // After a failure an MPI request may still be outstanding, and a peer may be
+  // gone: leave the communicators and the shared-memory window (whose free is
+  // collective) to process exit rather than free them under it.
+  if (!clean) {
+    backend_.release();
+    world_.release();
+  }
 }
 
 void Loop::start() {
@@ -100,15 +104,17 @@ void Loop::start() {
       agreed.cache_capacity != config_.cache_capacity ||
       agreed.cycle_time_us != config_.cycle_time_us ||
       agreed.stall_check_s != config_.stall_check_s ||
-      agreed.stall_shutdown_s != config_.stall_shutdown_s)
+      agreed.stall_shutdown_s != config_.stall_shutdown_s ||
+      agreed.shm_min_bytes != config_.shm_min_bytes)
     FUSEOPT_LOG(kWarning, "configuration differs from rank 0; using rank 0's fusion threshold, "
-                          "cycle time, cache capacity and stall timeouts");
+                          "cycle time, cache capacity, stall timeouts and shared-memory size");
   config_.fusion_threshold_bytes = agreed.fusion_threshold_bytes;
   config_.cache_capacity = agreed.cache_capacity;
   config_.cycle_time_us = agreed.cycle_time_us;
   config_.stall_check_s = agreed.stall_check_s;
   config_.stall_shutdown_s = agreed.stall_shutdown_s;
-  backend_.reset(new MpiBackend(*world_));
+  config_.shm_min_bytes = agreed.shm_min_bytes;
+  backend_.reset(new MpiBackend(*world_, config_.shm_min_bytes));
   executor_.reset(new Executor(*backend_, handles_, rank_, size_));
   executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
   cache_.reset(new ResponseCache(config_.cache_capacity));

@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "dtype.h"
+#include "log.h"
 
 namespace fuseopt {
 namespace {
@@ -44,9 +45,23 @@ std::vector<int> displacements(const std::vector<int>& counts) {
 
 }  // namespace
 
+MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes)
+    : world_(world), shm_min_bytes_(shm_min_bytes) {
+  if (shm_min_bytes_ >= 0) {
+    shm_.reset(new ShmAllreduce(world));
+    if (!shm_->usable()) shm_.reset();
+    if (shm_)
+      FUSEOPT_LOG(kInfo, "allreduces of " << shm_min_bytes_
+                                          << " bytes and more use the shared-memory path");
+  }
+}
+
 void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                            fuseopt_reduce_op_t op) {
   const size_t esize = dtype_size(dtype);
+  if (shm_ && count * static_cast<int64_t>(esize) >= shm_min_bytes_ && count > 0) {
+    return shm_->allreduce(send, recv, count, dtype, op);
+  }
   for (int64_t done = 0; done < count; done += kChunkElements) {
     int n = static_cast<int>(std::min(kChunkElements, count - done));
     char* r = static_cast<char*>(recv) + done * esize;

@@ -2,13 +2,18 @@
 #pragma once
 
 #include "backend.h"
+#include <memory>
+
 #include "mpi_world.h"
+#include "shm_allreduce.h"
 
 namespace fuseopt {
 
 class MpiBackend : public Backend {
  public:
-  explicit MpiBackend(const MpiWorld& world) : world_(world) {}
+  // Collective (sets up the shared-memory path). shm_min_bytes: see
+  // fuseopt_config_t.
+  MpiBackend(const MpiWorld& world, int64_t shm_min_bytes);
   const char* name() const override { return "mpi"; }
 
   void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
@@ -29,6 +34,8 @@ class MpiBackend : public Backend {
 
  private:
   const MpiWorld& world_;
+  int64_t shm_min_bytes_;
+  std::unique_ptr<ShmAllreduce> shm_;  // null unless every rank shares this host
 };
 
 }  // namespace fuseopt

@@ -91,6 +91,8 @@ typedef struct {
   int64_t stall_shutdown_s;       /* fail stalled tensors after this; 0 off       */
   int32_t log_level;              /* 0 trace, 1 debug, 2 info, 3 warning, 4 error */
   int32_t emulated_local_size;    /* test knob: pretend nodes have this many ranks */
+  int64_t shm_min_bytes;          /* allreduces this large use the shared-memory
+                                     path when all ranks share a host; -1 off   */
 } fuseopt_config_t;
 
 typedef struct {
