@@ -39,8 +39,10 @@ def broadcast_variables(variables, root_rank=0, process_set=None, name_map=None)
 
 def variable_path(v):
     """The name a name_map knows a variable by: its Keras path
-    (``"model/dense/kernel"``), or a tf.Variable's name without ``:0``."""
-    return str(getattr(v, "path", None) or v.name).split(":")[0]
+    (``"model/dense/kernel"``), or a tf.Variable's name without ``:0``;
+    None for a source without either."""
+    path = getattr(v, "path", None) or getattr(v, "name", None)
+    return None if path is None else str(path).split(":")[0]
 
 
 def _broadcast_mapped(variables, root_rank, name_map):

@@ -11,10 +11,8 @@ from .compression import Compression
 def gradient_names(sources):
     """Negotiation keys for gradients: the variables' paths when they have
     them (stable across ranks), else None (trace-order names)."""
-    names = []
-    for s in sources:
-        path = getattr(s, "path", None) or getattr(s, "name", None)
-        names.append(None if path is None else "grad." + str(path).split(":")[0])
+    paths = [variable_path(s) for s in sources]
+    names = [None if p is None else naming.GRADIENT_PREFIX + p for p in paths]
     if None in names or len(set(names)) != len(names):
         return None
     return names

@@ -51,16 +51,12 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale):
     for t in tensors:
         _t.dtype_name(t)
 
-    if tf.executing_eagerly():
-        def fn(*arrays):
-            return _np.grouped_allreduce_async(list(arrays), names, op, prescale,
-                                               postscale).wait()
-    else:
-        outputs = _ResultBuffers(len(tensors))
+    # Eager results are handed out as they are, so only graph ops reuse theirs.
+    outputs = None if tf.executing_eagerly() else _ResultBuffers(len(tensors))
 
-        def fn(*arrays):
-            return _np._grouped(list(arrays), names, op, prescale, postscale, False,
-                                outputs.take(arrays)).wait()
+    def fn(*arrays):
+        return _np._grouped(list(arrays), names, op, prescale, postscale, False,
+                            outputs.take(arrays) if outputs else None).wait()
 
     outs = _t.run(fn, tensors, dtypes, "allreduce")
     for o, t in zip(outs, tensors):

@@ -101,7 +101,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # that index (hashing a tensor costs a Python call, dozens per step).
         self._params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
         local_names = self._local_names(named_parameters)
-        self._names = ["grad." + n for n in local_names]
+        self._names = [naming.GRADIENT_PREFIX + n for n in local_names]
         self._perms = {}  # index -> Shared, for parameters stored in another layout
         if name_map is not None:
             if named_parameters is None:

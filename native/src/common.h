@@ -2,6 +2,7 @@
 // carries a status code, and small helpers. Nothing here is exported.
 #pragma once
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -27,5 +28,11 @@ struct Outcome {
   std::string message;
   bool ok() const { return status == FUSEOPT_OK; }
 };
+
+// Seconds on the monotonic clock (timestamps for stall checks).
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace fuseopt

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <sstream>
-#include <thread>
 
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -22,19 +21,6 @@ constexpr uint64_t kIdle = 1 << 2;           // nobody has anything in flight
 constexpr uint64_t kJoined = 1 << 3;         // everybody has joined
 constexpr uint64_t kNoneJoined = 1 << 4;     // nobody has joined
 constexpr uint64_t kNothingPending = 1 << 5; // nobody has a tensor in flight (join aside)
-
-// How long a rank with nothing in flight sleeps before joining a round that
-// another rank may have started (e.g. to shut down). Enqueues wake it sooner.
-constexpr auto kIdleTick = std::chrono::milliseconds(50);
-
-// Adaptive batching of enqueue bursts (see wait_for_work).
-constexpr auto kBurstQuiet = std::chrono::microseconds(20);
-constexpr auto kBurstMax = std::chrono::microseconds(1000);
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool bit(const std::vector<uint64_t>& w, int64_t base, int64_t i) {
   return (w[base + i / 64] >> (i % 64)) & 1;
@@ -100,113 +86,25 @@ void Loop::start() {
   // so the coordinator's settings win; say so if they differed here.
   fuseopt_config_t agreed = config_;
   control_->broadcast_value(&agreed);
-  if (agreed.fusion_threshold_bytes != config_.fusion_threshold_bytes ||
-      agreed.cache_capacity != config_.cache_capacity ||
-      agreed.cycle_time_us != config_.cycle_time_us ||
-      agreed.stall_check_s != config_.stall_check_s ||
-      agreed.stall_shutdown_s != config_.stall_shutdown_s ||
-      agreed.shm_min_bytes != config_.shm_min_bytes)
+  bool differs = false;
+  auto take = [&](int64_t& mine, int64_t theirs) {
+    differs = differs || mine != theirs;
+    mine = theirs;
+  };
+  take(config_.fusion_threshold_bytes, agreed.fusion_threshold_bytes);
+  take(config_.cache_capacity, agreed.cache_capacity);
+  take(config_.cycle_time_us, agreed.cycle_time_us);
+  take(config_.stall_check_s, agreed.stall_check_s);
+  take(config_.stall_shutdown_s, agreed.stall_shutdown_s);
+  take(config_.shm_min_bytes, agreed.shm_min_bytes);
+  if (differs)
     FUSEOPT_LOG(kWarning, "configuration differs from rank 0; using rank 0's fusion threshold, "
                           "cycle time, cache capacity, stall timeouts and shared-memory size");
-  config_.fusion_threshold_bytes = agreed.fusion_threshold_bytes;
-  config_.cache_capacity = agreed.cache_capacity;
-  config_.cycle_time_us = agreed.cycle_time_us;
-  config_.stall_check_s = agreed.stall_check_s;
-  config_.stall_shutdown_s = agreed.stall_shutdown_s;
-  config_.shm_min_bytes = agreed.shm_min_bytes;
   backend_.reset(new MpiBackend(*world_, config_.shm_min_bytes));
   executor_.reset(new Executor(*backend_, handles_, rank_, size_));
   executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
   cache_.reset(new ResponseCache(config_.cache_capacity));
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_));
-}
-
-bool Loop::wait_for_work() {
-  std::deque<Entry> incoming;
-  bool shutdown;
-  {
-    std::unique_lock<std::mutex> lock(inbox_.mu);
-    auto has_news = [&] { return !inbox_.queue.empty() || inbox_.shutdown_requested; };
-    inbox_.loop_waiting = true;
-    if (pending_.empty() && !joined_) {
-      inbox_.wake.wait_for(lock, kIdleTick, has_news);
-    } else if (no_progress_rounds_ > 0) {
-      // Everyone has something in flight but nothing matched last round:
-      // rounds would spin. Progress needs a new enqueue somewhere, so wait
-      // for ours a little, backing off.
-      auto backoff = std::chrono::microseconds(10 << std::min(no_progress_rounds_, 7));
-      inbox_.wake.wait_for(lock, backoff, has_news);
-    }
-    inbox_.loop_waiting = false;
-    if (!inbox_.queue.empty() && config_.cycle_time_us > 0) {
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(config_.cycle_time_us));
-      lock.lock();
-    } else if (!inbox_.queue.empty()) {
-      // Adaptive batching: while tensors are still streaming in (a burst of
-      // small gradients, or a grouped call), wait until the stream pauses for
-      // kBurstQuiet, so that they are negotiated and fused together instead
-      // of in many small rounds. A lone tensor pays one quiet gap. The gap is
-      // polled, not slept: a 20 us sleep takes several times that to return.
-      lock.unlock();
-      using clock = std::chrono::steady_clock;
-      auto now = clock::now();
-      const auto deadline = now + kBurstMax;
-      auto quiet_since = now;
-      uint64_t seen = inbox_.enqueued.load(std::memory_order_relaxed);
-      while (now < deadline && now - quiet_since < kBurstQuiet) {
-        std::this_thread::yield();
-        now = clock::now();
-        const uint64_t count = inbox_.enqueued.load(std::memory_order_relaxed);
-        if (count != seen) {
-          seen = count;
-          quiet_since = now;
-        }
-      }
-      lock.lock();
-    }
-    incoming.swap(inbox_.queue);
-    shutdown = inbox_.shutdown_requested;
-  }
-  drain(&incoming);
-  return shutdown;
-}
-
-void Loop::drain(std::deque<Entry>* incoming) {
-  for (Entry& e : *incoming) {
-    if (e.spec.collective == FUSEOPT_JOIN) {
-      joined_ = true;
-      join_handle_ = e.handle;
-      // Our own tensors still in flight go to the coordinator in full, so it
-      // sees us as present (with our real spec) for them, not as joined.
-      for (auto& kv : pending_) {
-        if (kv.second.state == Entry::State::kCached) {
-          kv.second.state = Entry::State::kNew;
-          new_order_.push_back(kv.first);
-        }
-      }
-      continue;
-    }
-    e.enqueued_s = now_s();
-    int64_t slot = -1;
-    switch (cache_->lookup(e.spec, rank_, &slot)) {
-      case ResponseCache::Lookup::kHit:
-        e.state = Entry::State::kCached;
-        e.slot = slot;
-        break;
-      case ResponseCache::Lookup::kStale:
-        invalid_slots_.insert(slot);
-        e.state = Entry::State::kNew;
-        new_order_.push_back(e.spec.name);
-        break;
-      case ResponseCache::Lookup::kMiss:
-        e.state = Entry::State::kNew;
-        new_order_.push_back(e.spec.name);
-        break;
-    }
-    std::string name = e.spec.name;
-    pending_.emplace(name, std::move(e));
-  }
 }
 
 std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {

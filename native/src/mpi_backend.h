@@ -1,9 +1,9 @@
 // Host-memory collectives over MPI. Runs on the loop thread only.
 #pragma once
 
-#include "backend.h"
 #include <memory>
 
+#include "backend.h"
 #include "mpi_world.h"
 #include "shm_allreduce.h"
 

@@ -1,0 +1,110 @@
+// The loop's intake: how it waits for work (pacing) and how newly enqueued
+// entries join the ones in flight (response-cache lookup). See loop.h.
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "loop.h"
+
+namespace fuseopt {
+namespace {
+
+// How long a rank with nothing in flight sleeps before joining a round that
+// another rank may have started (e.g. to shut down). Enqueues wake it sooner.
+constexpr auto kIdleTick = std::chrono::milliseconds(50);
+
+// Adaptive batching of enqueue bursts (see wait_for_work).
+constexpr auto kBurstQuiet = std::chrono::microseconds(20);
+constexpr auto kBurstMax = std::chrono::microseconds(1000);
+
+}  // namespace
+
+bool Loop::wait_for_work() {
+  std::deque<Entry> incoming;
+  bool shutdown;
+  {
+    std::unique_lock<std::mutex> lock(inbox_.mu);
+    auto has_news = [&] { return !inbox_.queue.empty() || inbox_.shutdown_requested; };
+    inbox_.loop_waiting = true;
+    if (pending_.empty() && !joined_) {
+      inbox_.wake.wait_for(lock, kIdleTick, has_news);
+    } else if (no_progress_rounds_ > 0) {
+      // Everyone has something in flight but nothing matched last round:
+      // rounds would spin. Progress needs a new enqueue somewhere, so wait
+      // for ours a little, backing off.
+      auto backoff = std::chrono::microseconds(10 << std::min(no_progress_rounds_, 7));
+      inbox_.wake.wait_for(lock, backoff, has_news);
+    }
+    inbox_.loop_waiting = false;
+    if (!inbox_.queue.empty() && config_.cycle_time_us > 0) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(config_.cycle_time_us));
+      lock.lock();
+    } else if (!inbox_.queue.empty()) {
+      // Adaptive batching: while tensors are still streaming in (a burst of
+      // small gradients, or a grouped call), wait until the stream pauses for
+      // kBurstQuiet, so that they are negotiated and fused together instead
+      // of in many small rounds. A lone tensor pays one quiet gap. The gap is
+      // polled, not slept: a 20 us sleep takes several times that to return.
+      lock.unlock();
+      using clock = std::chrono::steady_clock;
+      auto now = clock::now();
+      const auto deadline = now + kBurstMax;
+      auto quiet_since = now;
+      uint64_t seen = inbox_.enqueued.load(std::memory_order_relaxed);
+      while (now < deadline && now - quiet_since < kBurstQuiet) {
+        std::this_thread::yield();
+        now = clock::now();
+        const uint64_t count = inbox_.enqueued.load(std::memory_order_relaxed);
+        if (count != seen) {
+          seen = count;
+          quiet_since = now;
+        }
+      }
+      lock.lock();
+    }
+    incoming.swap(inbox_.queue);
+    shutdown = inbox_.shutdown_requested;
+  }
+  drain(&incoming);
+  return shutdown;
+}
+
+void Loop::drain(std::deque<Entry>* incoming) {
+  for (Entry& e : *incoming) {
+    if (e.spec.collective == FUSEOPT_JOIN) {
+      joined_ = true;
+      join_handle_ = e.handle;
+      // Our own tensors still in flight go to the coordinator in full, so it
+      // sees us as present (with our real spec) for them, not as joined.
+      for (auto& kv : pending_) {
+        if (kv.second.state == Entry::State::kCached) {
+          kv.second.state = Entry::State::kNew;
+          new_order_.push_back(kv.first);
+        }
+      }
+      continue;
+    }
+    e.enqueued_s = now_s();
+    int64_t slot = -1;
+    switch (cache_->lookup(e.spec, rank_, &slot)) {
+      case ResponseCache::Lookup::kHit:
+        e.state = Entry::State::kCached;
+        e.slot = slot;
+        break;
+      case ResponseCache::Lookup::kStale:
+        invalid_slots_.insert(slot);
+        e.state = Entry::State::kNew;
+        new_order_.push_back(e.spec.name);
+        break;
+      case ResponseCache::Lookup::kMiss:
+        e.state = Entry::State::kNew;
+        new_order_.push_back(e.spec.name);
+        break;
+    }
+    std::string name = e.spec.name;
+    pending_.emplace(name, std::move(e));
+  }
+}
+
+}  // namespace fuseopt
