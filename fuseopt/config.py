@@ -57,6 +57,10 @@ KNOBS = (
     Knob("stall_shutdown_s", "FUSEOPT_STALL_SHUTDOWN_S", "stall_shutdown_s", int, int, _same,
          "Seconds after which a stalled tensor fails with RankFailedError on every rank "
          "instead of waiting forever; 0 (default) waits."),
+    Knob("peer_timeout_s", "FUSEOPT_PEER_TIMEOUT_S", "peer_timeout_s", float, float, _same,
+         "Seconds a negotiation round or collective may wait on the other ranks before "
+         "this rank decides a peer died or froze and fails every operation with "
+         "RankFailedError; 0 waits forever."),
     Knob("log_level", "FUSEOPT_LOG_LEVEL", "log_level", _parse_log_level, int,
          lambda v: [k for k, n in _LOG_LEVELS.items() if n == v][0],
          "trace, debug, info, warning (default) or error."),

@@ -8,7 +8,7 @@ handle's wait returns, so the Handle keeps the tensors alive until then.
 from ._native import ffi, lib
 from . import runtime
 from .dtypes import code_for
-from .errors import check
+from .errors import FuseoptError, RankFailedError, TimeoutError, check
 
 ALLREDUCE = lib.FUSEOPT_ALLREDUCE
 ALLGATHER = lib.FUSEOPT_ALLGATHER
@@ -50,8 +50,15 @@ def reap_orphans():
     done = ffi.new("int*")
     for key, (ctx, keepalive) in list(_orphans.items()):
         if lib.fuseopt_poll(ctx, key, done) != lib.FUSEOPT_OK or done[0]:
-            lib.fuseopt_wait(ctx, key, 0)
+            if lib.fuseopt_wait(ctx, key, 0) == lib.FUSEOPT_RANK_FAILED:
+                _parked_after_failure.append(keepalive)
             del _orphans[key]
+
+
+# Buffers of operations that failed with RankFailedError. After a lost rank
+# the loop thread may still be blocked inside MPI with their addresses (and
+# write into them if the peer comes back), so they are never freed.
+_parked_after_failure = []
 
 
 def forget_orphans():
@@ -65,7 +72,8 @@ class Handle:
     A handle dropped without a wait keeps its tensors alive until the
     operation has finished, so the core never touches freed memory."""
 
-    __slots__ = ("_ctx", "_id", "_keepalive", "_finish", "_runtime_output", "_done", "_result")
+    __slots__ = ("_ctx", "_id", "_keepalive", "_finish", "_runtime_output", "_done", "_result",
+                 "_error")
 
     def __init__(self, ctx, handle_id, keepalive, finish, runtime_output):
         self._ctx = ctx
@@ -75,6 +83,7 @@ class Handle:
         self._runtime_output = runtime_output
         self._done = False
         self._result = None
+        self._error = None
 
     def __del__(self):
         if not self._done and self._keepalive is not None and _orphans is not None:
@@ -91,15 +100,27 @@ class Handle:
         """Blocks until done (or ``timeout`` seconds: TimeoutError, and the
         handle may be waited on again). Raises the operation's error, if any."""
         if self._done:
+            if self._error is not None:
+                raise self._error
             return self._result
         timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        if self._runtime_output:
-            out = ffi.new("fuseopt_output_t*")
-            check(lib.fuseopt_wait_output(self._ctx, self._id, timeout_ms, out))
-            raw = RuntimeOutput(out)
-        else:
-            check(lib.fuseopt_wait(self._ctx, self._id, timeout_ms))
-            raw = None
+        try:
+            if self._runtime_output:
+                out = ffi.new("fuseopt_output_t*")
+                check(lib.fuseopt_wait_output(self._ctx, self._id, timeout_ms, out))
+                raw = RuntimeOutput(out)
+            else:
+                check(lib.fuseopt_wait(self._ctx, self._id, timeout_ms))
+                raw = None
+        except FuseoptError as e:
+            if isinstance(e, TimeoutError):
+                raise  # still in flight: may be waited on again
+            # The native handle is released: remember the outcome for later waits.
+            self._done, self._error = True, e
+            if isinstance(e, RankFailedError):
+                _parked_after_failure.append(self._keepalive)
+            self._keepalive = None
+            raise
         self._done = True
         self._keepalive = None
         self._result = self._finish(raw) if self._finish else None

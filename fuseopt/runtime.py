@@ -6,6 +6,7 @@ that Python users see, the way ``hvd.init()`` does.
 import atexit
 import threading
 
+from . import _peer_watch
 from . import config as _config
 from ._native import ffi, lib
 from .errors import NotInitializedError, check
@@ -15,6 +16,7 @@ _ctx = None
 _info = None
 _settings = None
 _was_shut_down = False
+_watch = None
 
 
 def init(**settings):
@@ -25,7 +27,7 @@ def init(**settings):
     again while initialized does nothing. Without a launcher the process is a
     world of size 1.
     """
-    global _ctx, _info, _settings
+    global _ctx, _info, _settings, _watch
     with _lock:
         if _ctx is not None:
             return
@@ -37,14 +39,18 @@ def init(**settings):
         _ctx, _settings = out[0], _config.describe(cfg)
         _info = {k: getattr(info, k) for k in
                  ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")}
+        _watch = _peer_watch.start(_info["rank"], _info["size"], _abort_with(out[0]))
 
 
 def shutdown():
     """Stops fuseopt on this rank (collective). Pending operations fail with
     ShutDownError. Safe to call twice; init() may be called again afterwards."""
-    global _ctx, _was_shut_down
+    global _ctx, _was_shut_down, _watch
     with _lock:
         ctx, _ctx = _ctx, None
+        watch, _watch = _watch, None
+        if watch is not None:
+            watch.stop()
         if ctx is not None:
             _was_shut_down = True
             check(lib.fuseopt_shutdown(ctx))
@@ -53,6 +59,12 @@ def shutdown():
 
 
 atexit.register(shutdown)
+
+
+def _abort_with(ctx):
+    def abort(message):
+        lib.fuseopt_abort(ctx, lib.FUSEOPT_RANK_FAILED, message.encode("utf-8", "replace"))
+    return abort
 
 
 def is_initialized():

@@ -130,8 +130,9 @@ def _read_json(launch_dir, prefix):
 def summarize(launch_dir, total_ranks, mpiexec_code, started):
     """Prints which rank failed first, and why; returns the exit code to use.
 
-    A rank whose fuseopt was shut down by another rank only stopped because of
-    it, so it is not blamed even if its process happened to end first."""
+    A rank whose fuseopt was shut down by another rank, or that reported a
+    lost peer, only stopped because of it, so it is not blamed even if its
+    process happened to end first."""
     records = _read_json(launch_dir, "rank-")
     notes = _read_json(launch_dir, "note-")
     failed = sorted((r for r in records.values() if r["exit_code"] != 0),
@@ -146,16 +147,25 @@ def summarize(launch_dir, total_ranks, mpiexec_code, started):
 
     def victim(record):
         note = notes.get(record["rank"])
-        return bool(note) and note["status"] == "SHUT_DOWN" and " by rank" in note["message"]
+        return bool(note) and (note["status"] == "RANK_FAILED" or (
+            note["status"] == "SHUT_DOWN" and " by rank" in note["message"]))
 
     first = next((r for r in failed if not victim(r)), failed[0])
     how = ("exit code %d" % first["exit_code"]) if first["exit_code"] is not None else \
         ("signal %s" % signal.Signals(first["signal"]).name)
-    print("fuseoptrun: rank %d on %s failed first (%s, %.1f s after start); %d of %d ranks "
-          "failed" % (first["rank"], first["host"], how, first["end_time"] - started,
-                      len(failed), total_ranks), file=sys.stderr)
-    for rank in sorted(notes):
-        print("fuseoptrun:   rank %d: %s" % (rank, notes[rank]["message"]), file=sys.stderr)
+    # Only victims ended (say a frozen rank, killed by mpiexec without a record):
+    # the first of them tells what happened, but is not to blame.
+    verb = "stopped first, reporting a lost peer" if victim(first) else "failed first"
+    print("fuseoptrun: rank %d on %s %s (%s, %.1f s after start); %d of %d ranks failed"
+          % (first["rank"], first["host"], verb, how, first["end_time"] - started,
+             len(failed), total_ranks), file=sys.stderr)
+    for rank in range(total_ranks):
+        if rank in notes:
+            print("fuseoptrun:   rank %d: %s" % (rank, notes[rank]["message"]), file=sys.stderr)
+        elif rank != first["rank"] and (rank not in records or records[rank]["signal"]):
+            print("fuseoptrun:   rank %d: stopped by mpiexec %s" % (rank, (
+                "(it had not exited: frozen, or cut off?)" if victim(first)
+                else "after rank %d failed" % first["rank"])), file=sys.stderr)
     return first["exit_code"] if first["exit_code"] is not None else 128 + first["signal"]
 
 

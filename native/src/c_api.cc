@@ -91,6 +91,16 @@ int fuseopt_shutdown(fuseopt_ctx_t* ctx) {
   return guarded([&] { ctx->context.shutdown(); });
 }
 
+int fuseopt_abort(fuseopt_ctx_t* ctx, int status, const char* message) {
+  REQUIRE_CTX(ctx);
+  if (status <= FUSEOPT_OK || status > FUSEOPT_RANK_FAILED || status == FUSEOPT_TIMEOUT)
+    return fail(FUSEOPT_INVALID_ARG, "abort status must be an error status other than TIMEOUT");
+  if (!message) return fail(FUSEOPT_INVALID_ARG, "message is NULL");
+  return guarded([&] {
+    ctx->context.abort(fuseopt::Outcome{static_cast<fuseopt_status_t>(status), message});
+  });
+}
+
 int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out) {
   REQUIRE_CTX(ctx);
   if (!out) return fail(FUSEOPT_INVALID_ARG, "out is NULL");

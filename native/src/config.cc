@@ -24,6 +24,9 @@ void default_config(fuseopt_config_t* c) {
   c->emulated_local_size = 0;
   // Below this, MPICH's own allreduce (a few µs) beats three barriers.
   c->shm_min_bytes = int64_t(256) << 10;
+  // Healthy rounds finish within an idle tick (50 ms) and a collective within
+  // seconds even for huge buckets, so 30 s of silence means a lost peer.
+  c->peer_timeout_s = 30;
 }
 
 void validate_config(const fuseopt_config_t& c) {
@@ -37,6 +40,8 @@ void validate_config(const fuseopt_config_t& c) {
   if (c.stall_check_s < 0 || c.stall_shutdown_s < 0) bad("stall timeouts must be >= 0");
   if (c.log_level < 0 || c.log_level > 4) bad("log level must be 0 (trace) .. 4 (error)");
   if (c.emulated_local_size < 0) bad("emulated local size must be >= 0");
+  if (!(c.peer_timeout_s >= 0) || !std::isfinite(c.peer_timeout_s))
+    bad("peer timeout must be >= 0 seconds (0: off)");
   if (c.shm_min_bytes < -1) bad("shared-memory allreduce size must be >= 0 bytes, or -1 (off)");
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <sstream>
 
 #include "dtype.h"
 #include "log.h"
@@ -18,13 +19,17 @@ Context::Context(const fuseopt_config_t& config) : config_(config) {
   loop_.reset(new Loop(config_, inbox_, handles_, std::move(world)));
   std::promise<fuseopt_comm_info_t> started;
   std::future<fuseopt_comm_info_t> info = started.get_future();
-  thread_ = std::thread([this, &started] { loop_->run(&started); });
+  thread_ = std::thread([this, &started] {
+    loop_->run(&started);
+    loop_exited_ = true;
+  });
   try {
     info_ = info.get();
   } catch (...) {
     thread_.join();
     throw;
   }
+  if (config_.peer_timeout_s > 0 && info_.size > 1) watchdog_ = std::thread([this] { watch(); });
 }
 
 Context::~Context() { shutdown(); }
@@ -36,8 +41,64 @@ void Context::shutdown() {
     inbox_.shutdown_requested = true;
   }
   inbox_.wake.notify_all();
-  if (thread_.joinable()) thread_.join();
+  stop_watchdog();
+  if (!thread_.joinable()) return;
+  if (inbox_.aborted) {
+    // The loop leaves at its next check, unless it is blocked inside MPI
+    // waiting for the lost rank; then it never returns: let it be.
+    for (int i = 0; i < 50 && !loop_exited_; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!loop_exited_) {
+      thread_.detach();
+      loop_.release();
+      return;
+    }
+  }
+  thread_.join();
   loop_.reset();  // MPI communicators and buffers; the handle table stays
+}
+
+void Context::abort(const Outcome& reason) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    if (inbox_.stopped || inbox_.aborted) return;  // already down: keep the first reason
+    inbox_.aborted = true;
+    inbox_.stopped = true;
+    inbox_.stop_reason = reason;
+    inbox_.queue.clear();
+  }
+  inbox_.wake.notify_all();
+  MpiWorld::abandon();
+  FUSEOPT_LOG(kError, reason.message);
+  handles_.fail_pending(reason);
+}
+
+void Context::watch() {
+  const double limit = config_.peer_timeout_s;
+  const auto tick = std::chrono::milliseconds(
+      std::max<int64_t>(20, std::min<int64_t>(1000, static_cast<int64_t>(limit * 100))));
+  std::unique_lock<std::mutex> lock(watch_mu_);
+  while (!watch_cv_.wait_for(lock, tick, [&] { return watch_stop_; })) {
+    if (loop_exited_) return;
+    const Loop::Busy busy = loop_->busy();
+    if (busy.since_s == 0 || now_s() - busy.since_s < limit) continue;
+    std::ostringstream m;
+    m << "no answer from the other ranks for " << static_cast<int64_t>(now_s() - busy.since_s)
+      << " s while " << busy.what << " (FUSEOPT_PEER_TIMEOUT_S=" << limit
+      << "): a rank has died, frozen or lost its network; restart the job, from a checkpoint";
+    lock.unlock();
+    abort(Outcome{FUSEOPT_RANK_FAILED, m.str()});
+    return;
+  }
+}
+
+void Context::stop_watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable() && watchdog_.get_id() != std::this_thread::get_id()) watchdog_.join();
 }
 
 // Validation runs on every enqueue, so the message is only built on failure.

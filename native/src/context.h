@@ -29,6 +29,7 @@ struct Inbox {
   bool loop_waiting = false;                  // enqueue signals only if true
   bool stopped = false;                       // the loop thread has exited
   Outcome stop_reason;                        // why enqueue now fails
+  std::atomic<bool> aborted{false};           // see Context::abort; read without mu
 };
 
 class Context {
@@ -37,6 +38,8 @@ class Context {
   ~Context();
 
   void shutdown();
+  // Fails everything now and abandons the loop thread (fuseopt_abort).
+  void abort(const Outcome& reason);
   const fuseopt_comm_info_t& comm_info() const { return info_; }
   // Queues count requests, all or none (throws Error), one handle each.
   void enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles);
@@ -44,6 +47,8 @@ class Context {
 
  private:
   Entry validate(const fuseopt_request_t& request);
+  void watch();  // watchdog thread: aborts when a round outlives the peer timeout
+  void stop_watchdog();
 
   fuseopt_config_t config_;
   fuseopt_comm_info_t info_{};
@@ -51,6 +56,11 @@ class Context {
   Inbox inbox_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;
+  std::atomic<bool> loop_exited_{false};
+  std::thread watchdog_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
   std::mutex shutdown_mu_;  // shutdown may be called from several threads
   uint64_t auto_name_counter_[FUSEOPT_COLLECTIVE_COUNT] = {};
 };

@@ -66,7 +66,7 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
     reason = Outcome{FUSEOPT_INTERNAL, e.what()};
     clean = false;
   }
-  if (!clean) FUSEOPT_LOG(kError, "runtime stopped: " << reason.message);
+  if (!clean && !inbox_.aborted) FUSEOPT_LOG(kError, "runtime stopped: " << reason.message);
   stop(reason);
   // After a failure an MPI request may still be outstanding, and a peer may be
   // gone: leave the communicators and the shared-memory window (whose free is
@@ -150,15 +150,25 @@ std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
 }
 
 bool Loop::keep_waiting(double started_s) {
+  if (inbox_.aborted) return false;
   const double waited = now_s() - started_s;
   if (config_.stall_shutdown_s > 0 && waited > config_.stall_shutdown_s) return false;
   return true;
 }
 
+void Loop::throw_if_aborted() {
+  if (!inbox_.aborted) return;
+  std::lock_guard<std::mutex> lock(inbox_.mu);
+  throw Error(inbox_.stop_reason.status, inbox_.stop_reason.message);
+}
+
 bool Loop::round() {
   const bool shutdown = wait_for_work();
+  throw_if_aborted();
   std::vector<uint64_t> words = build_round_vector(shutdown);
   const double started = now_s();
+  busy_what_ = "negotiating";
+  busy_since_s_ = started;
   bool warned = false;
   try {
     size_t seen = 0;  // queue length at our last wake-up
@@ -185,6 +195,7 @@ bool Loop::round() {
     });
   } catch (const Error& e) {
     if (e.status() != FUSEOPT_RANK_FAILED) throw;
+    throw_if_aborted();
     throw Error(FUSEOPT_RANK_FAILED,
                 "other ranks did not take part in negotiation for " +
                     std::to_string(config_.stall_shutdown_s) +
@@ -231,8 +242,11 @@ bool Loop::round() {
       }
     }
   }
+  busy_what_ = "running collectives";
   executor_->run(work);
+  throw_if_aborted();  // the buffers of aborted handles may be gone
   finish(work);
+  busy_since_s_ = 0;
   // Join completes once every rank has joined and no tensor is in flight
   // anywhere (a rank may have enqueued one just before joining).
   if ((flags & kJoined) && (flags & kNothingPending)) {
@@ -327,8 +341,10 @@ void Loop::finish(std::vector<Work>& work) {
 void Loop::stop(const Outcome& reason) {
   {
     std::lock_guard<std::mutex> lock(inbox_.mu);
-    inbox_.stopped = true;
-    inbox_.stop_reason = reason;
+    if (!inbox_.aborted) {
+      inbox_.stopped = true;
+      inbox_.stop_reason = reason;
+    }
     inbox_.queue.clear();
   }
   pending_.clear();

@@ -18,6 +18,7 @@
 // a rank with work in flight posts at once and polls without spinning.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -47,6 +48,14 @@ class Loop {
   // Thread body. Reports MPI start-up (topology or failure) through started.
   void run(std::promise<fuseopt_comm_info_t>* started);
 
+  // Since when (now_s(), 0 between rounds) this rank has been waiting on the
+  // other ranks, and for what. Read by the context's watchdog thread.
+  struct Busy {
+    double since_s;
+    const char* what;
+  };
+  Busy busy() const { return Busy{busy_since_s_.load(), busy_what_.load()}; }
+
  private:
   void start();             // backend, agreed configuration
   bool round();             // false once every rank agreed to shut down
@@ -54,6 +63,7 @@ class Loop {
   void drain(std::deque<Entry>* incoming);
   std::vector<uint64_t> build_round_vector(bool shutdown);
   bool keep_waiting(double started_s);
+  void throw_if_aborted();  // throws the abort's reason (Context::abort)
   std::vector<Response> negotiate_full();
   void finish(std::vector<Work>& work);
   void stop(const Outcome& reason);
@@ -74,6 +84,8 @@ class Loop {
   std::unique_ptr<ResponseCache> cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
   int rank_ = 0, size_ = 1;
+  std::atomic<double> busy_since_s_{0};
+  std::atomic<const char*> busy_what_{""};
 
   std::unordered_map<std::string, Entry> pending_;  // by name
   std::vector<std::string> new_order_;              // kNew names, enqueue order

@@ -1,5 +1,6 @@
 #include "mpi_world.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -53,8 +54,10 @@ void create_ops16() {
 }
 
 bool g_we_initialized = false;
+std::atomic<bool> g_abandoned{false};
 
 void finalize_at_exit() {
+  if (g_abandoned) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -70,7 +73,13 @@ void mpi_check(int rc, const char* what) {
   throw Error(FUSEOPT_BACKEND, std::string(what) + " failed: " + std::string(text, len));
 }
 
+void MpiWorld::abandon() { g_abandoned = true; }
+
 MpiWorld::MpiWorld(int emulated_local_size) {
+  if (g_abandoned)
+    throw Error(FUSEOPT_RANK_FAILED,
+                "fuseopt was aborted in this process after a rank failure; MPI cannot be used "
+                "again here: restart the job (from a checkpoint)");
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {

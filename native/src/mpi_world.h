@@ -26,6 +26,10 @@ class MpiWorld {
   MPI_Comm cross_comm() const { return cross_comm_; }
   const fuseopt_comm_info_t& info() const { return info_; }
 
+  // After a peer is lost MPI_Finalize would wait for it forever: skip it at
+  // exit, and refuse to initialise again in this process.
+  static void abandon();
+
   static MPI_Datatype datatype(fuseopt_dtype_t dtype);
   static MPI_Op op(fuseopt_reduce_op_t op, fuseopt_dtype_t dtype);
 

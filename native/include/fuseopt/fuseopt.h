@@ -93,6 +93,9 @@ typedef struct {
   int32_t emulated_local_size;    /* test knob: pretend nodes have this many ranks */
   int64_t shm_min_bytes;          /* allreduces this large use the shared-memory
                                      path when all ranks share a host; -1 off   */
+  double peer_timeout_s;          /* a collective or negotiation round that has
+                                     not finished after this long means a peer
+                                     died or froze: fail everything; 0 off      */
 } fuseopt_config_t;
 
 typedef struct {
@@ -148,6 +151,14 @@ int fuseopt_init(const fuseopt_config_t* cfg, fuseopt_ctx_t** out);
  * pointer stays valid (its small shell is never freed): later enqueues fail
  * with FUSEOPT_SHUT_DOWN and waits return each handle's final status. */
 int fuseopt_shutdown(fuseopt_ctx_t* ctx);
+
+/* Local, not collective: for when this rank knows the job is broken (a peer
+ * died; the launcher said so). Fails every pending and later operation with
+ * status (e.g. FUSEOPT_RANK_FAILED) and message, and abandons the loop thread,
+ * which may be stuck in MPI for good: shutdown then returns without joining
+ * it, MPI is not finalised, and fuseopt_init cannot be called again in this
+ * process. The first abort's message wins; later ones do nothing. */
+int fuseopt_abort(fuseopt_ctx_t* ctx, int status, const char* message);
 
 int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out);
 

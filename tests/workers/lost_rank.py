@@ -1,0 +1,72 @@
+"""A rank dies or freezes mid-training; the others must stop with a clear error.
+
+    lost_rank.py kill     rank 1 SIGKILLs itself at step 30
+    lost_rank.py freeze   rank 1 SIGSTOPs itself at step 30 (run with a short
+                          FUSEOPT_PEER_TIMEOUT_S: no launcher record exists)
+
+Survivors print what they caught and exit with SURVIVOR_EXIT, so the parent
+test can tell a clean report from a crash or a kill."""
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import fuseopt
+
+SURVIVOR_EXIT = 3
+
+
+def train_step(step, grads):
+    handles = fuseopt.grouped_allreduce_async(grads, names=["g%d" % i for i in range(len(grads))])
+    big = fuseopt.allreduce_async(np.full(1 << 18, float(step), np.float32), name="big")
+    return handles.handles + [big]
+
+
+def main(mode):
+    fuseopt.init()
+    rank = fuseopt.rank()
+    grads = [np.full(100 * (i + 1), rank, np.float32) for i in range(8)]
+    last_good = time.time()
+    try:
+        for step in range(100000):
+            if rank == 1 and step == 30:
+                os.kill(os.getpid(), signal.SIGKILL if mode == "kill" else signal.SIGSTOP)
+            handles = train_step(step, grads)
+            for h in handles:
+                h.wait()
+            last_good = time.time()
+    except fuseopt.RankFailedError as e:
+        waited = time.time() - last_good
+        print("[rank %d] caught RankFailedError after %.1f s: %s" % (rank, waited, e), flush=True)
+        # Every other pending and later operation fails the same way, at once.
+        later = time.time()
+        for h in handles:
+            try:
+                h.wait()
+            except fuseopt.RankFailedError:
+                pass
+            else:
+                raise AssertionError("a pending handle completed after the abort")
+        try:
+            fuseopt.allreduce(np.ones(3, np.float32), name="after")
+        except fuseopt.RankFailedError:
+            pass
+        else:
+            raise AssertionError("an operation after the abort succeeded")
+        assert time.time() - later < 1.0, "failing the rest took %.1f s" % (time.time() - later)
+        fuseopt.shutdown()  # must not hang on a loop thread stuck in MPI
+        try:
+            fuseopt.init()
+        except fuseopt.RankFailedError as again:
+            print("[rank %d] init again refused: %s" % (rank, again), flush=True)
+        else:
+            raise AssertionError("init after an abort succeeded")
+        print("[rank %d] survivor ok" % rank, flush=True)
+        sys.exit(SURVIVOR_EXIT)
+    raise AssertionError("training finished although rank 1 was lost")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
