@@ -71,4 +71,9 @@ def check(status):
         error = error_for(status, ffi.string(lib.fuseopt_last_error()).decode("utf-8", "replace"))
         if isinstance(error, (ShutDownError, RankFailedError)):
             _launch_notes.record(error.status, str(error))
-        raise error
+        try:
+            raise error
+        finally:
+            # error -> traceback -> this frame -> error would be a cycle that
+            # keeps the caller's frame (and a Handle's buffers) alive until gc.
+            del error

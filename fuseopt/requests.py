@@ -101,7 +101,7 @@ class Handle:
         handle may be waited on again). Raises the operation's error, if any."""
         if self._done:
             if self._error is not None:
-                raise self._error
+                raise self._error[0](self._error[1])
             return self._result
         timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
         try:
@@ -112,11 +112,12 @@ class Handle:
             else:
                 check(lib.fuseopt_wait(self._ctx, self._id, timeout_ms))
                 raw = None
+        except TimeoutError:
+            raise  # still in flight: may be waited on again (no `as`: no cycle via self)
         except FuseoptError as e:
-            if isinstance(e, TimeoutError):
-                raise  # still in flight: may be waited on again
-            # The native handle is released: remember the outcome for later waits.
-            self._done, self._error = True, e
+            # The native handle is released: remember the outcome for later
+            # waits (not the exception itself: its traceback refers back here).
+            self._done, self._error = True, (type(e), str(e))
             if isinstance(e, RankFailedError):
                 _parked_after_failure.append(self._keepalive)
             self._keepalive = None

@@ -1,6 +1,9 @@
 """What happens when a rank is lost: every survivor stops within a bounded time
 with an error naming what went wrong, and fuseoptrun says which rank failed."""
+import os
 import re
+import subprocess
+import sys
 import time
 
 SURVIVOR_EXIT = 3  # tests/workers/lost_rank.py
@@ -38,3 +41,24 @@ def test_frozen_rank_times_out_on_the_survivor(run_ranks):
     assert "FUSEOPT_PEER_TIMEOUT_S=2" in line.group(2), line.group(0)
     assert "stopped first, reporting a lost peer" in r.output, r.output
     assert "rank 1: stopped by mpiexec (it had not exited" in r.output, r.output
+
+
+def test_c_abi_validation_property(tmp_path):
+    # One plain process (a world of size 1): hypothesis drives fuseopt_enqueue
+    # and the other entry points with arguments in and out of range.
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.path.join(here, "workers"),
+               HYPOTHESIS_STORAGE_DIRECTORY=str(tmp_path))
+    env.pop("FUSEOPT_LAUNCH_DIR", None)
+    proc = subprocess.run([sys.executable, os.path.join(here, "workers", "abi_fuzz.py")],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("ok check_") == 3, proc.stdout
+
+
+def test_random_operation_sequences_and_threads_on_two_ranks(run_ranks):
+    run_ranks(2, "fuzz_sequences.py", 0, 40, timeout=180)
+
+
+def test_random_operation_sequences_and_threads_on_three_ranks(run_ranks):
+    run_ranks(3, "fuzz_sequences.py", 1000, 10, timeout=180)
