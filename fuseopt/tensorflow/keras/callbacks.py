@@ -6,6 +6,7 @@ import tensorflow as tf
 from ... import ops as _np
 from ... import runtime
 from ..functions import broadcast_variables
+from .checkpoint import save_checkpoint
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -171,3 +172,20 @@ class LocalSGDCallback(keras.callbacks.Callback):
         self.syncs += 1
         self._since = 0
         self._anchor = [w.numpy().copy() for w in self.model.trainable_variables]
+
+
+class CheckpointCallback(keras.callbacks.Callback):
+    """Saves a fuseopt checkpoint (see fuseopt.tensorflow.keras.save_checkpoint)
+    every ``every_epochs`` epochs, with ``step`` = the epoch just finished, so
+    ``model.fit(..., initial_epoch=ckpt.step + 1)`` resumes after it."""
+
+    def __init__(self, path, every_epochs=1, root_rank=0):
+        super().__init__()
+        self.path = path
+        self.every_epochs = every_epochs
+        self.root_rank = root_rank
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every_epochs == 0:
+            save_checkpoint(self.path, self.model, step=epoch, root_rank=self.root_rank)
+
