@@ -181,7 +181,7 @@ def run(argv):
             raise SystemExit("fuseoptrun: an MPMD part has no command")
         parts.append((e.np, e.command))
     total = sum(n for n, _ in parts)
-    launch_dir = tempfile.mkdtemp(prefix="fuseoptrun-")
+    launch_dir = "FUSEOPT_LAUNCH_DIR" if args.dry_run else tempfile.mkdtemp(prefix="fuseoptrun-")
     host_list = _hosts.parse_hostfile(args.hostfile) if args.hostfile else (
         _hosts.parse_host_list(args.hosts) if args.hosts else [])
     env = rank_environment(args, total, host_list, os.environ)
@@ -206,7 +206,8 @@ def run(argv):
         signal.signal(sig, stop)
     code = proc.wait()
     try:
-        result = summarize(launch_dir, total, code, started)
+        # Stopped on request, the ranks ended by our signal: nobody is to blame.
+        result = None if stopping else summarize(launch_dir, total, code, started)
     finally:
         shutil.rmtree(launch_dir, ignore_errors=True)
     if stopping:
