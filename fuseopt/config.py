@@ -55,8 +55,8 @@ KNOBS = (
          "Seconds a tensor may wait for other ranks before a warning names it and the "
          "missing ranks; 0 disables."),
     Knob("stall_shutdown_s", "FUSEOPT_STALL_SHUTDOWN_S", "stall_shutdown_s", int, int, _same,
-         "Seconds after which a stalled tensor fails with RankFailedError on every rank "
-         "instead of waiting forever; 0 (default) waits."),
+         "Seconds after which a stalled tensor stops fuseopt on every rank with "
+         "RankFailedError instead of waiting forever; 0 (default) waits."),
     Knob("peer_timeout_s", "FUSEOPT_PEER_TIMEOUT_S", "peer_timeout_s", float, float, _same,
          "Seconds a negotiation round or collective may wait on the other ranks before "
          "this rank decides a peer died or froze and fails every operation with "

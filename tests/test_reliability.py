@@ -39,7 +39,7 @@ def test_frozen_rank_times_out_on_the_survivor(run_ranks):
     assert line, r.output
     assert 1.5 < float(line.group(1)) < 20, line.group(0)
     assert "FUSEOPT_PEER_TIMEOUT_S=2" in line.group(2), line.group(0)
-    assert "stopped first, reporting a lost peer" in r.output, r.output
+    assert "stopped first, reporting a failed or stalled peer" in r.output, r.output
     assert "rank 1: stopped by mpiexec (it had not exited" in r.output, r.output
 
 
@@ -70,3 +70,16 @@ def test_soak_keeps_memory_and_handles_flat(run_ranks):
     r = run_ranks(2, soak, "--steps", 3000, "--warmup", 500, "--check", "--max-growth-mb", 4,
                   timeout=180)
     assert "handles left: 0" in r.output, r
+
+
+def test_stall_warns_then_stops_every_rank(run_ranks):
+    # Rank 1 is alive but never submits the tensor rank 0 waits for.
+    r = run_ranks(2, "stall.py", expect_ok=False, timeout=90,
+                  env={"FUSEOPT_STALL_CHECK_S": "1", "FUSEOPT_STALL_SHUTDOWN_S": "3"})
+    assert "tensor 'stalled.tensor' has waited 1 s: ranks 1 have not submitted it" in r.output, r
+    for rank in (0, 1):
+        line = re.search(r"\[rank %d\] RankFailedError after ([\d.]+) s: (.*)" % rank, r.output)
+        assert line, r.output
+        assert "'stalled.tensor' stalled for 3 s: rank(s) 1 never submitted it" in line.group(2)
+    # Rank 0 was waiting: it fails at the limit, not at rank 1's next call.
+    assert float(re.search(r"\[rank 0\] RankFailedError after ([\d.]+)", r.output).group(1)) < 10

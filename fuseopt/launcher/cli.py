@@ -155,7 +155,7 @@ def summarize(launch_dir, total_ranks, mpiexec_code, started):
         ("signal %s" % signal.Signals(first["signal"]).name)
     # Only victims ended (say a frozen rank, killed by mpiexec without a record):
     # the first of them tells what happened, but is not to blame.
-    verb = "stopped first, reporting a lost peer" if victim(first) else "failed first"
+    verb = "stopped first, reporting a failed or stalled peer" if victim(first) else "failed first"
     print("fuseoptrun: rank %d on %s %s (%s, %.1f s after start); %d of %d ranks failed"
           % (first["rank"], first["host"], verb, how, first["end_time"] - started,
              len(failed), total_ranks), file=sys.stderr)

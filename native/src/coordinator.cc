@@ -110,6 +110,12 @@ std::vector<Response> Coordinator::take_ready(const std::vector<bool>& joined) {
   return out;
 }
 
+double Coordinator::oldest_wait_s(double now_s) const {
+  double oldest = 0;
+  for (const auto& kv : table_) oldest = std::max(oldest, now_s - kv.second.first_seen_s);
+  return oldest;
+}
+
 std::vector<Stall> Coordinator::stalls(double now_s, double min_s) const {
   std::vector<Stall> out;
   for (const auto& kv : table_) {

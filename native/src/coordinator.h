@@ -45,6 +45,9 @@ class Coordinator {
 
   size_t waiting() const { return table_.size(); }
 
+  // How long the oldest name in the table has waited (0 when empty).
+  double oldest_wait_s(double now_s) const;
+
  private:
   struct Entry {
     std::vector<Request> requests;  // at most one per rank

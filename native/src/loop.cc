@@ -21,6 +21,7 @@ constexpr uint64_t kIdle = 1 << 2;           // nobody has anything in flight
 constexpr uint64_t kJoined = 1 << 3;         // everybody has joined
 constexpr uint64_t kNoneJoined = 1 << 4;     // nobody has joined
 constexpr uint64_t kNothingPending = 1 << 5; // nobody has a tensor in flight (join aside)
+constexpr uint64_t kNoStallCheck = 1 << 6;   // the coordinator needs no stall check
 
 bool bit(const std::vector<uint64_t>& w, int64_t base, int64_t i) {
   return (w[base + i / 64] >> (i % 64)) & 1;
@@ -117,8 +118,9 @@ std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
   if (pending_.empty() && !joined_) flags |= kIdle;
   flags |= joined_ ? kJoined : kNoneJoined;
   if (pending_.empty()) flags |= kNothingPending;
-  words[0] = flags;
   const double now = now_s();
+  if (!stall_check_due(now)) flags |= kNoStallCheck;
+  words[0] = flags;
   for (auto& kv : pending_) {
     Entry& e = kv.second;
     if (e.state != Entry::State::kCached) continue;
@@ -147,6 +149,19 @@ std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
   }
   invalid_slots_.clear();
   return words;
+}
+
+bool Loop::stall_check_due(double now) {
+  // Stalls are found in full negotiation, which steady-state rounds skip: the
+  // coordinator asks for one, at most once a second, while a name has waited
+  // long enough to warn about or to fail.
+  if (!coordinator_ || now < next_stall_check_s_) return false;
+  int64_t limit = config_.stall_check_s;
+  if (config_.stall_shutdown_s > 0 && (limit <= 0 || config_.stall_shutdown_s < limit))
+    limit = config_.stall_shutdown_s;
+  if (limit <= 0 || coordinator_->oldest_wait_s(now) < limit) return false;
+  next_stall_check_s_ = now + 1.0;
+  return true;
 }
 
 bool Loop::keep_waiting(double started_s) {
@@ -222,7 +237,8 @@ bool Loop::round() {
   }
   const bool joined_anywhere = !(flags & kNoneJoined);
   bool progress = !work.empty() || !(flags & kNoNewRequests);
-  if (!(flags & kNoNewRequests) || (joined_anywhere && !(flags & kIdle))) {
+  if (!(flags & kNoNewRequests) || !(flags & kNoStallCheck) ||
+      (joined_anywhere && !(flags & kIdle))) {
     for (Response& r : negotiate_full()) {
       if (is_cacheable(r)) cache_->put(r);
       progress = true;
@@ -247,6 +263,11 @@ bool Loop::round() {
   throw_if_aborted();  // the buffers of aborted handles may be gone
   finish(work);
   busy_since_s_ = 0;
+  // A tensor stalled past FUSEOPT_STALL_SHUTDOWN_S stops the runtime on every
+  // rank (all received this response), not only on the ranks that submitted it.
+  for (const Work& w : work)
+    if (w.response.error == FUSEOPT_RANK_FAILED)
+      throw Error(FUSEOPT_RANK_FAILED, w.response.error_message);
   // Join completes once every rank has joined and no tensor is in flight
   // anywhere (a rank may have enqueued one just before joining).
   if ((flags & kJoined) && (flags & kNothingPending)) {

@@ -63,6 +63,7 @@ class Loop {
   void drain(std::deque<Entry>* incoming);
   std::vector<uint64_t> build_round_vector(bool shutdown);
   bool keep_waiting(double started_s);
+  bool stall_check_due(double now);  // rank 0: ask every rank for a full negotiation
   void throw_if_aborted();  // throws the abort's reason (Context::abort)
   std::vector<Response> negotiate_full();
   void finish(std::vector<Work>& work);
@@ -84,6 +85,7 @@ class Loop {
   std::unique_ptr<ResponseCache> cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
   int rank_ = 0, size_ = 1;
+  double next_stall_check_s_ = 0;
   std::atomic<double> busy_since_s_{0};
   std::atomic<const char*> busy_what_{""};
 
