@@ -23,6 +23,15 @@ def _parse_log_level(text):
     return int(text)
 
 
+def _parse_flag(value):
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(value)
+
+
 @dataclass(frozen=True)
 class Knob:
     name: str                 # keyword of fuseopt.init()
@@ -68,6 +77,11 @@ KNOBS = (
          "Allreduces of at least this many bytes go through fuseopt's shared-memory "
          "path when every rank runs on one host (each rank reduces a slice of all "
          "ranks' data in place: ~2x MPICH's bandwidth here); -1 always uses MPI."),
+    Knob("hierarchical_allreduce", "FUSEOPT_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce",
+         _parse_flag, int, bool,
+         "1: allreduce in three steps (reduce within each node, allreduce among one leader "
+         "per node, broadcast within the node), so only one copy per node crosses the "
+         "network; used when there are several nodes of several ranks."),
     Knob("emulated_local_size", "FUSEOPT_EMULATED_LOCAL_SIZE", "emulated_local_size",
          int, int, _same,
          "Test knob: pretend each node holds this many consecutive ranks, to exercise "

@@ -35,3 +35,15 @@ def test_collectives_without_shared_memory_path(run_ranks):
     out = run_ranks(2, "collectives.py", env={"FUSEOPT_SHM_MIN_BYTES": "-1",
                                               "FUSEOPT_LOG_LEVEL": "info"}, timeout=240).output
     assert "shared-memory path" not in out, out
+
+
+@pytest.mark.parametrize("threshold", [None, 1024])
+def test_hierarchical_allreduce_on_two_emulated_nodes_of_two(run_ranks, threshold):
+    # FUSEOPT_EMULATED_LOCAL_SIZE=2 makes ranks {0,1} and {2,3} two nodes. The
+    # data are small integers, exact in every dtype and summation order, so
+    # the suite's exact expectations are the flat algorithm's results.
+    args = () if threshold is None else (threshold,)
+    out = run_ranks(4, "collectives.py", *args, timeout=240,
+                    env={"FUSEOPT_HIERARCHICAL_ALLREDUCE": "1", "FUSEOPT_EMULATED_LOCAL_SIZE": "2",
+                         "FUSEOPT_LOG_LEVEL": "info"}).output
+    assert out.count("hierarchical allreduce over 2 nodes of 2 ranks") == 4, out

@@ -27,6 +27,7 @@ void default_config(fuseopt_config_t* c) {
   // Healthy rounds finish within an idle tick (50 ms) and a collective within
   // seconds even for huge buckets, so 30 s of silence means a lost peer.
   c->peer_timeout_s = 30;
+  c->hierarchical_allreduce = 0;
 }
 
 void validate_config(const fuseopt_config_t& c) {
@@ -42,6 +43,8 @@ void validate_config(const fuseopt_config_t& c) {
   if (c.emulated_local_size < 0) bad("emulated local size must be >= 0");
   if (!(c.peer_timeout_s >= 0) || !std::isfinite(c.peer_timeout_s))
     bad("peer timeout must be >= 0 seconds (0: off)");
+  if (c.hierarchical_allreduce != 0 && c.hierarchical_allreduce != 1)
+    bad("hierarchical allreduce must be 0 or 1");
   if (c.shm_min_bytes < -1) bad("shared-memory allreduce size must be >= 0 bytes, or -1 (off)");
 }
 

@@ -98,10 +98,12 @@ void Loop::start() {
   take(config_.stall_check_s, agreed.stall_check_s);
   take(config_.stall_shutdown_s, agreed.stall_shutdown_s);
   take(config_.shm_min_bytes, agreed.shm_min_bytes);
+  take(config_.hierarchical_allreduce, agreed.hierarchical_allreduce);
   if (differs)
     FUSEOPT_LOG(kWarning, "configuration differs from rank 0; using rank 0's fusion threshold, "
-                          "cycle time, cache capacity, stall timeouts and shared-memory size");
-  backend_.reset(new MpiBackend(*world_, config_.shm_min_bytes));
+                          "cycle time, cache capacity, stall timeouts, shared-memory size and "
+                          "allreduce algorithm");
+  backend_.reset(new MpiBackend(*world_, config_.shm_min_bytes, config_.hierarchical_allreduce));
   executor_.reset(new Executor(*backend_, handles_, rank_, size_));
   executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
   cache_.reset(new ResponseCache(config_.cache_capacity));

@@ -45,8 +45,14 @@ std::vector<int> displacements(const std::vector<int>& counts) {
 
 }  // namespace
 
-MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes)
+MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierarchical)
     : world_(world), shm_min_bytes_(shm_min_bytes) {
+  // With one node, or one rank per node, a hierarchy only adds steps.
+  const fuseopt_comm_info_t& info = world.info();
+  hierarchical_ = hierarchical && info.cross_size > 1 && info.local_size > 1;
+  if (hierarchical_)
+    FUSEOPT_LOG(kInfo, "hierarchical allreduce over " << info.cross_size << " nodes of "
+                                                      << info.local_size << " ranks");
   if (shm_min_bytes_ >= 0) {
     shm_.reset(new ShmAllreduce(world));
     if (!shm_->usable()) shm_.reset();
@@ -66,10 +72,31 @@ void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_
     int n = static_cast<int>(std::min(kChunkElements, count - done));
     char* r = static_cast<char*>(recv) + done * esize;
     const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + done * esize;
+    if (hierarchical_) {
+      hierarchical_allreduce(s, r, n, MpiWorld::datatype(dtype), MpiWorld::op(op, dtype));
+      continue;
+    }
     mpi_check(MPI_Allreduce(s, r, n, MpiWorld::datatype(dtype), MpiWorld::op(op, dtype),
                             world_.comm()),
               "MPI_Allreduce");
   }
+}
+
+// Reduce to each node's leader (local rank 0) over the fast intra-node links,
+// allreduce among the leaders (the only traffic between nodes: one copy per
+// node instead of one per rank), then broadcast within each node. Every rank
+// ends with the leaders' result, so all ranks agree bit for bit.
+void MpiBackend::hierarchical_allreduce(const void* send, void* recv, int n, MPI_Datatype type,
+                                        MPI_Op op) {
+  const bool leader = world_.info().local_rank == 0;
+  const void* local_send = send;
+  if (send == MPI_IN_PLACE && !leader) local_send = recv;  // IN_PLACE is for the root only
+  mpi_check(MPI_Reduce(local_send, leader ? recv : nullptr, n, type, op, 0, world_.local_comm()),
+            "MPI_Reduce(node)");
+  if (leader)
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, recv, n, type, op, world_.cross_comm()),
+              "MPI_Allreduce(leaders)");
+  mpi_check(MPI_Bcast(recv, n, type, 0, world_.local_comm()), "MPI_Bcast(node)");
 }
 
 void MpiBackend::broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root) {

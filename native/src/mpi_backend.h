@@ -13,7 +13,8 @@ class MpiBackend : public Backend {
  public:
   // Collective (sets up the shared-memory path). shm_min_bytes: see
   // fuseopt_config_t.
-  MpiBackend(const MpiWorld& world, int64_t shm_min_bytes);
+  // hierarchical: see fuseopt_config_t (used only with several multi-rank nodes).
+  MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierarchical);
   const char* name() const override { return "mpi"; }
 
   void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
@@ -33,7 +34,10 @@ class MpiBackend : public Backend {
             const std::vector<int64_t>& recv_bytes) const override;
 
  private:
+  void hierarchical_allreduce(const void* send, void* recv, int n, MPI_Datatype type, MPI_Op op);
+
   const MpiWorld& world_;
+  bool hierarchical_ = false;
   int64_t shm_min_bytes_;
   std::unique_ptr<ShmAllreduce> shm_;  // null unless every rank shares this host
 };

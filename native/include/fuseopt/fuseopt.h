@@ -96,6 +96,8 @@ typedef struct {
   double peer_timeout_s;          /* a collective or negotiation round that has
                                      not finished after this long means a peer
                                      died or froze: fail everything; 0 off      */
+  int64_t hierarchical_allreduce; /* 1: reduce within each node, allreduce among
+                                     one leader per node, broadcast back        */
 } fuseopt_config_t;
 
 typedef struct {
