@@ -36,8 +36,19 @@ def _mpi_from_prefix(prefix):
             "libraries": ["mpi"], "rpath": [libdir]}
 
 
+def _wrapper_command(wrapper):
+    """The compiler command line an MPI wrapper stands for: ``-show`` for the
+    MPICH family (MPICH, Intel MPI, MVAPICH), ``--showme`` for Open MPI."""
+    for flag in ("-show", "--showme"):
+        try:
+            return subprocess.check_output([wrapper, flag], text=True, stderr=subprocess.DEVNULL)
+        except subprocess.CalledProcessError:
+            continue
+    raise RuntimeError("fuseopt: %s accepts neither -show nor --showme" % wrapper)
+
+
 def _mpi_from_wrapper(wrapper):
-    words = shlex.split(subprocess.check_output([wrapper, "-show"], text=True))
+    words = shlex.split(_wrapper_command(wrapper))
     out = {"include_dirs": [], "library_dirs": [], "libraries": [], "rpath": []}
     for w in words[1:]:
         if w.startswith("-I"):
@@ -85,9 +96,12 @@ def make_builder(absolute_paths=False):
     sources = sorted(glob.glob(os.path.join(ROOT, "native", "src", "*.cc")))
     if not absolute_paths:  # setuptools insists on paths relative to setup.py
         sources = [os.path.relpath(p, ROOT) for p in sources]
-    # $ORIGIN/../../.. is <venv>/lib when installed into site-packages, where
-    # the mpich wheel puts libmpi; fuseopt/_native.py preloads it otherwise.
-    rpaths = ["$ORIGIN/../../.."] + mpi["rpath"]
+    # The chosen MPI's own directory first, so that a site MPI with the same
+    # soname as the mpich wheel (libmpi.so.12: Intel MPI, Cray MPICH, MVAPICH)
+    # is not shadowed by the wheel's copy. $ORIGIN/../../.. is <venv>/lib when
+    # installed into site-packages, where the wheel puts libmpi;
+    # fuseopt/_native.py preloads it when neither is found.
+    rpaths = mpi["rpath"] + ["$ORIGIN/../../.."]
     ffi = FFI()
     ffi.cdef(read_cdef())
     ffi.set_source(
