@@ -30,10 +30,12 @@ def launch(nranks, script, *args, timeout=120, env=None, launcher_args=(), expec
                        launcher_args=launcher_args, expect_ok=expect_ok)
 
 
-def launch_mpmd(programs, timeout=120, env=None, launcher_args=(), expect_ok=True):
+def launch_mpmd(programs, timeout=120, env=None, launcher_args=(), expect_ok=True,
+                command_prefix=()):
     """One job of several programs, each ``(nranks, script, *args)``, joined by
-    ``:`` as in ``fuseoptrun -np 2 a.py : -np 2 b.py``."""
-    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", *launcher_args]
+    ``:`` as in ``fuseoptrun -np 2 a.py : -np 2 b.py``. ``command_prefix`` runs
+    fuseoptrun under another command (an emulated host's namespaces)."""
+    cmd = [*command_prefix, sys.executable, "-m", "fuseopt.launcher.cli", *launcher_args]
     for i, (nranks, script, *args) in enumerate(programs):
         cmd += ([":"] if i else []) + ["-np", str(nranks), sys.executable,
                                        os.path.join(WORKERS, script), *map(str, args)]

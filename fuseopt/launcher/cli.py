@@ -49,6 +49,11 @@ def build_parser():
     p.add_argument("-H", "--hosts", help="host:slots,... (default: this machine)")
     p.add_argument("--hostfile", help="file with one 'host slots=N' per line")
     p.add_argument("--mpiexec", help="path of the MPI launcher to use")
+    p.add_argument("--remote-exec", metavar="CMD",
+                   help="command that starts processes on other hosts, called like ssh "
+                        "(CMD HOST COMMAND...); default: ssh")
+    p.add_argument("--network-interface", metavar="IFACE",
+                   help="interface the launcher's processes use to reach each other (e.g. eth0)")
     p.add_argument("--mpi-args", default="", help="extra arguments for mpiexec (quoted)")
     p.add_argument("--nolocal", choices=("auto", "on", "off"), default="auto",
                    help="set MPIR_CVAR_NOLOCAL=1 (auto: when ranks > cores here)")
@@ -106,6 +111,10 @@ def build_command(args, parts, env, launch_dir):
     cmd = [find_mpiexec(args.mpiexec)]
     if host_list:
         cmd += ["-hosts", ",".join("%s:%d" % h for h in host_list)]
+    if args.remote_exec:  # hydra calls it exactly as it would call ssh
+        cmd += ["-launcher", "ssh", "-launcher-exec", args.remote_exec]
+    if args.network_interface:
+        cmd += ["-iface", args.network_interface]
     for k, v in sorted(dict(env, FUSEOPT_LAUNCH_DIR=launch_dir).items()):
         cmd += ["-genv", k, v]
     cmd += shlex.split(args.mpi_args)

@@ -21,7 +21,7 @@ import time
 
 # Long enough for the survivors' watchers (polling every 0.2 s) to see the
 # record and report; short enough not to hold up the end of a failed job.
-LINGER_S = float(os.environ.get("FUSEOPT_LOST_RANK_LINGER_S", "2"))
+LINGER_S = float(os.environ.get("FUSEOPT_LOST_RANK_LINGER_S", "5"))
 
 
 def _die_with_parent():

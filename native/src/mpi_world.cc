@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 #include <mutex>
 #include <string>
 
@@ -111,9 +113,26 @@ MpiWorld::MpiWorld(int emulated_local_size) {
     mpi_check(MPI_Comm_split(comm_, info_.rank / emulated_local_size, info_.rank, &local_comm_),
               "MPI_Comm_split(local)");
   } else {
-    mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, info_.rank, MPI_INFO_NULL,
-                                  &local_comm_),
-              "MPI_Comm_split_type");
+    // Nodes by host name, not MPI_COMM_TYPE_SHARED: with MPIR_CVAR_NOLOCAL
+    // (what fuseoptrun sets when a host runs more ranks than it has cores)
+    // MPICH reports every rank as a node of its own, but local_rank must still
+    // count the ranks of one machine (it picks a GPU, shards node-local data).
+    char mine[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    mpi_check(MPI_Get_processor_name(mine, &len), "MPI_Get_processor_name");
+    std::vector<char> names(static_cast<size_t>(info_.size) * MPI_MAX_PROCESSOR_NAME);
+    mpi_check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(),
+                            MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_),
+              "MPI_Allgather(host names)");
+    int node = info_.rank;  // the lowest rank on this host names the node
+    for (int r = 0; r < info_.size; ++r) {
+      if (std::strncmp(&names[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME], mine,
+                       MPI_MAX_PROCESSOR_NAME) == 0) {
+        node = r;
+        break;
+      }
+    }
+    mpi_check(MPI_Comm_split(comm_, node, info_.rank, &local_comm_), "MPI_Comm_split(node)");
   }
   MPI_Comm_set_errhandler(local_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(local_comm_, &info_.local_rank);

@@ -1,8 +1,8 @@
 """A rank dies or freezes mid-training; the others must stop with a clear error.
 
-    lost_rank.py kill     rank 1 SIGKILLs itself at step 30
-    lost_rank.py freeze   rank 1 SIGSTOPs itself at step 30 (run with a short
-                          FUSEOPT_PEER_TIMEOUT_S: no launcher record exists)
+    lost_rank.py kill [R]     rank R (default 1) SIGKILLs itself at step 30
+    lost_rank.py freeze [R]   rank R SIGSTOPs itself at step 30 (run with a short
+                              FUSEOPT_PEER_TIMEOUT_S: no launcher record exists)
 
 Survivors print what they caught and exit with SURVIVOR_EXIT, so the parent
 test can tell a clean report from a crash or a kill."""
@@ -24,14 +24,14 @@ def train_step(step, grads):
     return handles.handles + [big]
 
 
-def main(mode):
+def main(mode, victim):
     fuseopt.init()
     rank = fuseopt.rank()
     grads = [np.full(100 * (i + 1), rank, np.float32) for i in range(8)]
     last_good = time.time()
     try:
         for step in range(100000):
-            if rank == 1 and step == 30:
+            if rank == victim and step == 30:
                 os.kill(os.getpid(), signal.SIGKILL if mode == "kill" else signal.SIGSTOP)
             handles = train_step(step, grads)
             for h in handles:
@@ -65,8 +65,8 @@ def main(mode):
             raise AssertionError("init after an abort succeeded")
         print("[rank %d] survivor ok" % rank, flush=True)
         sys.exit(SURVIVOR_EXIT)
-    raise AssertionError("training finished although rank 1 was lost")
+    raise AssertionError("training finished although rank %d was lost" % victim)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1)
