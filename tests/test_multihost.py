@@ -64,8 +64,13 @@ def test_rank_killed_on_one_host_stops_the_job_on_both(run_on_hosts, hosts):
     started = time.time()
     r = run_on_hosts("lost_rank.py", "kill", 3, expect_ok=False, timeout=120)
     assert r.code != 0, r
-    for rank in (0, 1, 2):
-        assert "[rank %d] survivor ok" % rank in r.output, r.output
+    # Rank 2 shares rank 3's host. A rank whose TCP connection to rank 3 breaks
+    # mid-exchange (rank 1, its partner across hosts) may instead be ended by
+    # MPICH itself before it can report; the summary then lists it.
+    assert "[rank 2] survivor ok" in r.output, r.output
+    for rank in (0, 1):
+        assert ("[rank %d] survivor ok" % rank in r.output or
+                "rank %d: stopped by mpiexec after rank 3 failed" % rank in r.output), r.output
     assert "rank 3 (host %s" % hosts.hosts[1].name in r.output, r.output
     assert "rank 3 on %s failed first (signal SIGKILL" % hosts.hosts[1].name in r.output, r.output
     assert time.time() - started < 60
