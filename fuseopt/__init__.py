@@ -10,7 +10,7 @@ from .errors import (BackendError, FuseoptError, InternalError, InvalidArgumentE
                      MismatchError, NotInitializedError, RankFailedError, ShutDownError,
                      TimeoutError, UnsupportedError)
 from .runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                      pending_handles, rank, settings, shutdown, size)
+                      metrics, pending_handles, rank, settings, shutdown, size)
 from .requests import Handle
 from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
                   allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async,

@@ -122,6 +122,29 @@ def settings():
     return dict(_settings)
 
 
+def metrics():
+    """Counters since ``init()`` on this rank, as a dict.
+
+    ``tensors`` completed in ``collectives`` (fused buckets, one collective
+    call each) carrying ``bytes`` of this rank's data; ``mean_bucket_bytes``;
+    ``rounds`` of negotiation, ``full_negotiations`` among them (the rest were
+    answered by the response cache: ``cache_hit_rate`` of enqueued tensors);
+    ``negotiation_s`` and ``communication_s``, the background thread's time
+    negotiating and running collectives; ``stalls`` warned about."""
+    raw = ffi.new("fuseopt_metrics_t*")
+    raw.struct_size = ffi.sizeof("fuseopt_metrics_t")
+    check(lib.fuseopt_metrics(context(), raw))
+    out = {k: int(getattr(raw, k)) for k in ("rounds", "full_negotiations", "cache_hits",
+                                             "cache_misses", "tensors", "collectives", "bytes",
+                                             "stalls")}
+    out["negotiation_s"] = float(raw.negotiation_s)
+    out["communication_s"] = float(raw.execution_s)
+    out["mean_bucket_bytes"] = out["bytes"] / out["collectives"] if out["collectives"] else 0.0
+    lookups = out["cache_hits"] + out["cache_misses"]
+    out["cache_hit_rate"] = out["cache_hits"] / lookups if lookups else 0.0
+    return out
+
+
 def pending_handles():
     """Handles issued and not yet waited on (for leak checks)."""
     count = ffi.new("int64_t*")

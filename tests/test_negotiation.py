@@ -13,3 +13,8 @@ def test_negotiation_without_response_cache(run_ranks):
 
 def test_negotiation_with_tiny_cache_evicting_constantly(run_ranks):
     run_ranks(2, "negotiation.py", env={"FUSEOPT_CACHE_CAPACITY": "3"}, timeout=240)
+
+
+@pytest.mark.parametrize("nranks", [1, 2])
+def test_metrics_counters_add_up(run_ranks, nranks):
+    run_ranks(nranks, "metrics.py")

@@ -13,7 +13,7 @@ Keras ``fit``: see ``fuseopt.tensorflow.keras``.
 from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
                       RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
 from ..runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                       rank, shutdown, size)
+                       metrics, rank, shutdown, size)
 from .compression import Compression, Compressor
 from .functions import broadcast_variables
 from .gradient_tape import DistributedGradientTape

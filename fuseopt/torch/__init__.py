@@ -9,7 +9,7 @@
 from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
                       RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
 from ..runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                       rank, shutdown, size)
+                       metrics, rank, shutdown, size)
 from .checkpoint import load_checkpoint, save_checkpoint
 from .compression import Compression, Compressor
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,

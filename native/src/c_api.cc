@@ -144,6 +144,15 @@ int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,
 
 void fuseopt_free(void* p) { std::free(p); }
 
+int fuseopt_metrics(fuseopt_ctx_t* ctx, fuseopt_metrics_t* out) {
+  REQUIRE_CTX(ctx);
+  if (!out) return fail(FUSEOPT_INVALID_ARG, "out is NULL");
+  if (out->struct_size < sizeof(fuseopt_metrics_t))
+    return fail(FUSEOPT_INVALID_ARG, "metrics.struct_size is smaller than this library's");
+  ctx->context.metrics().fill(out);
+  return FUSEOPT_OK;
+}
+
 int fuseopt_pending_handles(fuseopt_ctx_t* ctx, int64_t* count) {
   REQUIRE_CTX(ctx);
   if (!count) return fail(FUSEOPT_INVALID_ARG, "count is NULL");

@@ -14,6 +14,7 @@
 
 #include "entry.h"
 #include "handle_table.h"
+#include "metrics.h"
 
 namespace fuseopt {
 
@@ -44,6 +45,7 @@ class Context {
   // Queues count requests, all or none (throws Error), one handle each.
   void enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles);
   HandleTable& handles() { return handles_; }
+  const Metrics& metrics() const { return metrics_; }
 
  private:
   Entry validate(const fuseopt_request_t& request);
@@ -53,6 +55,7 @@ class Context {
   fuseopt_config_t config_;
   fuseopt_comm_info_t info_{};
   HandleTable handles_;
+  Metrics metrics_;
   Inbox inbox_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;

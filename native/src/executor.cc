@@ -93,8 +93,15 @@ void Executor::run(std::vector<Work>& work) {
   }
   for (const Bucket& b : plan_buckets(items, fusion_threshold_)) {
     std::vector<Work*> bucket;
-    for (size_t i : b) bucket.push_back(runnable[i]);
+    int64_t bytes = 0;
+    for (size_t i : b) {
+      bucket.push_back(runnable[i]);
+      bytes += items[i].bytes;
+    }
     run_bucket(bucket);
+    metrics_.add(metrics_.collectives, 1);
+    metrics_.add(metrics_.tensors, static_cast<int64_t>(bucket.size()));
+    metrics_.add(metrics_.bytes, bytes);
   }
   for (Work* w : runnable)
     if (w->entry >= stand_ins.data() && w->entry < stand_ins.data() + stand_ins.size())

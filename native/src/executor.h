@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "entry.h"
 #include "handle_table.h"
+#include "metrics.h"
 
 namespace fuseopt {
 
@@ -24,8 +25,8 @@ struct Work {
 
 class Executor {
  public:
-  Executor(Backend& backend, HandleTable& handles, int rank, int size)
-      : backend_(backend), handles_(handles), rank_(rank), size_(size) {}
+  Executor(Backend& backend, HandleTable& handles, Metrics& metrics, int rank, int size)
+      : backend_(backend), handles_(handles), metrics_(metrics), rank_(rank), size_(size) {}
 
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
 
@@ -48,6 +49,7 @@ class Executor {
 
   Backend& backend_;
   HandleTable& handles_;
+  Metrics& metrics_;
   int rank_, size_;
   int64_t fusion_threshold_ = 0;
   std::vector<char> fusion_buffer_;  // persistent, grows to the largest bucket

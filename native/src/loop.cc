@@ -104,7 +104,7 @@ void Loop::start() {
                           "cycle time, cache capacity, stall timeouts, shared-memory size and "
                           "allreduce algorithm");
   backend_.reset(new MpiBackend(*world_, config_.shm_min_bytes, config_.hierarchical_allreduce));
-  executor_.reset(new Executor(*backend_, handles_, rank_, size_));
+  executor_.reset(new Executor(*backend_, handles_, metrics_, rank_, size_));
   executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
   cache_.reset(new ResponseCache(config_.cache_capacity));
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_));
@@ -192,6 +192,7 @@ bool Loop::round() {
     control_->and_round(&words, [&](std::chrono::microseconds most) {
       if (!warned && config_.stall_check_s > 0 && now_s() - started > config_.stall_check_s) {
         warned = true;
+        metrics_.add(metrics_.stalls, 1);
         std::vector<std::string> names;
         for (auto& kv : pending_) names.push_back(kv.first);
         std::sort(names.begin(), names.end());
@@ -261,7 +262,11 @@ bool Loop::round() {
     }
   }
   busy_what_ = "running collectives";
+  const double executing = now_s();
+  metrics_.add(metrics_.rounds, 1);
+  metrics_.add(metrics_.negotiation_ns, static_cast<int64_t>((executing - started) * 1e9));
   executor_->run(work);
+  metrics_.add(metrics_.execution_ns, static_cast<int64_t>((now_s() - executing) * 1e9));
   throw_if_aborted();  // the buffers of aborted handles may be gone
   finish(work);
   busy_since_s_ = 0;
@@ -291,6 +296,7 @@ std::vector<Response> Loop::negotiate_full() {
     mine.push_back(Request{rank_, it->second.spec});
   }
   new_order_.clear();
+  metrics_.add(metrics_.full_negotiations, 1);
   std::vector<char> blob = encode_requests(mine);
   blob.insert(blob.begin(), static_cast<char>(joined_));
   std::vector<std::vector<char>> all = control_->gather(blob);
@@ -307,6 +313,7 @@ std::vector<Response> Loop::negotiate_full() {
       for (const Stall& s : coordinator_->stalls(now, config_.stall_check_s)) {
         if (stall_warned_.count(s.name)) continue;
         stall_warned_.insert(s.name);
+        metrics_.add(metrics_.stalls, 1);
         std::ostringstream ranks;
         for (size_t i = 0; i < s.missing_ranks.size(); ++i)
           ranks << (i ? ", " : "") << s.missing_ranks[i];

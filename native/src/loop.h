@@ -31,6 +31,7 @@
 #include "control_plane.h"
 #include "coordinator.h"
 #include "executor.h"
+#include "metrics.h"
 #include "mpi_backend.h"
 #include "mpi_world.h"
 #include "response_cache.h"
@@ -41,9 +42,10 @@ class Loop {
  public:
   // world was initialised on the thread that called fuseopt_init (MPI wants
   // MPI_Finalize, at process exit, on the thread that initialised it).
-  Loop(const fuseopt_config_t& config, Inbox& inbox, HandleTable& handles,
+  Loop(const fuseopt_config_t& config, Inbox& inbox, HandleTable& handles, Metrics& metrics,
        std::unique_ptr<MpiWorld> world)
-      : config_(config), inbox_(inbox), handles_(handles), world_(std::move(world)) {}
+      : config_(config), inbox_(inbox), handles_(handles), metrics_(metrics),
+        world_(std::move(world)) {}
 
   // Thread body. Reports MPI start-up (topology or failure) through started.
   void run(std::promise<fuseopt_comm_info_t>* started);
@@ -77,6 +79,7 @@ class Loop {
   fuseopt_config_t config_;
   Inbox& inbox_;
   HandleTable& handles_;
+  Metrics& metrics_;
 
   std::unique_ptr<MpiWorld> world_;
   std::unique_ptr<ControlPlane> control_;

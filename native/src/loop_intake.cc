@@ -89,15 +89,18 @@ void Loop::drain(std::deque<Entry>* incoming) {
     int64_t slot = -1;
     switch (cache_->lookup(e.spec, rank_, &slot)) {
       case ResponseCache::Lookup::kHit:
+        metrics_.add(metrics_.cache_hits, 1);
         e.state = Entry::State::kCached;
         e.slot = slot;
         break;
       case ResponseCache::Lookup::kStale:
+        metrics_.add(metrics_.cache_misses, 1);
         invalid_slots_.insert(slot);
         e.state = Entry::State::kNew;
         new_order_.push_back(e.spec.name);
         break;
       case ResponseCache::Lookup::kMiss:
+        metrics_.add(metrics_.cache_misses, 1);
         e.state = Entry::State::kNew;
         new_order_.push_back(e.spec.name);
         break;

@@ -193,6 +193,23 @@ int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,
 /* Frees memory handed over by fuseopt_wait_output. NULL is a no-op. */
 void fuseopt_free(void* p);
 
+/* Counters since init, for fuseopt.metrics(). Fill struct_size first. */
+typedef struct {
+  size_t struct_size;
+  int64_t rounds;              /* negotiation rounds                            */
+  int64_t full_negotiations;   /* rounds that gathered new requests to rank 0   */
+  int64_t cache_hits;          /* enqueued tensors answered by the cache        */
+  int64_t cache_misses;
+  int64_t tensors;             /* tensors completed by a collective             */
+  int64_t collectives;         /* fused buckets, one collective call each       */
+  int64_t bytes;               /* this rank's payload bytes in those buckets    */
+  int64_t stalls;              /* stall warnings on this rank                   */
+  double negotiation_s;        /* loop time spent negotiating                   */
+  double execution_s;          /* loop time spent running collectives           */
+} fuseopt_metrics_t;
+
+int fuseopt_metrics(fuseopt_ctx_t* ctx, fuseopt_metrics_t* out);
+
 /* Handles enqueued and not yet released: for leak checks. */
 int fuseopt_pending_handles(fuseopt_ctx_t* ctx, int64_t* count);
 
