@@ -6,7 +6,6 @@ import subprocess
 import sys
 import time
 
-SURVIVOR_EXIT = 3  # tests/workers/lost_rank.py
 
 
 def survivors_reported(output, ranks):
