@@ -7,7 +7,6 @@ import sys
 import time
 
 
-
 def survivors_reported(output, ranks):
     for r in ranks:
         assert "[rank %d] survivor ok" % r in output, output
