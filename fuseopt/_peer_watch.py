@@ -9,11 +9,12 @@ naming the lost rank, so that the training loop raises RankFailedError. The
 core's own watchdog (FUSEOPT_PEER_TIMEOUT_S) covers what no record shows: a
 frozen process, a lost network, another launcher.
 """
-import json
 import os
 import signal
 import threading
 import time
+
+from .launcher.rank_wrapper import read_records
 
 POLL_S = 0.2
 
@@ -33,21 +34,8 @@ def _describe(record):
 
 def lost_rank(directory, my_rank):
     """The record of the first peer whose process ended abnormally, or None."""
-    lost = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return None
-    for name in names:
-        if not (name.startswith("rank-") and name.endswith(".json")):
-            continue
-        try:
-            with open(os.path.join(directory, name)) as f:
-                record = json.load(f)
-        except (OSError, ValueError):
-            continue  # being written; seen next time
-        if record.get("rank") != my_rank and (record.get("exit_code") != 0 or record.get("signal")):
-            lost.append(record)
+    lost = [r for rank, r in read_records(directory).items()
+            if rank != my_rank and (r.get("exit_code") != 0 or r.get("signal"))]
     return min(lost, key=lambda r: r.get("end_time", 0)) if lost else None
 
 

@@ -10,7 +10,6 @@ it has cores, stops every rank on Ctrl-C or SIGTERM, and exits with the code
 of the rank that failed first, after saying which one it was.
 """
 import argparse
-import json
 import os
 import shlex
 import shutil
@@ -21,6 +20,7 @@ import tempfile
 import time
 
 from . import hosts as _hosts
+from .rank_wrapper import read_records
 
 
 def _knobs():
@@ -126,24 +126,14 @@ def build_command(args, parts, env, launch_dir):
     return cmd, host_list
 
 
-def _read_json(launch_dir, prefix):
-    out = {}
-    for name in os.listdir(launch_dir):
-        if name.startswith(prefix) and name.endswith(".json"):
-            with open(os.path.join(launch_dir, name)) as f:
-                record = json.load(f)
-            out[int(name[len(prefix):-len(".json")])] = record
-    return out
-
-
 def summarize(launch_dir, total_ranks, mpiexec_code, started):
     """Prints which rank failed first, and why; returns the exit code to use.
 
     A rank whose fuseopt was shut down by another rank, or that reported a
     lost peer, only stopped because of it, so it is not blamed even if its
     process happened to end first."""
-    records = _read_json(launch_dir, "rank-")
-    notes = _read_json(launch_dir, "note-")
+    records = read_records(launch_dir, "rank-")
+    notes = read_records(launch_dir, "note-")
     failed = sorted((r for r in records.values() if r["exit_code"] != 0),
                     key=lambda r: r["end_time"])
     if not failed:
