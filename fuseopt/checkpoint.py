@@ -113,11 +113,12 @@ class Checkpoint:
                                                                  self.extra)
 
 
-def raise_on_every_rank(failure, root_rank):
-    """Collective: raises OSError(failure) on every rank if the root had one."""
+def raise_on_every_rank(failure, root_rank, error=OSError):
+    """Collective: raises error(failure) on every rank, with the root's
+    message, if the root had one."""
     failure = objects.broadcast_object(failure, root_rank, name="checkpoint.outcome")
     if failure:
-        raise OSError(failure)
+        raise error(failure)
 
 
 def root_has_file(path, root_rank):

@@ -87,3 +87,7 @@ def test_keras_fit_killed_and_resumed_matches_an_uninterrupted_fit(run_ranks, tm
     assert len(a.files) == len(b.files) == 4
     for k in a.files:
         assert np.array_equal(a[k], b[k]), "%s differs by %g" % (k, np.abs(a[k] - b[k]).max())
+
+
+def test_foreign_file_fails_on_every_rank(run_ranks, tmp_path):
+    run_ranks(2, "checkpoint_bad.py", tmp_path, timeout=120)

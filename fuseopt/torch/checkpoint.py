@@ -74,14 +74,19 @@ def load_checkpoint(path, model, optimizer=None, root_rank=0, missing_ok=False):
             return None
         raise FileNotFoundError("no checkpoint at %r on rank %d" % (path, root_rank))
     payload = None
+    failure = None
     if runtime.rank() == root_rank:
         with open(path, "rb") as f:
             payload = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=False)
-        if payload.get("format") != FORMAT:
-            raise ValueError("%r is not a fuseopt.torch checkpoint" % path)
-        model.load_state_dict(payload["model"])
-        if optimizer is not None and payload["optimizer"] is not None:
-            _inner(optimizer).load_state_dict(payload["optimizer"])
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+            failure = "%r is not a fuseopt.torch checkpoint" % path
+        else:
+            model.load_state_dict(payload["model"])
+            if optimizer is not None and payload["optimizer"] is not None:
+                _inner(optimizer).load_state_dict(payload["optimizer"])
+    # A bad file fails on every rank, not only on the root (the others would
+    # wait in the broadcasts below until the root's exit shut them down).
+    _ckpt.raise_on_every_rank(failure, root_rank, ValueError)
     broadcast_parameters(model.state_dict(), root_rank, prefix="checkpoint.model.")
     if optimizer is not None:
         broadcast_optimizer_state(optimizer, root_rank)

@@ -85,8 +85,7 @@ def load_checkpoint(path, model, root_rank=0, missing_ok=False):
             for v, value in zip(shared + opt_vars, payload["model"] + payload["optimizer"]):
                 v.assign(value)
             meta = {k: payload[k] for k in ("step", "extra", "world_size", "rng")}
-    if objects.broadcast_object(failure, root_rank, name="checkpoint.outcome"):
-        raise ValueError(failure or "rank %d could not load the checkpoint" % root_rank)
+    _ckpt.raise_on_every_rank(failure, root_rank, ValueError)
     broadcast_variables(shared + opt_vars, root_rank)
     meta = objects.broadcast_object(meta, root_rank, name="checkpoint.meta")
     state = _ckpt.rng_state_for_this_rank(meta["rng"], meta["world_size"], _reseed)
