@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 
-from .launcher.rank_wrapper import read_records
+from .launcher.records import read_records
 
 POLL_S = 0.2
 

@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from . import hosts as _hosts
-from .rank_wrapper import read_records
+from .records import read_records
 
 
 def _knobs():

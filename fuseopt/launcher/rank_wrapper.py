@@ -65,26 +65,6 @@ def main(argv=None):
     return code if code >= 0 else 128 - code
 
 
-def read_records(status_dir, prefix="rank-"):
-    """{rank: record} of the ``<prefix>N.json`` files in status_dir (rank-N:
-    written here; note-N: by fuseopt._launch_notes). A missing directory or a
-    file being written is skipped: callers that poll see it next time."""
-    out = {}
-    try:
-        names = os.listdir(status_dir)
-    except OSError:
-        return out
-    for name in names:
-        if not (name.startswith(prefix) and name.endswith(".json")):
-            continue
-        try:
-            with open(os.path.join(status_dir, name)) as f:
-                out[int(name[len(prefix):-len(".json")])] = json.load(f)
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def _linger(status_dir, size):
     """Waits until every rank has a record, or LINGER_S."""
     deadline = time.time() + LINGER_S
