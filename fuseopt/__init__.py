@@ -20,5 +20,6 @@ from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, a
                   reducescatter_async, synchronize)
 from .objects import allgather_object, broadcast_object
 from .naming import Shared
+from .timeline import start_timeline, stop_timeline
 
 __version__ = "0.1.0"

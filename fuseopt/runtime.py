@@ -40,6 +40,8 @@ def init(**settings):
         _info = {k: getattr(info, k) for k in
                  ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")}
         _watch = _peer_watch.start(_info["rank"], _info["size"], _abort_with(out[0]))
+    from .timeline import start_from_environment
+    start_from_environment()
 
 
 def shutdown():
@@ -53,12 +55,26 @@ def shutdown():
             watch.stop()
         if ctx is not None:
             _was_shut_down = True
+            _leave_metrics(ctx)
             check(lib.fuseopt_shutdown(ctx))
             from .requests import forget_orphans
             forget_orphans()
 
 
 atexit.register(shutdown)
+
+
+def _leave_metrics(ctx):
+    """For ``fuseoptrun --metrics-summary``; never in the way of shutting down."""
+    from .launcher.metrics_summary import ENV, write_rank_metrics
+    import os
+    if os.environ.get(ENV) != "1":
+        return
+    from .overlap import GRADIENTS
+    try:
+        write_rank_metrics(_info["rank"], _read_metrics(ctx), GRADIENTS.total_exposed_s)
+    except Exception:
+        pass
 
 
 def _abort_with(ctx):
@@ -131,9 +147,13 @@ def metrics():
     answered by the response cache: ``cache_hit_rate`` of enqueued tensors);
     ``negotiation_s`` and ``communication_s``, the background thread's time
     negotiating and running collectives; ``stalls`` warned about."""
+    return _read_metrics(context())
+
+
+def _read_metrics(ctx):
     raw = ffi.new("fuseopt_metrics_t*")
     raw.struct_size = ffi.sizeof("fuseopt_metrics_t")
-    check(lib.fuseopt_metrics(context(), raw))
+    check(lib.fuseopt_metrics(ctx, raw))
     out = {k: int(getattr(raw, k)) for k in ("rounds", "full_negotiations", "cache_hits",
                                              "cache_misses", "tensors", "collectives", "bytes",
                                              "stalls")}

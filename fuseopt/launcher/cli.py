@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from . import hosts as _hosts
+from . import metrics_summary as _metrics_summary
 from .records import read_records
 
 
@@ -59,6 +60,13 @@ def build_parser():
                    help="set MPIR_CVAR_NOLOCAL=1 (auto: when ranks > cores here)")
     p.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--timeline-filename", metavar="PATH",
+                   help="write a Chrome-trace timeline (sets FUSEOPT_TIMELINE; rank 0 writes "
+                        "it, or every rank if PATH contains {rank})")
+    p.add_argument("--timeline-mark-cycles", action="store_true",
+                   help="mark negotiation rounds in the timeline")
+    p.add_argument("--metrics-summary", action="store_true",
+                   help="print a table of each rank's fuseopt metrics when the job ends")
     p.add_argument("--fusion-threshold-mb", type=float,
                    help="fusion threshold in MiB (sets FUSEOPT_FUSION_THRESHOLD)")
     for knob in _knobs():
@@ -91,6 +99,12 @@ def rank_environment(args, total_ranks, host_list, environ):
     """FUSEOPT_* variables every rank receives."""
     env = {k: v for k, v in environ.items() if k.startswith("FUSEOPT_")}
     env.pop("FUSEOPT_MPIEXEC", None)
+    if args.timeline_filename:
+        env["FUSEOPT_TIMELINE"] = os.path.abspath(args.timeline_filename)
+    if args.timeline_mark_cycles:
+        env["FUSEOPT_TIMELINE_MARK_CYCLES"] = "1"
+    if args.metrics_summary:
+        env[_metrics_summary.ENV] = "1"
     if args.fusion_threshold_mb is not None:
         env["FUSEOPT_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * (1 << 20)))
     for knob in _knobs():
@@ -207,6 +221,10 @@ def run(argv):
     try:
         # Stopped on request, the ranks ended by our signal: nobody is to blame.
         result = None if stopping else summarize(launch_dir, total, code, started)
+        if args.metrics_summary:
+            records = read_records(launch_dir, "metrics-")
+            if records:
+                print(_metrics_summary.format_table(records), file=sys.stderr)
     finally:
         shutil.rmtree(launch_dir, ignore_errors=True)
     if stopping:

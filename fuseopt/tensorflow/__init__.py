@@ -14,6 +14,8 @@ from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInit
                       RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
 from ..runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
                        metrics, rank, shutdown, size)
+from ..timeline import start_timeline, stop_timeline
+from ..overlap import log_epoch as log_metrics
 from .compression import Compression, Compressor
 from .functions import broadcast_variables
 from .gradient_tape import DistributedGradientTape

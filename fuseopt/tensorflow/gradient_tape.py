@@ -2,7 +2,7 @@
 across ranks, all of a step's gradients negotiated together so they fuse."""
 import tensorflow as tf
 
-from .. import naming
+from .. import naming, overlap
 from . import ops
 from .functions import variable_path
 from .compression import Compression
@@ -50,7 +50,8 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
     out = list(grads)
     compression = None if compression is Compression.none else compression
     reduced = ops.allreduce_named([grads[i] for i in dense_idx], [names[i] for i in dense_idx],
-                                  op, compression, *scales) if dense_idx else []
+                                  op, compression, *scales, meter=overlap.GRADIENTS) \
+        if dense_idx else []
     for i, r in zip(dense_idx, reduced):
         out[i] = r
     for i, g in enumerate(grads):

@@ -4,6 +4,7 @@ Horovod's names and signatures. ``allreduce``, ``allgather`` and
 ``broadcast`` have gradients (tf.custom_gradient), so they can sit inside a
 model. ``grouped_allreduce`` negotiates a list in one step so it fuses.
 """
+import contextlib
 import sys
 
 import numpy as np
@@ -44,8 +45,9 @@ class _ResultBuffers:
         return out
 
 
-def _grouped_allreduce_raw(tensors, names, op, prescale, postscale):
-    """One numpy call for the whole list: all enqueued, then all waited."""
+def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None):
+    """One numpy call for the whole list: all enqueued, then all waited
+    (inside ``meter.waiting()`` when given: the train step blocks on it)."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     dtypes = [t.dtype for t in tensors]
     for t in tensors:
@@ -55,8 +57,9 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale):
     outputs = None if tf.executing_eagerly() else _ResultBuffers(len(tensors))
 
     def fn(*arrays):
-        return _np._grouped(list(arrays), names, op, prescale, postscale, False,
-                            outputs.take(arrays) if outputs else None).wait()
+        with meter.waiting() if meter is not None else contextlib.nullcontext():
+            return _np._grouped(list(arrays), names, op, prescale, postscale, False,
+                                outputs.take(arrays) if outputs else None).wait()
 
     outs = _t.run(fn, tensors, dtypes, "allreduce")
     for o, t in zip(outs, tensors):
@@ -83,9 +86,10 @@ def grouped_allreduce(tensors, average=None, compression=None, op=None, prescale
 
 
 def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
-                    postscale_factor=1.0):
+                    postscale_factor=1.0, meter=None):
     """grouped_allreduce with explicit negotiation names (None: automatic),
-    differentiable, with optional compression (payload names get '.k')."""
+    differentiable, with optional compression (payload names get '.k');
+    meter: an overlap.OverlapMeter timing the wait."""
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
     if compression is not None and not isinstance(compression, NoneCompressor):
@@ -94,7 +98,7 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
         payload_names = [n if (k == 0 or n is None) else "%s.%d" % (n, k)
                          for (ps, _), n in zip(packed, names) for k in range(len(ps))]
         reduced = allreduce_named(payloads, payload_names, op, None, prescale_factor,
-                                  postscale_factor)
+                                  postscale_factor, meter)
         out, i = [], 0
         for ps, ctx in packed:
             out.append(compression.decompress(reduced[i:i + len(ps)], ctx))
@@ -103,7 +107,7 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
 
     @tf.custom_gradient
     def reduce(*xs):
-        outs = _grouped_allreduce_raw(xs, names, op, prescale_factor, postscale_factor)
+        outs = _grouped_allreduce_raw(xs, names, op, prescale_factor, postscale_factor, meter)
 
         def grad(*dys):
             grad_names = [None if n is None else n + ".grad" for n in names]

@@ -10,6 +10,8 @@ from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInit
                       RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
 from ..runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
                        metrics, rank, shutdown, size)
+from ..timeline import start_timeline, stop_timeline
+from ..overlap import log_epoch as log_metrics
 from .checkpoint import load_checkpoint, save_checkpoint
 from .compression import Compression, Compressor
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,

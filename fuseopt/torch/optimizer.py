@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from .. import naming
+from .. import naming, overlap
 from ..errors import InvalidArgumentError
 from .. import requests as _rq
 from . import ops
@@ -298,7 +298,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._flush_bucket()
         plain = self._compression is Compression.none
         for i, (handles, payloads, ctx) in self._in_flight.items():
-            reduced = [h.wait() for h in handles]
+            with overlap.GRADIENTS.waiting():
+                reduced = [h.wait() for h in handles]
             result = reduced[0] if plain else self._compression.decompress(reduced, ctx)
             shared = self._perms.get(i)
             if shared is not None:

@@ -153,6 +153,17 @@ int fuseopt_metrics(fuseopt_ctx_t* ctx, fuseopt_metrics_t* out) {
   return FUSEOPT_OK;
 }
 
+int fuseopt_start_timeline(fuseopt_ctx_t* ctx, const char* path, int mark_cycles) {
+  REQUIRE_CTX(ctx);
+  if (!path || !*path) return fail(FUSEOPT_INVALID_ARG, "timeline path is NULL or empty");
+  return guarded([&] { ctx->context.timeline().start(path, mark_cycles != 0); });
+}
+
+int fuseopt_stop_timeline(fuseopt_ctx_t* ctx) {
+  REQUIRE_CTX(ctx);
+  return guarded([&] { ctx->context.timeline().stop(); });
+}
+
 int fuseopt_pending_handles(fuseopt_ctx_t* ctx, int64_t* count) {
   REQUIRE_CTX(ctx);
   if (!count) return fail(FUSEOPT_INVALID_ARG, "count is NULL");

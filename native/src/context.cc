@@ -16,7 +16,7 @@ Context::Context(const fuseopt_config_t& config) : config_(config) {
   validate_config(config_);
   set_log_level(config_.log_level);
   std::unique_ptr<MpiWorld> world(new MpiWorld(config_.emulated_local_size));
-  loop_.reset(new Loop(config_, inbox_, handles_, metrics_, std::move(world)));
+  loop_.reset(new Loop(config_, inbox_, handles_, metrics_, timeline_, std::move(world)));
   std::promise<fuseopt_comm_info_t> started;
   std::future<fuseopt_comm_info_t> info = started.get_future();
   thread_ = std::thread([this, &started] {
@@ -56,6 +56,7 @@ void Context::shutdown() {
   }
   thread_.join();
   loop_.reset();  // MPI communicators and buffers; the handle table stays
+  timeline_.stop();
 }
 
 void Context::abort(const Outcome& reason) {
@@ -210,8 +211,10 @@ void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t*
     std::copy(counters, counters + FUSEOPT_COLLECTIVE_COUNT, auto_name_counter_);
     throw;
   }
+  const double now = now_s();
   for (int64_t i = 0; i < count; ++i) {
     handles[i] = entries[i].handle;
+    entries[i].enqueued_s = now;
     inbox_.queue.push_back(std::move(entries[i]));
   }
   inbox_.enqueued.fetch_add(count, std::memory_order_relaxed);

@@ -15,6 +15,7 @@
 #include "entry.h"
 #include "handle_table.h"
 #include "metrics.h"
+#include "timeline.h"
 
 namespace fuseopt {
 
@@ -46,6 +47,7 @@ class Context {
   void enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles);
   HandleTable& handles() { return handles_; }
   const Metrics& metrics() const { return metrics_; }
+  Timeline& timeline() { return timeline_; }
 
  private:
   Entry validate(const fuseopt_request_t& request);
@@ -56,6 +58,7 @@ class Context {
   fuseopt_comm_info_t info_{};
   HandleTable handles_;
   Metrics metrics_;
+  Timeline timeline_;  // before loop_: the loop thread writes to it
   Inbox inbox_;
   std::unique_ptr<Loop> loop_;
   std::thread thread_;

@@ -24,7 +24,7 @@ struct Entry {
   };
   State state = State::kNew;
   int64_t slot = -1;
-  double enqueued_s = 0;
+  double enqueued_s = 0;  // now_s() when the framework thread enqueued it
   bool stand_in = false;  // a joined rank's placeholder (identity values, no handle)
 };
 

@@ -1,6 +1,7 @@
 #include "executor.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -91,6 +92,7 @@ void Executor::run(std::vector<Work>& work) {
     runnable.push_back(&w);
     items.push_back({fusion_key(w.response.spec), tensor_bytes(w.response.spec)});
   }
+  const double responded = now_s();
   for (const Bucket& b : plan_buckets(items, fusion_threshold_)) {
     std::vector<Work*> bucket;
     int64_t bytes = 0;
@@ -98,7 +100,11 @@ void Executor::run(std::vector<Work>& work) {
       bucket.push_back(runnable[i]);
       bytes += items[i].bytes;
     }
+    const double begin = now_s();
+    copied_in_s_ = reduced_s_ = 0;
     run_bucket(bucket);
+    if (timeline_.on()) trace_bucket(bucket, bytes, responded, begin, now_s());
+    ++buckets_run_;
     metrics_.add(metrics_.collectives, 1);
     metrics_.add(metrics_.tensors, static_cast<int64_t>(bucket.size()));
     metrics_.add(metrics_.bytes, bytes);
@@ -106,6 +112,38 @@ void Executor::run(std::vector<Work>& work) {
   for (Work* w : runnable)
     if (w->entry >= stand_ins.data() && w->entry < stand_ins.data() + stand_ins.size())
       w->entry = nullptr;
+}
+
+void Executor::trace_bucket(const std::vector<Work*>& bucket, int64_t bytes, double responded_s,
+                            double begin_s, double end_s) {
+  // Upper case like the other phases (and Horovod's timeline): ALLREDUCE, ...
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> names;
+    for (int c = 0; c < FUSEOPT_COLLECTIVE_COUNT; ++c) {
+      std::string n = fuseopt_collective_name(c);
+      for (char& ch : n) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      names.push_back(n);
+    }
+    return names;
+  }();
+  const char* collective = kNames[bucket.front()->response.spec.collective].c_str();
+  for (const Work* w : bucket) {
+    if (w->entry->stand_in) continue;  // a joined rank's placeholder
+    const std::string& name = w->response.spec.name;
+    const std::string args = "\"bucket\": " + std::to_string(buckets_run_) +
+                             ", \"bucket_tensors\": " + std::to_string(bucket.size()) +
+                             ", \"bucket_bytes\": " + std::to_string(bytes) +
+                             ", \"bytes\": " + std::to_string(tensor_bytes(w->response.spec));
+    timeline_.span(name, "NEGOTIATE", w->entry->enqueued_s, responded_s, args);
+    timeline_.span(name, "QUEUE", responded_s, begin_s, args);
+    if (copied_in_s_ > 0) {
+      timeline_.span(name, "MEMCPY_IN_FUSION_BUFFER", begin_s, copied_in_s_, args);
+      timeline_.span(name, collective, copied_in_s_, reduced_s_, args);
+      timeline_.span(name, "MEMCPY_OUT_FUSION_BUFFER", reduced_s_, end_s, args);
+    } else {
+      timeline_.span(name, collective, begin_s, end_s, args);
+    }
+  }
 }
 
 void Executor::run_bucket(std::vector<Work*>& bucket) {
@@ -149,7 +187,9 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
                w->entry->stand_in ? 1.0 : t.prescale);
     offset += tensor_bytes(t);
   }
+  mark_copied_in();
   backend_.allreduce(buf, buf, total / dtype_size(s.dtype), s.dtype, s.reduce_op);
+  mark_reduced();
   offset = 0;
   for (Work* w : bucket) {
     const TensorSpec& t = w->response.spec;
@@ -180,7 +220,9 @@ void Executor::broadcast(std::vector<Work*>& bucket) {
       offset += tensor_bytes(w->response.spec);
     }
   }
+  mark_copied_in();
   backend_.broadcast(buf, total / dtype_size(s.dtype), s.dtype, s.root);
+  mark_reduced();
   offset = 0;
   for (Work* w : bucket) {
     if (!root) std::memcpy(w->entry->output, buf + offset, tensor_bytes(w->response.spec));

@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "backend.h"
+#include "common.h"
 #include "entry.h"
 #include "handle_table.h"
 #include "metrics.h"
+#include "timeline.h"
 
 namespace fuseopt {
 
@@ -25,8 +27,10 @@ struct Work {
 
 class Executor {
  public:
-  Executor(Backend& backend, HandleTable& handles, Metrics& metrics, int rank, int size)
-      : backend_(backend), handles_(handles), metrics_(metrics), rank_(rank), size_(size) {}
+  Executor(Backend& backend, HandleTable& handles, Metrics& metrics, Timeline& timeline, int rank,
+           int size)
+      : backend_(backend), handles_(handles), metrics_(metrics), timeline_(timeline), rank_(rank),
+        size_(size) {}
 
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
 
@@ -36,6 +40,12 @@ class Executor {
 
  private:
   void run_bucket(std::vector<Work*>& bucket);
+  // Timeline events of one bucket: its tensors' negotiation, queueing and the
+  // phases marked below (fused buckets only copy through the fusion buffer).
+  void trace_bucket(const std::vector<Work*>& bucket, int64_t bytes, double responded_s,
+                    double begin_s, double end_s);
+  void mark_copied_in() { copied_in_s_ = now_s(); }
+  void mark_reduced() { reduced_s_ = now_s(); }
   void allreduce(std::vector<Work*>& bucket);
   void broadcast(std::vector<Work*>& bucket);
   void allgather(Work& w);
@@ -50,7 +60,10 @@ class Executor {
   Backend& backend_;
   HandleTable& handles_;
   Metrics& metrics_;
+  Timeline& timeline_;
   int rank_, size_;
+  int64_t buckets_run_ = 0;
+  double copied_in_s_ = 0, reduced_s_ = 0;  // phase marks of the running bucket
   int64_t fusion_threshold_ = 0;
   std::vector<char> fusion_buffer_;  // persistent, grows to the largest bucket
   std::vector<char> scratch_;        // a joined rank's stand-in tensor

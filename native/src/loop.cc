@@ -104,7 +104,7 @@ void Loop::start() {
                           "cycle time, cache capacity, stall timeouts, shared-memory size and "
                           "allreduce algorithm");
   backend_.reset(new MpiBackend(*world_, config_.shm_min_bytes, config_.hierarchical_allreduce));
-  executor_.reset(new Executor(*backend_, handles_, metrics_, rank_, size_));
+  executor_.reset(new Executor(*backend_, handles_, metrics_, timeline_, rank_, size_));
   executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
   cache_.reset(new ResponseCache(config_.cache_capacity));
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_));
@@ -184,6 +184,7 @@ bool Loop::round() {
   throw_if_aborted();
   std::vector<uint64_t> words = build_round_vector(shutdown);
   const double started = now_s();
+  if (!(words[0] & kIdle)) timeline_.cycle(started);
   busy_what_ = "negotiating";
   busy_since_s_ = started;
   bool warned = false;
@@ -306,7 +307,13 @@ std::vector<Response> Loop::negotiate_full() {
     std::vector<bool> joined(size_, false);
     for (int r = 0; r < size_; ++r) {
       joined[r] = all[r][0] != 0;
-      coordinator_->add(decode_requests(all[r].data() + 1, all[r].size() - 1), now);
+      std::vector<Request> requests = decode_requests(all[r].data() + 1, all[r].size() - 1);
+      // Which rank's request reached the coordinator in which round: the
+      // per-rank readiness a timeline shows for full negotiations.
+      if (timeline_.on())
+        for (const Request& q : requests)
+          timeline_.instant(q.spec.name, "READY", now, "\"rank\": " + std::to_string(r));
+      coordinator_->add(std::move(requests), now);
     }
     std::vector<Response> ready = coordinator_->take_ready(joined);
     if (config_.stall_check_s > 0) {

@@ -35,6 +35,7 @@
 #include "mpi_backend.h"
 #include "mpi_world.h"
 #include "response_cache.h"
+#include "timeline.h"
 
 namespace fuseopt {
 
@@ -43,9 +44,9 @@ class Loop {
   // world was initialised on the thread that called fuseopt_init (MPI wants
   // MPI_Finalize, at process exit, on the thread that initialised it).
   Loop(const fuseopt_config_t& config, Inbox& inbox, HandleTable& handles, Metrics& metrics,
-       std::unique_ptr<MpiWorld> world)
+       Timeline& timeline, std::unique_ptr<MpiWorld> world)
       : config_(config), inbox_(inbox), handles_(handles), metrics_(metrics),
-        world_(std::move(world)) {}
+        timeline_(timeline), world_(std::move(world)) {}
 
   // Thread body. Reports MPI start-up (topology or failure) through started.
   void run(std::promise<fuseopt_comm_info_t>* started);
@@ -80,6 +81,7 @@ class Loop {
   Inbox& inbox_;
   HandleTable& handles_;
   Metrics& metrics_;
+  Timeline& timeline_;
 
   std::unique_ptr<MpiWorld> world_;
   std::unique_ptr<ControlPlane> control_;

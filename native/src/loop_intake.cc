@@ -85,7 +85,6 @@ void Loop::drain(std::deque<Entry>* incoming) {
       }
       continue;
     }
-    e.enqueued_s = now_s();
     int64_t slot = -1;
     switch (cache_->lookup(e.spec, rank_, &slot)) {
       case ResponseCache::Lookup::kHit:

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from ... import ops as _np
-from ... import runtime
+from ... import overlap, runtime
 from ..functions import broadcast_variables
 from .checkpoint import save_checkpoint
 
@@ -55,6 +55,30 @@ class MetricAverageCallback(keras.callbacks.Callback):
         averaged = _np.allreduce(values, name="metric_average.%d" % epoch)
         for k, v in zip(keys, averaged):
             logs[k] = float(v)
+
+
+class MetricsCallback(keras.callbacks.Callback):
+    """Logs fuseopt's figures for each epoch on rank 0 (bytes, collectives,
+    communication and negotiation time, the train step's wait for gradient
+    reductions, overlap efficiency, cache hit rate; see fuseopt.overlap) and
+    adds ``fuseopt_communication_s``, ``fuseopt_exposed_wait_s`` and
+    ``fuseopt_overlap_efficiency`` (this rank's) to the epoch's logs."""
+
+    def __init__(self, log_fn=print):
+        super().__init__()
+        self.log_fn = log_fn
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == 0:
+            overlap.GRADIENTS.report(reset=True)  # not the compile and warm-up before fit
+
+    def on_epoch_end(self, epoch, logs=None):
+        r = overlap.log_epoch(epoch, self.log_fn)
+        if logs is not None:
+            logs["fuseopt_communication_s"] = r["communication_s"]
+            logs["fuseopt_exposed_wait_s"] = r["exposed_wait_s"]
+            eff = r["overlap_efficiency"]
+            logs["fuseopt_overlap_efficiency"] = float("nan") if eff is None else eff
 
 
 def _set_lr(optimizer, value):

@@ -210,6 +210,14 @@ typedef struct {
 
 int fuseopt_metrics(fuseopt_ctx_t* ctx, fuseopt_metrics_t* out);
 
+/* Local (not collective). Starts writing a Chrome-trace / Perfetto JSON
+ * timeline of this rank's operations to path (truncated): per tensor its
+ * negotiation, queueing, fusion-buffer copies and collective; with
+ * mark_cycles, a marker per negotiation round. The file is valid JSON after
+ * every periodic flush (about 10 a second) and after stop. */
+int fuseopt_start_timeline(fuseopt_ctx_t* ctx, const char* path, int mark_cycles);
+/* Flushes and closes the timeline; a no-op if none is running. */
+int fuseopt_stop_timeline(fuseopt_ctx_t* ctx);
 /* Handles enqueued and not yet released: for leak checks. */
 int fuseopt_pending_handles(fuseopt_ctx_t* ctx, int64_t* count);
 

@@ -1,0 +1,45 @@
+"""The ``fuseopt`` command: tools around a job (the launcher is ``fuseoptrun``).
+
+    fuseopt timeline summarize FILE [--top N]
+    fuseopt timeline plot FILE --output timeline.png [--tensors N]
+"""
+import argparse
+import sys
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="fuseopt")
+    sub = p.add_subparsers(dest="command", required=True)
+    tl = sub.add_parser("timeline", help="read a FUSEOPT_TIMELINE file")
+    tl_sub = tl.add_subparsers(dest="action", required=True)
+    s = tl_sub.add_parser("summarize", help="per-tensor and per-bucket time and bytes")
+    s.add_argument("file")
+    s.add_argument("--top", type=int, default=15, help="rows per table (default 15)")
+    plot = tl_sub.add_parser("plot", help="draw the timeline as a PNG (needs matplotlib)")
+    plot.add_argument("file")
+    plot.add_argument("--output", "-o", required=True)
+    plot.add_argument("--tensors", type=int, default=12, help="rows to draw (default 12)")
+    plot.add_argument("--last-ms", type=float, default=None,
+                      help="draw only the trace's last this many milliseconds")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from . import timeline_summary
+    try:
+        events = timeline_summary.load(args.file)
+    except (OSError, ValueError) as e:
+        print("fuseopt: %s" % e, file=sys.stderr)
+        return 2
+    if args.action == "summarize":
+        print(timeline_summary.format_summary(timeline_summary.summarize(events), args.top))
+    else:
+        from .timeline_plot import plot
+        plot(events, args.output, args.tensors, args.last_ms)
+        print("fuseopt: wrote %s" % args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The training-side view of communication: how much of it was hidden.
+
+fuseopt's background thread reports how long it spent running collectives
+(``communication_s`` in :func:`fuseopt.metrics`). The framework bindings
+record how long the training thread itself sat waiting for gradient
+reductions (``exposed_wait_s``: ``optimizer.step()``/``synchronize()`` in
+PyTorch, the gradient allreduce inside the train step in TensorFlow). Their
+difference is communication that ran while the framework computed::
+
+    overlap_efficiency = 1 - exposed_wait_s / communication_s   (clipped to 0..1)
+
+1.0 means every collective ran under backward compute; 0.0 means the
+training thread waited at least as long as the collectives took (no overlap,
+or waits dominated by slower ranks or negotiation). Both bindings feed one
+meter per process, :data:`GRADIENTS`.
+"""
+import threading
+import time
+from contextlib import contextmanager
+
+_COUNTERS = ("communication_s", "negotiation_s", "bytes", "collectives", "tensors",
+             "cache_hits", "cache_misses", "stalls")
+
+
+class OverlapMeter:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._exposed_s = 0.0
+        self._steps = 0
+        self._base = None  # fuseopt.metrics() at the start of the window
+        self.total_exposed_s = 0.0  # since the process started; never reset
+
+    @contextmanager
+    def waiting(self):
+        """Wrap the training thread's blocking wait for gradient reductions."""
+        self._start_window()
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._lock:
+                waited = time.perf_counter() - t
+                self._exposed_s += waited
+                self.total_exposed_s += waited
+                self._steps += 1
+
+    def _start_window(self):
+        if self._base is None:
+            from .runtime import is_initialized, metrics
+            if is_initialized():
+                self._base = {k: metrics()[k] for k in _COUNTERS}
+
+    def report(self, reset=False):
+        """This window's figures as a dict (see the module docstring); with
+        ``reset``, the next window starts now."""
+        from .runtime import metrics
+        now = metrics()
+        base = self._base or {k: 0 for k in _COUNTERS}
+        with self._lock:
+            out = {k: now[k] - base[k] for k in _COUNTERS}
+            out["gradient_waits"] = self._steps
+            out["exposed_wait_s"] = self._exposed_s
+            if reset:
+                self._exposed_s, self._steps = 0.0, 0
+                self._base = {k: now[k] for k in _COUNTERS}
+        comm = out["communication_s"]
+        out["hidden_s"] = max(0.0, comm - out["exposed_wait_s"])
+        out["overlap_efficiency"] = out["hidden_s"] / comm if comm > 0 else None
+        out["mean_bucket_bytes"] = out["bytes"] / out["collectives"] if out["collectives"] else 0.0
+        lookups = out["cache_hits"] + out["cache_misses"]
+        out["cache_hit_rate"] = out["cache_hits"] / lookups if lookups else None
+        return out
+
+
+def format_report(r, prefix="fuseopt"):
+    """One log line for a report dict."""
+    eff = r["overlap_efficiency"]
+    hit = r["cache_hit_rate"]
+    return ("%s: %.1f MB in %d collectives (mean bucket %.0f KB), communication %.3f s, "
+            "negotiation %.3f s, waited %.3f s in %d gradient waits, overlap efficiency %s, "
+            "cache hit rate %s, stalls %d"
+            % (prefix, r["bytes"] / 1e6, r["collectives"], r["mean_bucket_bytes"] / 1e3,
+               r["communication_s"], r["negotiation_s"], r["exposed_wait_s"],
+               r["gradient_waits"], "n/a" if eff is None else "%.0f%%" % (100 * eff),
+               "n/a" if hit is None else "%.0f%%" % (100 * hit), r["stalls"]))
+
+
+def log_epoch(epoch=None, log_fn=print, reset=True, meter=None):
+    """Logs (on rank 0) and returns this rank's report for the window since
+    the last call: the per-epoch helper behind ``fuseopt.torch.log_metrics``
+    and the Keras ``MetricsCallback``."""
+    from .runtime import rank
+    report = (meter or GRADIENTS).report(reset=reset)
+    if log_fn is not None and rank() == 0:
+        log_fn(format_report(report, "fuseopt" if epoch is None else "fuseopt epoch %s" % epoch))
+    return report
+
+
+#: The process's meter for gradient reductions (both bindings feed it).
+GRADIENTS = OverlapMeter()

@@ -1,0 +1,57 @@
+"""Timeline control: a Chrome-trace / Perfetto JSON file of what fuseopt did.
+
+Set ``FUSEOPT_TIMELINE=path`` (``fuseoptrun --timeline-filename path``) to
+record from ``init()`` on, or call :func:`start_timeline` / :func:`stop_timeline`
+at run time, e.g. around a few steps of interest. By default only rank 0
+writes (its rows show when every rank's request reached it); a ``{rank}`` in
+the path makes every rank write its own file. Open the file in
+https://ui.perfetto.dev or chrome://tracing, or summarize it with
+``fuseopt timeline summarize FILE``.
+"""
+import os
+
+from ._native import lib
+from .errors import check
+
+TIMELINE_ENV = "FUSEOPT_TIMELINE"
+MARK_CYCLES_ENV = "FUSEOPT_TIMELINE_MARK_CYCLES"
+
+
+def path_for_rank(path, rank):
+    """The file this rank writes, or None if it writes none."""
+    if "{rank}" in path:
+        return path.replace("{rank}", str(rank))
+    return path if rank == 0 else None
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing the timeline (local call; every rank may make it).
+
+    ``mark_cycles`` adds an instant event per negotiation round with work, on
+    a row of its own. Raises InvalidArgumentError if the file cannot be
+    written or a timeline is already running."""
+    from .runtime import context, rank
+    path = path_for_rank(os.fspath(file_path), rank())
+    if path is None:
+        return
+    check(lib.fuseopt_start_timeline(context(), os.fsencode(path), 1 if mark_cycles else 0))
+
+
+def stop_timeline():
+    """Flushes and closes the timeline; does nothing if none is running."""
+    from .runtime import context
+    check(lib.fuseopt_stop_timeline(context()))
+
+
+def start_from_environment(environ=None):
+    """Called by ``init()``: honours FUSEOPT_TIMELINE."""
+    environ = os.environ if environ is None else environ
+    path = environ.get(TIMELINE_ENV, "")
+    if not path:
+        return
+    from .config import _parse_flag
+    try:
+        start_timeline(path, _parse_flag(environ.get(MARK_CYCLES_ENV, "0")))
+    except Exception as e:  # the job itself is fine: say so loudly and go on
+        import warnings
+        warnings.warn("%s: no timeline will be written: %s" % (TIMELINE_ENV, e), stacklevel=2)
