@@ -48,6 +48,21 @@ def _same(x):
     return x
 
 
+_keep_alive = []  # C strings handed to fuseopt_config_t must outlive init()
+
+
+def _c_string(text):
+    if not text:
+        return ffi.NULL
+    buf = ffi.new("char[]", os.fsencode(text))
+    _keep_alive.append(buf)
+    return buf
+
+
+def _py_string(ptr):
+    return ffi.string(ptr).decode("utf-8", "replace") if ptr != ffi.NULL else ""
+
+
 KNOBS = (
     Knob("fusion_threshold", "FUSEOPT_FUSION_THRESHOLD", "fusion_threshold_bytes",
          int, int, _same,
@@ -82,6 +97,15 @@ KNOBS = (
          "1: allreduce in three steps (reduce within each node, allreduce among one leader "
          "per node, broadcast within the node), so only one copy per node crosses the "
          "network; used when there are several nodes of several ranks."),
+    Knob("autotune", "FUSEOPT_AUTOTUNE", "autotune", _parse_flag, int, bool,
+         "1: during the first rounds of training, try fusion thresholds and cycle times "
+         "(one window of rounds each, scored by bytes reduced per second), then hold the "
+         "best; rank 0 decides and every rank switches at the same round."),
+    Knob("autotune_window_rounds", "FUSEOPT_AUTOTUNE_WINDOW_ROUNDS", "autotune_window_rounds",
+         int, int, _same,
+         "Rounds with collectives per autotune trial (a training step is one to a few)."),
+    Knob("autotune_log", "FUSEOPT_AUTOTUNE_LOG", "autotune_log", str, _c_string, _py_string,
+         "CSV file where rank 0 logs each autotune trial and the chosen setting."),
     Knob("emulated_local_size", "FUSEOPT_EMULATED_LOCAL_SIZE", "emulated_local_size",
          int, int, _same,
          "Test knob: pretend each node holds this many consecutive ranks, to exercise "

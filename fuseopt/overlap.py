@@ -4,15 +4,18 @@ fuseopt's background thread reports how long it spent running collectives
 (``communication_s`` in :func:`fuseopt.metrics`). The framework bindings
 record how long the training thread itself sat waiting for gradient
 reductions (``exposed_wait_s``: ``optimizer.step()``/``synchronize()`` in
-PyTorch, the gradient allreduce inside the train step in TensorFlow). Their
-difference is communication that ran while the framework computed::
+PyTorch, the gradient allreduce inside the train step in TensorFlow), and
+how much of the collectives' time fell inside those waits. The rest ran while
+the framework computed::
 
-    overlap_efficiency = 1 - exposed_wait_s / communication_s   (clipped to 0..1)
+    hidden_s = communication_s - communication during waits
+    overlap_efficiency = hidden_s / communication_s
 
 1.0 means every collective ran under backward compute; 0.0 means the
-training thread waited at least as long as the collectives took (no overlap,
-or waits dominated by slower ranks or negotiation). Both bindings feed one
-meter per process, :data:`GRADIENTS`.
+training thread was waiting through all of them. ``exposed_wait_s`` also
+holds negotiation and waiting for slower ranks, so it can exceed the
+communication time. Both bindings feed one meter per process,
+:data:`GRADIENTS`.
 """
 import threading
 import time
@@ -22,26 +25,38 @@ _COUNTERS = ("communication_s", "negotiation_s", "bytes", "collectives", "tensor
              "cache_hits", "cache_misses", "stalls")
 
 
+def _communication_s():
+    from .runtime import is_initialized, metrics
+    return metrics()["communication_s"] if is_initialized() else 0.0
+
+
 class OverlapMeter:
     def __init__(self):
         self._lock = threading.Lock()
         self._exposed_s = 0.0
+        self._comm_in_waits_s = 0.0
         self._steps = 0
         self._base = None  # fuseopt.metrics() at the start of the window
-        self.total_exposed_s = 0.0  # since the process started; never reset
+        # Since the process started; never reset (fuseoptrun --metrics-summary).
+        self.total_exposed_s = 0.0
+        self.total_comm_in_waits_s = 0.0
 
     @contextmanager
     def waiting(self):
         """Wrap the training thread's blocking wait for gradient reductions."""
         self._start_window()
+        comm = _communication_s()
         t = time.perf_counter()
         try:
             yield
         finally:
+            waited = time.perf_counter() - t
+            comm = _communication_s() - comm
             with self._lock:
-                waited = time.perf_counter() - t
                 self._exposed_s += waited
+                self._comm_in_waits_s += comm
                 self.total_exposed_s += waited
+                self.total_comm_in_waits_s += comm
                 self._steps += 1
 
     def _start_window(self):
@@ -60,11 +75,12 @@ class OverlapMeter:
             out = {k: now[k] - base[k] for k in _COUNTERS}
             out["gradient_waits"] = self._steps
             out["exposed_wait_s"] = self._exposed_s
+            in_waits = self._comm_in_waits_s
             if reset:
-                self._exposed_s, self._steps = 0.0, 0
+                self._exposed_s, self._comm_in_waits_s, self._steps = 0.0, 0.0, 0
                 self._base = {k: now[k] for k in _COUNTERS}
         comm = out["communication_s"]
-        out["hidden_s"] = max(0.0, comm - out["exposed_wait_s"])
+        out["hidden_s"] = max(0.0, comm - in_waits)
         out["overlap_efficiency"] = out["hidden_s"] / comm if comm > 0 else None
         out["mean_bucket_bytes"] = out["bytes"] / out["collectives"] if out["collectives"] else 0.0
         lookups = out["cache_hits"] + out["cache_misses"]

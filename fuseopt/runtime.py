@@ -72,7 +72,9 @@ def _leave_metrics(ctx):
         return
     from .overlap import GRADIENTS
     try:
-        write_rank_metrics(_info["rank"], _read_metrics(ctx), GRADIENTS.total_exposed_s)
+        write_rank_metrics(_info["rank"], dict(_read_metrics(ctx),
+                                               exposed_wait_s=GRADIENTS.total_exposed_s,
+                                               comm_in_waits_s=GRADIENTS.total_comm_in_waits_s))
     except Exception:
         pass
 
@@ -146,7 +148,9 @@ def metrics():
     ``rounds`` of negotiation, ``full_negotiations`` among them (the rest were
     answered by the response cache: ``cache_hit_rate`` of enqueued tensors);
     ``negotiation_s`` and ``communication_s``, the background thread's time
-    negotiating and running collectives; ``stalls`` warned about."""
+    negotiating and running collectives; ``stalls`` warned about; the
+    ``fusion_threshold_bytes`` and ``cycle_time_ms`` in use now and the
+    ``autotune`` state ("off", "tuning" or "done")."""
     return _read_metrics(context())
 
 
@@ -157,6 +161,9 @@ def _read_metrics(ctx):
     out = {k: int(getattr(raw, k)) for k in ("rounds", "full_negotiations", "cache_hits",
                                              "cache_misses", "tensors", "collectives", "bytes",
                                              "stalls")}
+    out["fusion_threshold_bytes"] = int(raw.fusion_threshold_bytes)
+    out["cycle_time_ms"] = raw.cycle_time_us / 1000.0
+    out["autotune"] = ("off", "tuning", "done")[raw.autotune_state]
     out["negotiation_s"] = float(raw.negotiation_s)
     out["communication_s"] = float(raw.execution_s)
     out["mean_bucket_bytes"] = out["bytes"] / out["collectives"] if out["collectives"] else 0.0

@@ -8,13 +8,14 @@ import os
 ENV = "FUSEOPT_METRICS_SUMMARY"
 
 
-def write_rank_metrics(rank, metrics, exposed_wait_s, environ=None):
-    """Called by fuseopt.shutdown(); does nothing unless fuseoptrun asked."""
+def write_rank_metrics(rank, metrics, environ=None):
+    """Called by fuseopt.shutdown() with fuseopt.metrics() plus the overlap
+    meter's totals; does nothing unless fuseoptrun asked."""
     environ = os.environ if environ is None else environ
     directory = environ.get("FUSEOPT_LAUNCH_DIR")
     if environ.get(ENV) != "1" or not directory or not os.path.isdir(directory):
         return
-    record = dict(metrics, rank=rank, exposed_wait_s=exposed_wait_s)
+    record = dict(metrics, rank=rank)
     path = os.path.join(directory, "metrics-%d.json" % rank)
     try:
         with open(path + ".tmp", "w") as f:
@@ -34,7 +35,7 @@ def format_table(records):
         comm = r["communication_s"]
         waited = r["exposed_wait_s"]
         overlap = "n/a" if comm <= 0 or not waited else "%.0f%%" % (
-            100 * max(0.0, comm - waited) / comm)
+            100 * max(0.0, comm - r["comm_in_waits_s"]) / comm)
         rows.append((str(rank), "%.1f" % (r["bytes"] / 1e6), str(r["collectives"]),
                      str(r["tensors"]), "%.0f" % (r["mean_bucket_bytes"] / 1e3), "%.3f" % comm,
                      "%.3f" % r["negotiation_s"], "%.3f" % waited, overlap,

@@ -297,16 +297,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._ready.clear()
         self._flush_bucket()
         plain = self._compression is Compression.none
-        for i, (handles, payloads, ctx) in self._in_flight.items():
-            with overlap.GRADIENTS.waiting():
+        with overlap.GRADIENTS.waiting():
+            for i, (handles, payloads, ctx) in self._in_flight.items():
                 reduced = [h.wait() for h in handles]
-            result = reduced[0] if plain else self._compression.decompress(reduced, ctx)
-            shared = self._perms.get(i)
-            if shared is not None:
-                result = result.permute(shared.inverse)
-            grad = self._params[i].grad
-            if result.data_ptr() != grad.data_ptr():  # decompressed, or copied on the way
-                grad.copy_(result)
+                result = reduced[0] if plain else self._compression.decompress(reduced, ctx)
+                shared = self._perms.get(i)
+                if shared is not None:
+                    result = result.permute(shared.inverse)
+                grad = self._params[i].grad
+                if result.data_ptr() != grad.data_ptr():  # decompressed, or copied on the way
+                    grad.copy_(result)
         self._in_flight.clear()
         self._passes = [0] * len(self._params)
         self._synchronized = True

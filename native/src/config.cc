@@ -28,6 +28,11 @@ void default_config(fuseopt_config_t* c) {
   // seconds even for huge buckets, so 30 s of silence means a lost peer.
   c->peer_timeout_s = 30;
   c->hierarchical_allreduce = 0;
+  c->autotune = 0;
+  // A training step runs one to a few rounds with collectives, so a window is
+  // roughly 10-30 steps: long enough to average out this machine's jitter.
+  c->autotune_window_rounds = 30;
+  c->autotune_log = nullptr;
 }
 
 void validate_config(const fuseopt_config_t& c) {
@@ -45,6 +50,8 @@ void validate_config(const fuseopt_config_t& c) {
     bad("peer timeout must be >= 0 seconds (0: off)");
   if (c.hierarchical_allreduce != 0 && c.hierarchical_allreduce != 1)
     bad("hierarchical allreduce must be 0 or 1");
+  if (c.autotune != 0 && c.autotune != 1) bad("autotune must be 0 or 1");
+  if (c.autotune_window_rounds < 1) bad("autotune window must be >= 1 round");
   if (c.shm_min_bytes < -1) bad("shared-memory allreduce size must be >= 0 bytes, or -1 (off)");
 }
 

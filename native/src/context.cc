@@ -17,6 +17,7 @@ Context::Context(const fuseopt_config_t& config) : config_(config) {
   set_log_level(config_.log_level);
   std::unique_ptr<MpiWorld> world(new MpiWorld(config_.emulated_local_size));
   loop_.reset(new Loop(config_, inbox_, handles_, metrics_, timeline_, std::move(world)));
+  config_.autotune_log = nullptr;  // copied by the loop; the caller's string may go
   std::promise<fuseopt_comm_info_t> started;
   std::future<fuseopt_comm_info_t> info = started.get_future();
   thread_ = std::thread([this, &started] {

@@ -58,8 +58,13 @@ void Executor::fail(Work& w, fuseopt_status_t status, const std::string& message
 }
 
 void Executor::complete(Work& w, OwnedOutput output) {
-  if (w.entry && w.entry->handle) handles_.complete(w.entry->handle, Outcome(), std::move(output));
+  if (w.entry && w.entry->handle) completed_.push_back({w.entry->handle, std::move(output)});
   else std::free(output.data);
+}
+
+void Executor::release_completed() {
+  for (auto& c : completed_) handles_.complete(c.first, Outcome(), std::move(c.second));
+  completed_.clear();
 }
 
 void Executor::run(std::vector<Work>& work) {
@@ -102,8 +107,14 @@ void Executor::run(std::vector<Work>& work) {
     }
     const double begin = now_s();
     copied_in_s_ = reduced_s_ = 0;
-    run_bucket(bucket);
+    try {
+      run_bucket(bucket);
+    } catch (...) {
+      release_completed();  // what finished before the failure did finish
+      throw;
+    }
     if (timeline_.on()) trace_bucket(bucket, bytes, responded, begin, now_s());
+    release_completed();
     ++buckets_run_;
     metrics_.add(metrics_.collectives, 1);
     metrics_.add(metrics_.tensors, static_cast<int64_t>(bucket.size()));

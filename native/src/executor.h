@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -51,7 +52,10 @@ class Executor {
   void allgather(Work& w);
   void alltoall(Work& w);
   void reducescatter(Work& w);
+  // Handles complete once their bucket is done and traced, so that a caller
+  // who stops the timeline after a wait finds the operation in it.
   void complete(Work& w, OwnedOutput output = OwnedOutput());
+  void release_completed();
   void fail(Work& w, fuseopt_status_t status, const std::string& message);
   double postscale_of(const TensorSpec& spec) const;
   void finish_average(const TensorSpec& spec, void* buf, int64_t count) const;
@@ -66,7 +70,8 @@ class Executor {
   double copied_in_s_ = 0, reduced_s_ = 0;  // phase marks of the running bucket
   int64_t fusion_threshold_ = 0;
   std::vector<char> fusion_buffer_;  // persistent, grows to the largest bucket
-  std::vector<char> scratch_;        // a joined rank's stand-in tensor
+  std::vector<char> scratch_;
+  std::vector<std::pair<int64_t, OwnedOutput>> completed_;  // this bucket's, not yet released        // a joined rank's stand-in tensor
 };
 
 }  // namespace fuseopt

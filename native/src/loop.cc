@@ -99,15 +99,18 @@ void Loop::start() {
   take(config_.stall_shutdown_s, agreed.stall_shutdown_s);
   take(config_.shm_min_bytes, agreed.shm_min_bytes);
   take(config_.hierarchical_allreduce, agreed.hierarchical_allreduce);
+  take(config_.autotune, agreed.autotune);
+  take(config_.autotune_window_rounds, agreed.autotune_window_rounds);
   if (differs)
     FUSEOPT_LOG(kWarning, "configuration differs from rank 0; using rank 0's fusion threshold, "
                           "cycle time, cache capacity, stall timeouts, shared-memory size and "
-                          "allreduce algorithm");
+                          "allreduce algorithm and autotune settings");
   backend_.reset(new MpiBackend(*world_, config_.shm_min_bytes, config_.hierarchical_allreduce));
   executor_.reset(new Executor(*backend_, handles_, metrics_, timeline_, rank_, size_));
   executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
   cache_.reset(new ResponseCache(config_.cache_capacity));
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_));
+  start_autotune();
 }
 
 std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
@@ -150,6 +153,7 @@ std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
     set_bit(words, 1, slot, false);
   }
   invalid_slots_.clear();
+  put_tuned_setting(&words);
   return words;
 }
 
@@ -225,6 +229,7 @@ bool Loop::round() {
     stop_reason_ = shutdown_reason(shutdown);
     return false;
   }
+  apply_tuned_setting(words);
 
   const int64_t W = words_per_section();
   std::vector<Work> work;
@@ -266,8 +271,12 @@ bool Loop::round() {
   const double executing = now_s();
   metrics_.add(metrics_.rounds, 1);
   metrics_.add(metrics_.negotiation_ns, static_cast<int64_t>((executing - started) * 1e9));
+  const int64_t bytes_before = metrics_.bytes.load(std::memory_order_relaxed);
   executor_->run(work);
-  metrics_.add(metrics_.execution_ns, static_cast<int64_t>((now_s() - executing) * 1e9));
+  const double executed = now_s();
+  metrics_.add(metrics_.execution_ns, static_cast<int64_t>((executed - executing) * 1e9));
+  if (!work.empty()) tune(metrics_.bytes.load(std::memory_order_relaxed) - bytes_before, started,
+                          executed);
   throw_if_aborted();  // the buffers of aborted handles may be gone
   finish(work);
   busy_since_s_ = 0;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdio>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -27,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "autotune.h"
 #include "context.h"
 #include "control_plane.h"
 #include "coordinator.h"
@@ -46,7 +48,13 @@ class Loop {
   Loop(const fuseopt_config_t& config, Inbox& inbox, HandleTable& handles, Metrics& metrics,
        Timeline& timeline, std::unique_ptr<MpiWorld> world)
       : config_(config), inbox_(inbox), handles_(handles), metrics_(metrics),
-        timeline_(timeline), world_(std::move(world)) {}
+        timeline_(timeline), world_(std::move(world)),
+        autotune_log_(config.autotune_log ? config.autotune_log : "") {
+    config_.autotune_log = nullptr;  // the caller's string lives only through init
+  }
+  ~Loop() {
+    if (autotune_csv_) std::fclose(autotune_csv_);
+  }
 
   // Thread body. Reports MPI start-up (topology or failure) through started.
   void run(std::promise<fuseopt_comm_info_t>* started);
@@ -73,6 +81,15 @@ class Loop {
   void stop(const Outcome& reason);
   Outcome shutdown_reason(bool requested_here);
 
+  // Autotune (autotune.h): rank 0's choice rides at the end of the round
+  // vector; every rank applies it right after the round's AND.
+  void start_autotune();
+  int64_t tune_words() const;
+  void put_tuned_setting(std::vector<uint64_t>* words) const;
+  void apply_tuned_setting(const std::vector<uint64_t>& words);
+  void tune(int64_t bytes, double begin_s, double end_s);  // rank 0
+  void log_trial(const TuneTrial& t, size_t number, const char* note);  // 1-based number
+
   Entry* pending_entry(const std::string& name);
   Entry* own_entry(const Response& response);
   int64_t words_per_section() const { return (config_.cache_capacity + 63) / 64; }
@@ -89,6 +106,9 @@ class Loop {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ResponseCache> cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  std::unique_ptr<Autotuner> tuner_;          // rank 0 only, with FUSEOPT_AUTOTUNE
+  std::string autotune_log_;
+  FILE* autotune_csv_ = nullptr;
   int rank_ = 0, size_ = 1;
   double next_stall_check_s_ = 0;
   std::atomic<double> busy_since_s_{0};

@@ -14,6 +14,9 @@ void Metrics::fill(fuseopt_metrics_t* out) const {
   out->stalls = get(stalls);
   out->negotiation_s = get(negotiation_ns) * 1e-9;
   out->execution_s = get(execution_ns) * 1e-9;
+  out->fusion_threshold_bytes = get(fusion_threshold_bytes);
+  out->cycle_time_us = get(cycle_time_us);
+  out->autotune_state = get(autotune_state);
 }
 
 }  // namespace fuseopt

@@ -21,6 +21,9 @@ struct Metrics {
   std::atomic<int64_t> stalls{0};             // stall warnings logged on this rank
   std::atomic<int64_t> negotiation_ns{0};     // time in rounds before the collectives
   std::atomic<int64_t> execution_ns{0};       // time running collectives
+  std::atomic<int64_t> fusion_threshold_bytes{0};  // settings in use (autotune moves them)
+  std::atomic<int64_t> cycle_time_us{0};
+  std::atomic<int64_t> autotune_state{0};     // fuseopt_metrics_t.autotune_state
 
   void add(std::atomic<int64_t>& counter, int64_t n) {
     counter.fetch_add(n, std::memory_order_relaxed);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "autotune.h"
 #include "common.h"
 #include "coordinator.h"
 #include "dtype.h"
@@ -211,7 +212,35 @@ static void test_half() {
   CHECK(idi == -128);
 }
 
+// A synthetic job whose throughput peaks at a 16 MiB threshold and a 500 us
+// cycle time: the tuner must try each candidate once, end on that pair, and
+// hold it afterwards.
+static void test_autotune() {
+  const int64_t window = 3;
+  Autotuner tuner({int64_t(64) << 20, 0}, window);
+  auto seconds_per_round = [](TuneSetting s) {
+    double t = 1.0 + std::fabs(std::log2(double(s.fusion_threshold_bytes) / (16 << 20)));
+    return t + (s.cycle_time_us == 500 ? 0.0 : 0.5);
+  };
+  double now = 0;
+  int scored = 0;
+  for (int round = 0; round < 200 && !tuner.done(); ++round) {
+    const double dt = seconds_per_round(tuner.current());
+    if (tuner.observe(1000, now, now + dt)) ++scored;
+    now += dt;
+  }
+  CHECK(tuner.done());
+  CHECK(scored == 5 + 3);  // 5 thresholds, then the 3 other cycle times
+  CHECK(static_cast<int>(tuner.trials().size()) == scored);
+  CHECK(tuner.current() == (TuneSetting{int64_t(16) << 20, 500}));
+  CHECK(tuner.best().setting == tuner.current());
+  for (const TuneTrial& t : tuner.trials()) CHECK(t.rounds == window);
+  CHECK(tuner.observe(1000, now, now + 1) == nullptr);  // holds once done
+  CHECK(tuner.current() == (TuneSetting{int64_t(16) << 20, 500}));
+}
+
 int main() {
+  test_autotune();
   test_planner();
   test_cache();
   test_coordinator();

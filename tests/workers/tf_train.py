@@ -250,6 +250,28 @@ def check_sync_batch_normalization_in_fit():
     weights_equal_across_ranks(model, "SyncBN model")
 
 
+def check_metrics_callback():
+    lines = []
+    n = hvd.size()
+    x, y = global_data(2, 4 * n * B)
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+                  loss="sparse_categorical_crossentropy")
+    history = model.fit(rank_rows(x, B, 4), rank_rows(y, B, 4), batch_size=B, epochs=2,
+                        verbose=0, callbacks=[hvd.callbacks.MetricsCallback(lines.append)])
+    h = history.history
+    assert len(h["fuseopt_communication_s"]) == 2, h
+    assert all(c > 0 for c in h["fuseopt_communication_s"]), h
+    # fit waits for the gradient allreduce inside the train step: no overlap in Keras.
+    assert all(w > 0 for w in h["fuseopt_exposed_wait_s"]), h
+    assert all(0 <= e <= 1 for e in h["fuseopt_overlap_efficiency"]), h
+    if hvd.rank() == 0:
+        assert len(lines) == 2 and "fuseopt epoch 1:" in lines[1], lines
+        assert "4 gradient waits" in lines[1] and "overlap efficiency" in lines[1], lines
+    else:
+        assert lines == [], lines
+
+
 if __name__ == "__main__":
     # float64: the references are then exact to ~1e-15, so 1e-5 tests semantics,
     # not how much float32 rounding a chaotic 8-step trajectory amplifies.
@@ -262,4 +284,4 @@ if __name__ == "__main__":
                  check_local_sgd_callback, check_save_and_load_model,
                  check_jit_compile_true_is_a_clear_error,
                  check_sync_batch_normalization_uneven_batches,
-                 check_sync_batch_normalization_in_fit])
+                 check_sync_batch_normalization_in_fit, check_metrics_callback])

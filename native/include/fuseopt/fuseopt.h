@@ -98,6 +98,11 @@ typedef struct {
                                      died or froze: fail everything; 0 off      */
   int64_t hierarchical_allreduce; /* 1: reduce within each node, allreduce among
                                      one leader per node, broadcast back        */
+  int64_t autotune;               /* 1: tune fusion threshold and cycle time in
+                                     the first rounds, then hold the best       */
+  int64_t autotune_window_rounds; /* rounds with collectives per autotune trial */
+  const char* autotune_log;       /* rank 0 writes its trials here as CSV;
+                                     NULL or "" for none (copied at init)      */
 } fuseopt_config_t;
 
 typedef struct {
@@ -206,6 +211,9 @@ typedef struct {
   int64_t stalls;              /* stall warnings on this rank                   */
   double negotiation_s;        /* loop time spent negotiating                   */
   double execution_s;          /* loop time spent running collectives           */
+  int64_t fusion_threshold_bytes; /* in use now (autotune may change it)        */
+  int64_t cycle_time_us;          /* in use now                                 */
+  int64_t autotune_state;         /* 0 off, 1 tuning, 2 holding the best        */
 } fuseopt_metrics_t;
 
 int fuseopt_metrics(fuseopt_ctx_t* ctx, fuseopt_metrics_t* out);
