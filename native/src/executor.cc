@@ -113,12 +113,14 @@ void Executor::run(std::vector<Work>& work) {
       release_completed();  // what finished before the failure did finish
       throw;
     }
-    if (timeline_.on()) trace_bucket(bucket, bytes, responded, begin, now_s());
-    release_completed();
+    const double end = now_s();
+    if (timeline_.on()) trace_bucket(bucket, bytes, responded, begin, end);
     ++buckets_run_;
+    metrics_.add(metrics_.execution_ns, static_cast<int64_t>((end - begin) * 1e9));
     metrics_.add(metrics_.collectives, 1);
     metrics_.add(metrics_.tensors, static_cast<int64_t>(bucket.size()));
     metrics_.add(metrics_.bytes, bytes);
+    release_completed();  // last: a waiter sees the counters and the trace
   }
   for (Work* w : runnable)
     if (w->entry >= stand_ins.data() && w->entry < stand_ins.data() + stand_ins.size())

@@ -274,7 +274,6 @@ bool Loop::round() {
   const int64_t bytes_before = metrics_.bytes.load(std::memory_order_relaxed);
   executor_->run(work);
   const double executed = now_s();
-  metrics_.add(metrics_.execution_ns, static_cast<int64_t>((executed - executing) * 1e9));
   if (!work.empty()) tune(metrics_.bytes.load(std::memory_order_relaxed) - bytes_before, started,
                           executed);
   throw_if_aborted();  // the buffers of aborted handles may be gone
