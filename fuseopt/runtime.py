@@ -4,6 +4,7 @@ The native core takes an explicit context; this module holds the single one
 that Python users see, the way ``hvd.init()`` does.
 """
 import atexit
+import os
 import threading
 
 from . import _peer_watch
@@ -66,10 +67,9 @@ atexit.register(shutdown)
 
 def _leave_metrics(ctx):
     """For ``fuseoptrun --metrics-summary``; never in the way of shutting down."""
-    from .launcher.metrics_summary import ENV, write_rank_metrics
-    import os
-    if os.environ.get(ENV) != "1":
+    if os.environ.get("FUSEOPT_METRICS_SUMMARY") != "1":  # launcher.metrics_summary.ENV
         return
+    from .launcher.metrics_summary import write_rank_metrics
     from .overlap import GRADIENTS
     try:
         write_rank_metrics(_info["rank"], dict(_read_metrics(ctx),
