@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "context.h"
+#include "device_free.h"
 #include "dtype.h"
 
 struct fuseopt_ctx {
@@ -143,6 +144,14 @@ int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,
 }
 
 void fuseopt_free(void* p) { std::free(p); }
+
+int fuseopt_free_device(int device_type, void* p) {
+  if (device_type <= FUSEOPT_DEVICE_HOST || device_type >= FUSEOPT_DEVICE_COUNT)
+    return fail(FUSEOPT_INVALID_ARG, "fuseopt_free_device: not a device type");
+  if (fuseopt::free_memory(static_cast<fuseopt_device_t>(device_type), p) != 0)
+    return fail(FUSEOPT_BACKEND, "fuseopt_free_device: the device library refused the pointer");
+  return FUSEOPT_OK;
+}
 
 int fuseopt_metrics(fuseopt_ctx_t* ctx, fuseopt_metrics_t* out) {
   REQUIRE_CTX(ctx);

@@ -110,8 +110,6 @@ void Context::stop_watchdog() {
   } while (0)
 
 Entry Context::validate(const fuseopt_request_t& q) {
-  REQUIRE(q.struct_size >= sizeof(fuseopt_request_t),
-          "request.struct_size is smaller than this library's fuseopt_request_t");
   REQUIRE(q.collective >= 0 && q.collective < FUSEOPT_COLLECTIVE_COUNT,
           "unknown collective " + std::to_string(q.collective));
   Entry e;
@@ -186,6 +184,7 @@ Entry Context::validate(const fuseopt_request_t& q) {
   }
   e.input = q.input;
   e.output = q.output;
+  take_device(q, &e);  // device_request.cc
   if (!q.name) ++auto_name_counter_[q.collective];
   return e;
 }
@@ -203,7 +202,7 @@ void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t*
   entries.reserve(count);
   try {
     for (int64_t i = 0; i < count; ++i) {
-      entries.push_back(validate(requests[i]));
+      entries.push_back(validate(request_at(requests, i)));  // device_request.cc
       entries.back().handle = handles_.create(entries.back().spec.name);
     }
   } catch (...) {

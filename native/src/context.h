@@ -51,6 +51,10 @@ class Context {
 
  private:
   Entry validate(const fuseopt_request_t& request);
+  // device_request.cc: the request's device fields (absent from older, shorter
+  // structs), and the i-th request of an array at the caller's struct size.
+  void take_device(const fuseopt_request_t& request, Entry* entry) const;
+  static fuseopt_request_t request_at(const fuseopt_request_t* requests, int64_t i);
   void watch();  // watchdog thread: aborts when a round outlives the peer timeout
   void stop_watchdog();
 

@@ -26,6 +26,13 @@ struct Entry {
   int64_t slot = -1;
   double enqueued_s = 0;  // now_s() when the framework thread enqueued it
   bool stand_in = false;  // a joined rank's placeholder (identity values, no handle)
+
+  // Device requests (spec.device != host): this rank's device index, and the
+  // framework stream and event after which the input is ready. Local facts,
+  // not negotiated: each rank has its own device.
+  int32_t device_id = 0;
+  void* stream = nullptr;
+  void* ready_event = nullptr;
 };
 
 }  // namespace fuseopt

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "device_executor.h"
 #include "dtype.h"
 #include "fusion_planner.h"
 
@@ -23,6 +24,7 @@ constexpr int64_t kSoloBytes = int64_t(1) << 20;
 std::string fusion_key(const TensorSpec& s) {
   if (tensor_bytes(s) >= kSoloBytes) return "";
   std::ostringstream k;
+  k << "dev" << s.device << "/";  // host and device tensors never share a bucket
   switch (s.collective) {
     case FUSEOPT_ALLREDUCE:
       k << "allreduce/" << s.dtype << "/" << s.reduce_op << "/" << std::hexfloat << s.prescale
@@ -159,7 +161,15 @@ void Executor::trace_bucket(const std::vector<Work*>& bucket, int64_t bytes, dou
   }
 }
 
+void Executor::enable_devices(const MpiWorld& world, bool hierarchical) {
+  devices_ = std::make_shared<DeviceExecutor>(backend_, handles_, world, hierarchical);
+}
+
 void Executor::run_bucket(std::vector<Work*>& bucket) {
+  if (bucket.front()->response.spec.device != FUSEOPT_DEVICE_HOST) {
+    if (!devices_) throw Error(FUSEOPT_INTERNAL, "executor: device tensors without devices");
+    return devices_->run(bucket);
+  }
   switch (bucket.front()->response.spec.collective) {
     case FUSEOPT_ALLREDUCE: return allreduce(bucket);
     case FUSEOPT_BROADCAST: return broadcast(bucket);

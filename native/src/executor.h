@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,9 @@
 #include "timeline.h"
 
 namespace fuseopt {
+
+class DeviceExecutor;
+class MpiWorld;
 
 // One response paired with this rank's entry (nullptr when joined).
 struct Work {
@@ -34,6 +38,9 @@ class Executor {
         size_(size) {}
 
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
+  // Device tensors (device_executor.h) need the topology to bootstrap their
+  // communicators; without this call they fail as unsupported.
+  void enable_devices(const MpiWorld& world, bool hierarchical);
 
   // Executes all work items (errors complete their handles at once).
   // Throws Error on a backend failure; the caller treats that as fatal.
@@ -72,6 +79,7 @@ class Executor {
   std::vector<char> fusion_buffer_;  // persistent, grows to the largest bucket
   std::vector<char> scratch_;
   std::vector<std::pair<int64_t, OwnedOutput>> completed_;  // this bucket's, not yet released        // a joined rank's stand-in tensor
+  std::shared_ptr<DeviceExecutor> devices_;  // device buckets go there
 };
 
 }  // namespace fuseopt

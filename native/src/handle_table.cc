@@ -4,10 +4,12 @@
 #include <cstdlib>
 #include <thread>
 
+#include "device_free.h"
+
 namespace fuseopt {
 
 HandleTable::~HandleTable() {
-  for (auto& kv : states_) std::free(kv.second.output.data);
+  for (auto& kv : states_) free_memory(kv.second.output.device, kv.second.output.data);
 }
 
 int64_t HandleTable::create(const std::string& name) {
@@ -37,7 +39,7 @@ void HandleTable::complete(int64_t handle, Outcome outcome, OwnedOutput output) 
     std::lock_guard<std::mutex> lock(mu_);
     auto it = states_.find(handle);
     if (it == states_.end() || it->second.done) {
-      std::free(output.data);
+      free_memory(output.device, output.data);
       return;
     }
     it->second.done = true;
@@ -110,7 +112,7 @@ Outcome HandleTable::wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out) 
     *out = std::move(s.output);
     s.output = OwnedOutput();
   }
-  std::free(s.output.data);
+  free_memory(s.output.device, s.output.data);
   states_.erase(handle);
   return outcome;
 }

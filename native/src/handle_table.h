@@ -20,8 +20,10 @@
 namespace fuseopt {
 
 // A result buffer the runtime allocated (allgather, alltoall), malloc'ed so
-// that the caller can release it with fuseopt_free.
+// that the caller can release it with fuseopt_free; for a device request,
+// device memory that fuseopt_free_device releases (device_free.h).
 struct OwnedOutput {
+  fuseopt_device_t device = FUSEOPT_DEVICE_HOST;
   void* data = nullptr;
   int64_t nbytes = 0;
   int64_t first_dim = 0;

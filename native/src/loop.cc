@@ -108,6 +108,7 @@ void Loop::start() {
   backend_.reset(new MpiBackend(*world_, config_.shm_min_bytes, config_.hierarchical_allreduce));
   executor_.reset(new Executor(*backend_, handles_, metrics_, timeline_, rank_, size_));
   executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
+  executor_->enable_devices(*world_, config_.hierarchical_allreduce);
   cache_.reset(new ResponseCache(config_.cache_capacity));
   if (rank_ == 0) coordinator_.reset(new Coordinator(size_));
   start_autotune();

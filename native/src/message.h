@@ -25,6 +25,7 @@ struct TensorSpec {
   int32_t root = 0;
   double prescale = 1.0;
   double postscale = 1.0;
+  fuseopt_device_t device = FUSEOPT_DEVICE_HOST;  // kind of memory (not the index)
 
   int64_t num_elements() const;
   int64_t row_elements() const;  // elements per first-dimension row

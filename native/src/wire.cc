@@ -75,6 +75,7 @@ void put_spec(Writer& w, const TensorSpec& s) {
   w.put(s.root);
   w.put(s.prescale);
   w.put(s.postscale);
+  w.put<int32_t>(s.device);
 }
 
 TensorSpec get_spec(Reader& r) {
@@ -87,6 +88,7 @@ TensorSpec get_spec(Reader& r) {
   s.root = r.get<int32_t>();
   s.prescale = r.get<double>();
   s.postscale = r.get<double>();
+  s.device = static_cast<fuseopt_device_t>(r.get<int32_t>());
   return s;
 }
 

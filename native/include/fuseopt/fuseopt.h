@@ -78,6 +78,17 @@ typedef enum {
   FUSEOPT_REDUCE_OP_COUNT = 5
 } fuseopt_reduce_op_t;
 
+/* Where a request's buffers live. Each device kind has its own backend
+ * (docs/devices.md): host memory goes to MPI, CUDA memory to NCCL, Ascend NPU
+ * memory to HCCL. The kind is negotiated like the dtype: every rank must
+ * submit a tensor from the same kind of memory. */
+typedef enum {
+  FUSEOPT_DEVICE_HOST = 0,
+  FUSEOPT_DEVICE_CUDA = 1,
+  FUSEOPT_DEVICE_NPU = 2,
+  FUSEOPT_DEVICE_COUNT = 3
+} fuseopt_device_t;
+
 #define FUSEOPT_MAX_NDIM 16
 
 /* Runtime configuration. Fill with fuseopt_config_default(), then override.
@@ -129,6 +140,18 @@ typedef struct {
   const int64_t* splits;          /* alltoall: rows sent to each rank; NULL
                                      means an even split                         */
   int32_t num_splits;             /* entries in splits; must equal the size      */
+  /* Added after ABI 1's first release; callers whose struct_size ends before
+   * them get host memory. For a device request, input and output are device
+   * pointers on device_id (this rank's own index), and the runtime-allocated
+   * result of allgather/alltoall is device memory: free it with
+   * fuseopt_free_device. */
+  int32_t device_type;            /* fuseopt_device_t; 0 = host                  */
+  int32_t device_id;              /* CUDA / NPU device index on this rank        */
+  void* stream;                   /* cudaStream_t / aclrtStream that produces the
+                                     input; NULL: the legacy default stream      */
+  void* ready_event;              /* cudaEvent_t / aclrtEvent recorded after the
+                                     input was produced; NULL: the runtime
+                                     records one on stream when it runs the op  */
 } fuseopt_request_t;
 
 /* A result whose size is decided by the other ranks (allgather, alltoall) is
@@ -197,6 +220,10 @@ int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,
 
 /* Frees memory handed over by fuseopt_wait_output. NULL is a no-op. */
 void fuseopt_free(void* p);
+
+/* Frees device memory handed over by fuseopt_wait_output for a device request
+ * (cudaFree / aclrtFree of the library the backend loaded). NULL is a no-op. */
+int fuseopt_free_device(int device_type, void* p);
 
 /* Counters since init, for fuseopt.metrics(). Fill struct_size first. */
 typedef struct {

@@ -1,0 +1,350 @@
+// NCCL backend. Vocabulary: the *stream* is this backend's own CUDA stream;
+// every copy and collective is enqueued on it, after a wait on the
+// framework's stream (wait_for), so device tensors are reduced only once the
+// kernels that produced them have run. synchronize() polls the stream and,
+// while it is busy, NCCL's asynchronous error: a peer that died makes NCCL
+// report ncclRemoteError / ncclSystemError here, and the communicator is
+// aborted rather than waited on forever.
+#include "nccl_backend.h"
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "common.h"
+#include "dtype.h"
+#include "dynlib.h"
+#include "nccl_api.h"
+
+namespace fuseopt {
+namespace {
+
+struct NcclLibs {
+  std::unique_ptr<DynLib> cudart_lib, nccl_lib;
+  cuda::Api cuda{};
+  nccl::Api nccl{};
+};
+
+int nccl_dtype(fuseopt_dtype_t d) {
+  switch (d) {
+    case FUSEOPT_UINT8: return nccl::kUint8;
+    case FUSEOPT_INT8: return nccl::kInt8;
+    case FUSEOPT_INT32: return nccl::kInt32;
+    case FUSEOPT_INT64: return nccl::kInt64;
+    case FUSEOPT_FLOAT16: return nccl::kFloat16;
+    case FUSEOPT_BFLOAT16: return nccl::kBfloat16;
+    case FUSEOPT_FLOAT32: return nccl::kFloat32;
+    case FUSEOPT_FLOAT64: return nccl::kFloat64;
+    default: throw Error(FUSEOPT_INTERNAL, "nccl: unknown dtype");
+  }
+}
+
+int nccl_op(fuseopt_reduce_op_t op) {
+  switch (op) {
+    case FUSEOPT_SUM: return nccl::kSum;
+    case FUSEOPT_AVERAGE: return nccl::kAvg;
+    case FUSEOPT_MIN: return nccl::kMin;
+    case FUSEOPT_MAX: return nccl::kMax;
+    case FUSEOPT_PRODUCT: return nccl::kProd;
+    default: throw Error(FUSEOPT_INTERNAL, "nccl: unknown reduce op");
+  }
+}
+
+class NcclBackend : public DeviceBackend {
+ public:
+  NcclBackend(std::shared_ptr<NcclLibs> libs, const DeviceSetup& setup)
+      : libs_(std::move(libs)), cuda_(libs_->cuda), nccl_(libs_->nccl), setup_(setup) {}
+  ~NcclBackend() override;
+  const char* name() const override { return "nccl"; }
+  void connect();
+
+  void activate() override { cuda_check(cuda_.cudaSetDevice(setup_.device_id), "cudaSetDevice"); }
+  void* allocate(int64_t bytes) override;
+  void release(void* p) override { cuda_.cudaFree(p); }
+  void copy(void* dst, const void* src, int64_t bytes) override {
+    memcpy_async(dst, src, bytes, cuda::kDeviceToDevice);
+  }
+  void upload(void* dst, const void* host, int64_t bytes) override {
+    memcpy_async(dst, host, bytes, cuda::kHostToDevice);
+  }
+  void download(void* host, const void* src, int64_t bytes) override {
+    memcpy_async(host, src, bytes, cuda::kDeviceToHost);
+  }
+  void wait_for(void* stream, void* event) override;
+  void synchronize() override;
+
+  void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
+                 fuseopt_reduce_op_t op) override;
+  bool allreduce_scaled(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
+                        fuseopt_reduce_op_t op, double factor) override;
+  void broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root) override;
+  void allgatherv(const void* send, int64_t send_bytes, void* recv,
+                  const std::vector<int64_t>& recv_bytes) override;
+  void alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                 const std::vector<int64_t>& recv_bytes) override;
+  void reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                     fuseopt_dtype_t dtype, fuseopt_reduce_op_t op) override;
+
+ private:
+  void memcpy_async(void* dst, const void* src, int64_t bytes, int kind);
+  void check(nccl::Result r, const char* what) const;
+  void cuda_check(cuda::Error e, const char* what) const;
+  std::string where() const { return "cuda:" + std::to_string(setup_.device_id); }
+
+  std::shared_ptr<NcclLibs> libs_;
+  const cuda::Api& cuda_;
+  const nccl::Api& nccl_;
+  DeviceSetup setup_;
+  int rank_ = 0, size_ = 1;
+  nccl::Comm comm_ = nullptr;
+  void* stream_ = nullptr;
+  void* marker_ = nullptr;  // recorded on a framework stream that gave no event
+};
+
+void NcclBackend::check(nccl::Result r, const char* what) const {
+  if (r == nccl::kSuccess) return;
+  throw Error(FUSEOPT_BACKEND, std::string(what) + " failed on " + where() + ": " +
+                                   nccl_.ncclGetErrorString(r) + " (ncclResult_t " +
+                                   std::to_string(r) + ")");
+}
+
+void NcclBackend::cuda_check(cuda::Error e, const char* what) const {
+  if (e == cuda::kSuccess) return;
+  throw Error(FUSEOPT_BACKEND, std::string(what) + " failed on " + where() + ": " +
+                                   cuda_.cudaGetErrorString(e) + " (cudaError_t " +
+                                   std::to_string(e) + ")");
+}
+
+// Collective over all ranks. Rank 0 makes the unique id and broadcasts it
+// over MPI; every step that can fail on one rank alone is agreed on before
+// the next collective step, so a failure is an error everywhere, not a hang.
+void NcclBackend::connect() {
+  const fuseopt_comm_info_t& info = setup_.world->info();
+  rank_ = info.rank;
+  size_ = info.size;
+  Backend& host = *setup_.host;
+  std::string error;
+  nccl::UniqueId id{};
+  try {
+    activate();
+    if (rank_ == 0) check(nccl_.ncclGetUniqueId(&id), "ncclGetUniqueId");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  std::string agreed = first_error_everywhere(host, size_, error);
+  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "NCCL set-up failed on " + agreed);
+  host.broadcast(&id, sizeof(id), FUSEOPT_UINT8, 0);
+  nccl::Result r = nccl_.ncclCommInitRank(&comm_, size_, id, rank_);
+  try {
+    check(r, "ncclCommInitRank");
+    cuda_check(cuda_.cudaStreamCreateWithFlags(&stream_, cuda::kStreamNonBlocking),
+               "cudaStreamCreateWithFlags");
+    cuda_check(cuda_.cudaEventCreateWithFlags(&marker_, cuda::kEventDisableTiming),
+               "cudaEventCreateWithFlags");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agreed = first_error_everywhere(host, size_, error);
+  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "NCCL set-up failed on " + agreed);
+}
+
+NcclBackend::~NcclBackend() {
+  free_fusion_buffer();
+  if (marker_) cuda_.cudaEventDestroy(marker_);
+  if (stream_) cuda_.cudaStreamDestroy(stream_);
+  if (comm_) nccl_.ncclCommDestroy(comm_);
+}
+
+void* NcclBackend::allocate(int64_t bytes) {
+  void* p = nullptr;
+  cuda_check(cuda_.cudaMalloc(&p, static_cast<size_t>(bytes > 0 ? bytes : 1)), "cudaMalloc");
+  return p;
+}
+
+void NcclBackend::memcpy_async(void* dst, const void* src, int64_t bytes, int kind) {
+  if (bytes <= 0 || dst == src) return;
+  cuda_check(cuda_.cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream_),
+             "cudaMemcpyAsync");
+}
+
+void NcclBackend::wait_for(void* stream, void* event) {
+  if (!event) {
+    // No event from the framework: mark "now" on its stream ourselves.
+    cuda_check(cuda_.cudaEventRecord(marker_, stream), "cudaEventRecord");
+    event = marker_;
+  }
+  cuda_check(cuda_.cudaStreamWaitEvent(stream_, event, 0), "cudaStreamWaitEvent");
+}
+
+void NcclBackend::synchronize() {
+  // Poll rather than block in cudaStreamSynchronize: a collective whose peer
+  // has died never finishes, and only NCCL's async error says so.
+  auto pause = std::chrono::microseconds(1);
+  for (;;) {
+    cuda::Error e = cuda_.cudaStreamQuery(stream_);
+    if (e == cuda::kSuccess) return;
+    if (e != cuda::kNotReady) cuda_check(e, "cudaStreamQuery");
+    nccl::Result async = nccl::kSuccess;
+    check(nccl_.ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
+    if (async != nccl::kSuccess && async != nccl::kInProgress) {
+      nccl_.ncclCommAbort(comm_);  // NCCL's rule after an async error
+      comm_ = nullptr;
+      throw Error(FUSEOPT_BACKEND,
+                  "NCCL reported an asynchronous error on " + where() + ": " +
+                      nccl_.ncclGetErrorString(async) + " (ncclResult_t " +
+                      std::to_string(async) +
+                      "). A peer rank has probably failed or lost its network; the NCCL "
+                      "communicator was aborted and fuseopt has stopped on this rank");
+    }
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::microseconds(200)) pause *= 2;
+  }
+}
+
+void NcclBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
+                            fuseopt_reduce_op_t op) {
+  check(nccl_.ncclAllReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_),
+        "ncclAllReduce");
+}
+
+bool NcclBackend::allreduce_scaled(const void* send, void* recv, int64_t count,
+                                   fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double factor) {
+  // Integers would round the factor, and ncclAvg's integer rounding is not
+  // documented: those go through host memory (divide_integers: exact).
+  if (!is_floating(dtype) || (op != FUSEOPT_SUM && op != FUSEOPT_AVERAGE)) return false;
+  if (factor == 1.0) {
+    allreduce(send, recv, count, dtype, op);  // ncclSum or ncclAvg
+    return true;
+  }
+  // sum(x_r * s) with s = factor (/ size for an average): NCCL multiplies each
+  // rank's input by the scalar on the device as it reduces.
+  const double s = op == FUSEOPT_AVERAGE ? factor / size_ : factor;
+  union {
+    double f64;
+    float f32;
+    uint16_t f16;
+  } scalar;
+  switch (dtype) {
+    case FUSEOPT_FLOAT64: scalar.f64 = s; break;
+    case FUSEOPT_FLOAT32: scalar.f32 = static_cast<float>(s); break;
+    case FUSEOPT_FLOAT16: scalar.f16 = float_to_half(static_cast<float>(s)); break;
+    default: scalar.f16 = float_to_bfloat(static_cast<float>(s)); break;
+  }
+  int premul = 0;
+  check(nccl_.ncclRedOpCreatePreMulSum(&premul, &scalar, nccl_dtype(dtype),
+                                       nccl::kScalarHostImmediate, comm_),
+        "ncclRedOpCreatePreMulSum");
+  nccl::Result r =
+      nccl_.ncclAllReduce(send, recv, count, nccl_dtype(dtype), premul, comm_, stream_);
+  nccl_.ncclRedOpDestroy(premul, comm_);  // allowed once the last call using it returned
+  check(r, "ncclAllReduce(premulsum)");
+  return true;
+}
+
+void NcclBackend::broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root) {
+  check(nccl_.ncclBroadcast(buf, buf, count, nccl_dtype(dtype), root, comm_, stream_),
+        "ncclBroadcast");
+}
+
+void NcclBackend::allgatherv(const void* send, int64_t send_bytes, void* recv,
+                             const std::vector<int64_t>& recv_bytes) {
+  bool even = true;
+  for (int64_t b : recv_bytes) even = even && b == recv_bytes[0];
+  if (even) {
+    check(nccl_.ncclAllGather(send, recv, send_bytes, nccl::kUint8, comm_, stream_),
+          "ncclAllGather");
+    return;
+  }
+  // Uneven first dimensions: one broadcast per rank, fused by a group (as
+  // Horovod does), each rank the root of its own rows.
+  check(nccl_.ncclGroupStart(), "ncclGroupStart");
+  char* out = static_cast<char*>(recv);
+  nccl::Result r = nccl::kSuccess;
+  for (int root = 0; root < size_ && r == nccl::kSuccess; ++root) {
+    r = nccl_.ncclBroadcast(root == rank_ ? send : out, out, recv_bytes[root], nccl::kUint8, root,
+                            comm_, stream_);
+    out += recv_bytes[root];
+  }
+  nccl::Result end = nccl_.ncclGroupEnd();
+  check(r, "ncclBroadcast(allgather)");
+  check(end, "ncclGroupEnd");
+}
+
+void NcclBackend::alltoallv(const void* send, const std::vector<int64_t>& send_bytes,
+                            void* recv, const std::vector<int64_t>& recv_bytes) {
+  check(nccl_.ncclGroupStart(), "ncclGroupStart");
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  nccl::Result r = nccl::kSuccess;
+  for (int peer = 0; peer < size_ && r == nccl::kSuccess; ++peer) {
+    r = nccl_.ncclSend(in, send_bytes[peer], nccl::kUint8, peer, comm_, stream_);
+    if (r == nccl::kSuccess)
+      r = nccl_.ncclRecv(out, recv_bytes[peer], nccl::kUint8, peer, comm_, stream_);
+    in += send_bytes[peer];
+    out += recv_bytes[peer];
+  }
+  nccl::Result end = nccl_.ncclGroupEnd();
+  check(r, "ncclSend/ncclRecv(alltoall)");
+  check(end, "ncclGroupEnd");
+}
+
+void NcclBackend::reducescatter(const void* send, void* recv,
+                                const std::vector<int64_t>& recv_counts, fuseopt_dtype_t dtype,
+                                fuseopt_reduce_op_t op) {
+  for (int64_t c : recv_counts)
+    if (c != recv_counts[0]) unsupported("reducescatter with uneven parts (the executor pads)");
+  check(nccl_.ncclReduceScatter(send, recv, recv_counts[0], nccl_dtype(dtype), nccl_op(op),
+                                comm_, stream_),
+        "ncclReduceScatter");
+}
+
+class NcclFactory : public DeviceBackendFactory {
+ public:
+  explicit NcclFactory(std::shared_ptr<NcclLibs> libs) : libs_(std::move(libs)) {}
+  std::unique_ptr<DeviceBackend> connect(const DeviceSetup& setup) override {
+    std::unique_ptr<NcclBackend> b(new NcclBackend(libs_, setup));
+    b->connect();
+    return std::unique_ptr<DeviceBackend>(b.release());
+  }
+
+ private:
+  std::shared_ptr<NcclLibs> libs_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceBackendFactory> open_nccl() {
+  auto libs = std::make_shared<NcclLibs>();
+  libs->cudart_lib.reset(new DynLib(
+      "FUSEOPT_CUDART_LIBRARY", {"libcudart.so.12", "libcudart.so.11.0", "libcudart.so"},
+      "CUDA tensors need the CUDA runtime: it comes with PyTorch's CUDA wheels, the CUDA "
+      "toolkit, or `pip install nvidia-cuda-runtime-cu12`."));
+  cuda::Api& c = libs->cuda;
+  libs->cudart_lib->resolve({FUSEOPT_SYMBOL(c, cudaSetDevice), FUSEOPT_SYMBOL(c, cudaMalloc),
+                         FUSEOPT_SYMBOL(c, cudaFree), FUSEOPT_SYMBOL(c, cudaMemcpyAsync),
+                         FUSEOPT_SYMBOL(c, cudaStreamCreateWithFlags),
+                         FUSEOPT_SYMBOL(c, cudaStreamDestroy), FUSEOPT_SYMBOL(c, cudaStreamQuery),
+                         FUSEOPT_SYMBOL(c, cudaStreamWaitEvent),
+                         FUSEOPT_SYMBOL(c, cudaEventCreateWithFlags),
+                         FUSEOPT_SYMBOL(c, cudaEventRecord), FUSEOPT_SYMBOL(c, cudaEventDestroy),
+                         FUSEOPT_SYMBOL(c, cudaGetErrorString)});
+  libs->nccl_lib.reset(new DynLib(
+      "FUSEOPT_NCCL_LIBRARY", {"libnccl.so.2"},
+      "CUDA tensors are reduced with NCCL: install it with `pip install nvidia-nccl-cu12` "
+      "(CUDA 12; nvidia-nccl-cu11 for CUDA 11), or move the tensors to the CPU."));
+  nccl::Api& n = libs->nccl;
+  libs->nccl_lib->resolve({FUSEOPT_SYMBOL(n, ncclGetUniqueId), FUSEOPT_SYMBOL(n, ncclCommInitRank),
+                       FUSEOPT_SYMBOL(n, ncclCommAbort), FUSEOPT_SYMBOL(n, ncclCommDestroy),
+                       FUSEOPT_SYMBOL(n, ncclCommGetAsyncError),
+                       FUSEOPT_SYMBOL(n, ncclGetErrorString), FUSEOPT_SYMBOL(n, ncclAllReduce),
+                       FUSEOPT_SYMBOL(n, ncclBroadcast), FUSEOPT_SYMBOL(n, ncclReduce),
+                       FUSEOPT_SYMBOL(n, ncclAllGather), FUSEOPT_SYMBOL(n, ncclReduceScatter),
+                       FUSEOPT_SYMBOL(n, ncclSend), FUSEOPT_SYMBOL(n, ncclRecv),
+                       FUSEOPT_SYMBOL(n, ncclGroupStart), FUSEOPT_SYMBOL(n, ncclGroupEnd),
+                       FUSEOPT_SYMBOL(n, ncclRedOpCreatePreMulSum),
+                       FUSEOPT_SYMBOL(n, ncclRedOpDestroy)});
+  set_device_free(FUSEOPT_DEVICE_CUDA, c.cudaFree);
+  return std::unique_ptr<DeviceBackendFactory>(new NcclFactory(libs));
+}
+
+}  // namespace fuseopt
