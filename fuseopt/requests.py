@@ -26,13 +26,27 @@ class RuntimeOutput:
 
     ``buffer`` is a writable bytes-like object that owns the native memory;
     ``first_dim`` rows arrived in all, ``recv_splits[r]`` of them from rank r.
+    For a device request the result is device memory: ``buffer`` is None and
+    ``device_pointer`` (an int, ``nbytes`` long) stays valid while this
+    object lives; it is then freed with ``fuseopt_free_device``.
     """
 
-    __slots__ = ("buffer", "first_dim", "recv_splits")
+    __slots__ = ("buffer", "first_dim", "recv_splits", "device_pointer", "nbytes", "_owner")
 
-    def __init__(self, out):
-        ptr = ffi.gc(ffi.cast("char*", out.data), lib.fuseopt_free) if out.data else None
-        self.buffer = ffi.buffer(ptr, out.nbytes) if ptr is not None else bytearray(0)
+    def __init__(self, out, device_kind=0):
+        self.nbytes = int(out.nbytes)
+        self.device_pointer = None
+        self._owner = None
+        if device_kind:
+            if out.data:
+                self._owner = ffi.gc(ffi.cast("char*", out.data),
+                                     lambda p: lib.fuseopt_free_device(device_kind, p))
+                self.device_pointer = int(ffi.cast("uintptr_t", self._owner))
+            ptr = None
+            self.buffer = None
+        else:
+            ptr = ffi.gc(ffi.cast("char*", out.data), lib.fuseopt_free) if out.data else None
+            self.buffer = ffi.buffer(ptr, out.nbytes) if ptr is not None else bytearray(0)
         self.first_dim = int(out.first_dim)
         n = runtime.size()
         self.recv_splits = ([int(out.recv_splits[i]) for i in range(n)]
@@ -75,6 +89,8 @@ class Handle:
     __slots__ = ("_ctx", "_id", "_keepalive", "_finish", "_runtime_output", "_done", "_result",
                  "_error")
 
+    # runtime_output: 0 when the caller supplied the output, else 1 + the
+    # device kind of the runtime-allocated result (see _runtime_output).
     def __init__(self, ctx, handle_id, keepalive, finish, runtime_output):
         self._ctx = ctx
         self._id = handle_id
@@ -108,7 +124,7 @@ class Handle:
             if self._runtime_output:
                 out = ffi.new("fuseopt_output_t*")
                 check(lib.fuseopt_wait_output(self._ctx, self._id, timeout_ms, out))
-                raw = RuntimeOutput(out)
+                raw = RuntimeOutput(out, self._runtime_output - 1)
             else:
                 check(lib.fuseopt_wait(self._ctx, self._id, timeout_ms))
                 raw = None
@@ -162,21 +178,23 @@ def _template(collective, name, dtype, shape, reduce_op, root, prescale, postsca
 
 def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
             reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
-            keepalive=None, finish=None):
+            keepalive=None, finish=None, device=None):
     """Submits one operation on raw buffers and returns its Handle.
 
     dtype is a name ("float32"); shape a sequence of ints; pointers are cffi
     ``void*`` (or NULL). ``finish(raw)`` turns the completed operation into
     the handle's result; raw is a RuntimeOutput for allgather/alltoall.
+    ``device`` (a :class:`fuseopt.devices.Device`) says the pointers are
+    device memory; None means host memory.
     """
     ctx = _context()
     req = ffi.new("fuseopt_request_t[1]")
     c_splits = _fill(req, 0, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
-                     root, prescale, postscale, splits)
+                     root, prescale, postscale, splits, device)
     handle = ffi.new("int64_t*")
     check(lib.fuseopt_enqueue(ctx, req, handle))
     del c_splits  # the core has copied them
-    return Handle(ctx, handle[0], keepalive, finish, collective in _RUNTIME_OUTPUT)
+    return Handle(ctx, handle[0], keepalive, finish, _runtime_output(collective, device))
 
 
 class Batch:
@@ -190,20 +208,20 @@ class Batch:
 
     def add(self, collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
             reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
-            keepalive=None, finish=None):
+            keepalive=None, finish=None, device=None):
         self._ops.append((collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
-                          prescale, postscale, splits, keepalive, finish))
+                          prescale, postscale, splits, device, keepalive, finish))
 
     def submit(self):
         ctx = _context()
         n = len(self._ops)
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
-        c_splits = [_fill(reqs, i, *op[:11]) for i, op in enumerate(self._ops)]
+        c_splits = [_fill(reqs, i, *op[:12]) for i, op in enumerate(self._ops)]
         handles = ffi.new("int64_t[]", max(n, 1))
         check(lib.fuseopt_enqueue_many(ctx, reqs, n, handles))
         del c_splits
         ops, self._ops = self._ops, []
-        return [Handle(ctx, handles[i], op[11], op[12], op[0] in _RUNTIME_OUTPUT)
+        return [Handle(ctx, handles[i], op[12], op[13], _runtime_output(op[0], op[11]))
                 for i, op in enumerate(ops)]
 
 
@@ -215,7 +233,7 @@ def _context():
 
 
 def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
-          prescale, postscale, splits):
+          prescale, postscale, splits, device=None):
     """Fills reqs[i]; returns what must stay alive until enqueued."""
     if type(shape) is not tuple:
         shape = tuple(shape)
@@ -223,6 +241,11 @@ def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce
     req = reqs[i]
     req.input = input_ptr
     req.output = output_ptr
+    if device is not None:  # templates are host requests
+        req.device_type = device.kind
+        req.device_id = device.index
+        req.stream = ffi.cast("void*", device.stream or 0)
+        req.ready_event = ffi.cast("void*", device.ready_event or 0)
     if splits is None:
         return None
     c_splits = ffi.new("int64_t[]", list(splits))
@@ -232,6 +255,13 @@ def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce
 
 
 _RUNTIME_OUTPUT = (ALLGATHER, ALLTOALL)
+
+
+def _runtime_output(collective, device):
+    """0 when the caller supplies the output, else 1 + the result's device kind."""
+    if collective not in _RUNTIME_OUTPUT:
+        return 0
+    return 1 + (device.kind if device is not None else 0)
 
 
 def enqueue_control(collective, name=None):

@@ -1,0 +1,259 @@
+"""Every collective on 'device' memory through a device backend (NCCL or
+HCCL) running against the test shims, with exact expectations.
+
+Usage: devices.py nccl|hccl [SCENARIO]
+  all       (default) every collective, dtype and op, fused buckets, scaling
+  mismatch  rank 0 submits host memory, rank 1 device memory: both fail
+  async     the shim injects an asynchronous error on one rank
+  missing   the backend's library cannot be loaded
+"""
+import os
+import sys
+
+import ml_dtypes
+import numpy as np
+
+import fuseopt
+import harness
+from data import DTYPES, reduce_expected, values
+from device_memory import AclApi, CudaApi, DeviceArray, read_pointer
+from fuseopt import devices
+from fuseopt import requests as rq
+
+BACKEND = sys.argv[1]
+SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "all"
+OPS = {"sum": fuseopt.Sum, "average": fuseopt.Average, "min": fuseopt.Min, "max": fuseopt.Max,
+       "product": fuseopt.Product}
+api = None  # CudaApi or AclApi, made in main()
+producer = 0  # the "framework" stream that computes inputs
+
+
+def dev(event=0):
+    return devices.Device(api.kind, 0, producer, event)
+
+
+def ptr(p):
+    return rq.ffi.cast("void*", p)
+
+
+def name_of(dtype):
+    return np.dtype(dtype).name
+
+
+def everyone(name, shape, dtype, op="sum"):
+    return [values(name, r, shape, dtype, op) for r in range(fuseopt.size())]
+
+
+def exact(actual, expected, what):
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
+        "%s: %s%s != %s%s" % (what, actual.dtype, actual.shape, expected.dtype, expected.shape)
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    assert np.array_equal(a, e), "%s: got %s expected %s" % (what, a.ravel()[:8], e.ravel()[:8])
+
+
+def device_input(name, shape, dtype, op="sum", event=True):
+    """A device array holding this rank's values, produced on the producer
+    stream (not yet run), plus its Device with a ready event (or none)."""
+    arr = DeviceArray(api, shape, dtype)
+    ev = api.event() if event else 0
+    arr.produce(values(name, fuseopt.rank(), shape, dtype, op), producer, ev)
+    return arr, dev(ev)
+
+
+def allreduce_async(name, arr, out, d, op, pre=1.0, post=1.0, batch=None):
+    args = (rq.ALLREDUCE, name, name_of(arr.dtype), arr.shape, ptr(arr.ptr), ptr(out.ptr))
+    kwargs = dict(reduce_op=op, prescale=pre, postscale=post, device=d, keepalive=(arr, out))
+    return batch.add(*args, **kwargs) if batch is not None else rq.enqueue(*args, **kwargs)
+
+
+def check_allreduce_every_dtype_op_fused():
+    """One batch: the core fuses each (dtype, op) group into one bucket."""
+    batch, expected = rq.Batch(), []
+    for dtype in DTYPES:
+        for op_name, op in OPS.items():
+            for shape in [(7,), (3, 5), (), (0,)]:
+                name = "dev.ar.%s.%s.%s" % (name_of(dtype), op_name, shape)
+                arr, d = device_input(name, shape, dtype, op_name)
+                out = DeviceArray(api, shape, dtype)
+                allreduce_async(name, arr, out, d, op, batch=batch)
+                expected.append((name, out, reduce_expected(everyone(name, shape, dtype, op_name),
+                                                            op_name)))
+    for h in batch.submit():
+        h.wait()
+    for name, out, e in expected:
+        exact(out.get(), e, name)
+
+
+def check_allreduce_single_in_place_without_event():
+    # No ready event: the core must record one on the producer stream itself.
+    for dtype in (np.float32, np.int32):
+        name = "dev.inplace.%s" % name_of(dtype)
+        arr, d = device_input(name, (100,), dtype, event=False)
+        allreduce_async(name, arr, arr, d, fuseopt.Sum).wait()
+        exact(arr.get(), reduce_expected(everyone(name, (100,), dtype), "sum"), name)
+
+
+def check_scaling():
+    n = fuseopt.size()
+    cases = []  # (dtype, op name, pre, post, expected as a function of the sum/min)
+    for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
+        cases += [(dtype, "sum", 0.5, 4.0), (dtype, "average", 1.0, 1.0),
+                  (dtype, "average", 2.0, 0.5), (dtype, "min", 2.0, 1.0)]
+    cases += [(np.int32, "sum", 2.0, 1.0), (np.int64, "average", 1.0, 1.0),
+              (np.int32, "max", 1.0, 3.0)]
+    for fused in (False, True):
+        batch = rq.Batch() if fused else None
+        pending = []
+        for dtype, op_name, pre, post in cases:
+            for k in range(3 if fused else 1):
+                name = "dev.scaled.%s.%s.%s.%s.%d.%d" % (name_of(dtype), op_name, pre, post,
+                                                         fused, k)
+                arr, d = device_input(name, (9,), dtype, op_name)
+                out = DeviceArray(api, (9,), dtype)
+                h = allreduce_async(name, arr, out, d, OPS[op_name], pre, post, batch)
+                ranks = [v.astype(np.float64) * pre for v in everyone(name, (9,), dtype, op_name)]
+                red = {"sum": np.sum, "average": np.sum, "min": np.min, "max": np.max}[op_name]
+                e = red(np.stack(ranks), 0)
+                if op_name == "average":
+                    e = np.trunc(e / n) if np.dtype(dtype).kind in "iu" else e / n
+                pending.append((name, h, out, (e * post).astype(dtype)))
+        handles = batch.submit() if fused else [p[1] for p in pending]
+        for h in handles:
+            h.wait()
+        for name, _, out, e in pending:
+            exact(out.get(), e, name)
+
+
+def check_broadcast_fused_and_single():
+    for root in range(fuseopt.size()):
+        batch, expected = rq.Batch(), []
+        for i, (shape, dtype) in enumerate([((4,), np.float32), ((2, 3), np.float32),
+                                            ((5,), np.float32), ((1000,), np.int64)]):
+            name = "dev.bcast.%d.%d" % (root, i)
+            arr, d = device_input(name, shape, dtype)
+            batch.add(rq.BROADCAST, name, name_of(dtype), shape, ptr(arr.ptr), ptr(arr.ptr),
+                      root=root, device=d, keepalive=(arr,))
+            expected.append((name, arr, values(name, root, shape, dtype)))
+        for h in batch.submit():
+            h.wait()
+        for name, arr, e in expected:
+            exact(arr.get(), e, name)
+
+
+def allgather_check(name, rows_of):
+    r = fuseopt.rank()
+    arr, d = device_input(name, (rows_of(r), 3), np.float32)
+    h = rq.enqueue(rq.ALLGATHER, name, "float32", arr.shape, ptr(arr.ptr), device=d,
+                   keepalive=(arr,), finish=lambda raw: raw)
+    raw = h.wait()
+    assert raw.buffer is None and raw.device_pointer, "device result expected"
+    got = read_pointer(api, raw.device_pointer, raw.nbytes, np.float32, (raw.first_dim, 3))
+    e = np.concatenate([values(name, q, (rows_of(q), 3), np.float32)
+                        for q in range(fuseopt.size())])
+    exact(got, e, name)
+    assert raw.recv_splits == [rows_of(q) for q in range(fuseopt.size())], raw.recv_splits
+
+
+def check_allgather_even_and_uneven():
+    allgather_check("dev.ag.even", lambda r: 2)
+    allgather_check("dev.ag.uneven", lambda r: r + 1)
+    allgather_check("dev.ag.empty_here", lambda r: 0 if r == 0 else 2)
+
+
+def check_alltoall_with_splits():
+    n, r = fuseopt.size(), fuseopt.rank()
+    splits = [(r + q) % 3 for q in range(n)]  # rows from r to q
+    name = "dev.a2a"
+    arr, d = device_input(name, (sum(splits), 2), np.int32)
+    h = rq.enqueue(rq.ALLTOALL, name, "int32", arr.shape, ptr(arr.ptr), splits=splits,
+                   device=d, keepalive=(arr,), finish=lambda raw: raw)
+    raw = h.wait()
+    got = read_pointer(api, raw.device_pointer, raw.nbytes, np.int32, (raw.first_dim, 2))
+    parts = []
+    for q in range(n):
+        theirs = [(q + p) % 3 for p in range(n)]
+        start = sum(theirs[:r])
+        parts.append(values(name, q, (sum(theirs), 2), np.int32)[start:start + theirs[r]])
+    exact(got, np.concatenate(parts), name)
+
+
+def check_reducescatter_even_uneven_average():
+    n, r = fuseopt.size(), fuseopt.rank()
+    for rows, op_name, dtype in [(2 * n, "sum", np.float32), (2 * n + 1, "sum", np.int32),
+                                 (2 * n, "average", np.float64), (3, "max", np.float16)]:
+        name = "dev.rs.%d.%s" % (rows, op_name)
+        arr, d = device_input(name, (rows, 2), dtype, op_name)
+        mine = rows // n + (1 if r < rows % n else 0)
+        out = DeviceArray(api, (mine, 2), dtype)
+        rq.enqueue(rq.REDUCESCATTER, name, name_of(dtype), arr.shape, ptr(arr.ptr),
+                   ptr(out.ptr), reduce_op=OPS[op_name], prescale=1.0, postscale=1.0, device=d,
+                   keepalive=(arr, out)).wait()
+        full = reduce_expected(everyone(name, (rows, 2), dtype, op_name), op_name)
+        start = sum(rows // n + (1 if q < rows % n else 0) for q in range(r))
+        exact(out.get(), full[start:start + mine], name)
+
+
+def check_host_tensors_still_use_mpi():
+    x = np.arange(5, dtype=np.float32) + fuseopt.rank()
+    out = fuseopt.allreduce(x, name="host.after.devices", op=fuseopt.Sum)
+    exact(out, sum(np.arange(5, dtype=np.float32) + q for q in range(fuseopt.size())), "host")
+
+
+ALL = [check_allreduce_every_dtype_op_fused, check_allreduce_single_in_place_without_event,
+       check_scaling, check_broadcast_fused_and_single, check_allgather_even_and_uneven,
+       check_alltoall_with_splits, check_reducescatter_even_uneven_average,
+       check_host_tensors_still_use_mpi]
+
+
+def check_mismatch():
+    name = "dev.mismatch"
+    if fuseopt.rank() == 0:
+        x = np.ones(4, np.float32)
+        h = fuseopt.allreduce_async(x, name=name, op=fuseopt.Sum)
+    else:
+        arr, d = device_input(name, (4,), np.float32)
+        h = allreduce_async(name, arr, arr, d, fuseopt.Sum)
+    harness.expect_error(fuseopt.MismatchError, h.wait, name, "on %s" %
+                         {devices.CUDA: "cuda", devices.NPU: "npu"}[api.kind])
+
+
+def check_missing_library():
+    arr, d = device_input("dev.missing", (4,), np.float32)
+    h = allreduce_async("dev.missing", arr, arr, d, fuseopt.Sum)
+    hint = {"nccl": "pip install nvidia-nccl-cu12", "hccl": "Ascend CANN"}[BACKEND]
+    lib_name = {"nccl": "FUSEOPT_NCCL_LIBRARY", "hccl": "FUSEOPT_HCCL_LIBRARY"}[BACKEND]
+    e = harness.expect_error(fuseopt.UnsupportedError, h.wait, "cannot load", hint, lib_name)
+    if fuseopt.rank() == 0:
+        print("missing-library error: %s" % e, flush=True)
+    check_host_tensors_still_use_mpi()  # the runtime goes on for host memory
+
+
+def scenario_async():
+    """The shim fails the 3rd collective on rank 1; every rank must raise."""
+    fuseopt.init()
+    word = {"nccl": "NCCL", "hccl": "HCCL"}[BACKEND]
+    for i in range(2):
+        arr, d = device_input("dev.ok.%d" % i, (8,), np.float32)
+        allreduce_async("dev.ok.%d" % i, arr, arr, d, fuseopt.Sum).wait()
+    arr, d = device_input("dev.fails", (8,), np.float32)
+    h = allreduce_async("dev.fails", arr, arr, d, fuseopt.Sum)
+    harness.expect_error(fuseopt.BackendError, h.wait, word, "asynchronous error")
+    print("[rank %d] async error raised as expected" % fuseopt.rank(), flush=True)
+    # The loop has stopped on this rank; MPI may still hold the failed
+    # collective's requests, so leave without finalising.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def main():
+    global api, producer
+    api = CudaApi() if BACKEND == "nccl" else AclApi()
+    producer = api.stream()
+    if SCENARIO == "async":
+        return scenario_async()
+    harness.run({"all": ALL, "mismatch": [check_mismatch],
+                 "missing": [check_missing_library]}[SCENARIO])
+
+
+if __name__ == "__main__":
+    main()
