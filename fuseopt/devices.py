@@ -30,3 +30,32 @@ class Device(NamedTuple):
     index: int = 0
     stream: int = 0
     ready_event: int = 0
+
+
+# The NVIDIA wheels put their libraries where the dynamic loader does not
+# look. When one is installed and no path was given, point the core at it.
+_WHEEL_LIBRARIES = (("FUSEOPT_NCCL_LIBRARY", "nvidia.nccl", "libnccl.so.2"),
+                    ("FUSEOPT_CUDART_LIBRARY", "nvidia.cuda_runtime", "libcudart.so.12"))
+
+
+def locate_wheel_libraries(environ=None):
+    """Sets FUSEOPT_NCCL_LIBRARY / FUSEOPT_CUDART_LIBRARY from the
+    nvidia-nccl-cu12 / nvidia-cuda-runtime-cu12 wheels when they are
+    installed and the variables are unset. Returns what it set."""
+    import importlib.util
+    import os
+    environ = os.environ if environ is None else environ
+    found = {}
+    for var, package, soname in _WHEEL_LIBRARIES:
+        if environ.get(var):
+            continue
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            path = os.path.join(root, "lib", soname)
+            if os.path.exists(path):
+                environ[var] = found[var] = path
+                break
+    return found

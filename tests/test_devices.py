@@ -60,3 +60,34 @@ def test_missing_library_is_a_clear_error_and_host_goes_on(run_ranks, shim_env, 
     out = run_ranks(2, "devices.py", backend, "missing", env=env, timeout=120).output
     default = {"nccl": "libnccl.so.2", "hccl": "libhccl.so"}[backend]
     assert ("cannot load " + (default if how == "default_name" else str(tmp_path))) in out, out
+
+
+# ---- real hardware: written, and skipped here -------------------------------
+
+def _cuda_gpus():
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.skipif(_cuda_gpus() < 2, reason="needs 2 CUDA GPUs and NCCL "
+                    "(torch.cuda.is_available() is False here: no GPU on this machine)")
+def test_torch_cuda_tensors_on_real_gpus_with_nccl(run_ranks):
+    run_ranks(2, "torch_cuda.py", timeout=300)
+
+
+def _npus():
+    try:
+        import torch
+        import torch_npu  # noqa: F401
+    except ImportError:
+        return 0
+    return torch.npu.device_count() if torch.npu.is_available() else 0
+
+
+@pytest.mark.skipif(_npus() < 2, reason="needs 2 Ascend NPUs, torch_npu and CANN "
+                    "(torch_npu is not installed here: no NPU on this machine)")
+def test_torch_npu_tensors_on_real_npus_with_hccl(run_ranks):
+    run_ranks(2, "torch_npu.py", timeout=300)

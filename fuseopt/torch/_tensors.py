@@ -4,8 +4,12 @@ The only module of the binding that knows how a torch tensor maps onto the
 core's (pointer, dtype, shape) descriptor."""
 import torch
 
+from .. import devices as _devices
 from .. import requests as _rq
 from ..errors import InvalidArgumentError, UnsupportedError
+
+# Before any CUDA tensor reaches the core (which reads these at first use).
+_devices.locate_wheel_libraries()
 
 _DTYPE_NAMES = {
     torch.uint8: "uint8", torch.int8: "int8", torch.int32: "int32", torch.int64: "int64",
@@ -24,16 +28,32 @@ def dtype_name(tensor):
 
 
 def check_device(tensor):
-    """Host tensors go to the MPI backend. Device tensors need a device backend
-    (NCCL for CUDA, HCCL for Ascend NPU), which this build does not have yet."""
-    if tensor.is_cpu:  # cheaper than building tensor.device
+    """Host tensors go to the MPI backend, CUDA tensors to NCCL, Ascend NPU
+    tensors (torch_npu) to HCCL; anything else is refused here. Whether the
+    device's library loads is found out by the core, on every rank alike."""
+    if tensor.is_cpu or tensor.device.type in _devices.KINDS:
         return
-    library = {"cuda": "NCCL (libnccl.so.2, pip install nvidia-nccl-cu12)",
-               "npu": "HCCL (libhccl.so from Ascend CANN)"}.get(tensor.device.type)
     raise UnsupportedError(
-        "fuseopt received a %s tensor, but this build reduces host (CPU) tensors only; "
-        "the %s backend is not available. Move the tensor to the CPU first."
-        % (tensor.device, library or "matching device"))
+        "fuseopt reduces CPU, CUDA and Ascend NPU tensors; got a %s tensor. Move it to the "
+        "CPU first." % tensor.device)
+
+
+def device_of(tensor):
+    """``(Device or None, keepalive)`` for a tensor about to be enqueued: where
+    it lives and after what the core may read it. CUDA: an event recorded now
+    on the current stream (so kernels queued later do not delay the
+    reduction). NPU: the current stream; the core records the event."""
+    if tensor.is_cpu:
+        return None, None
+    kind = _devices.KINDS[tensor.device.type]
+    index = tensor.device.index or 0
+    if kind == _devices.CUDA:
+        stream = torch.cuda.current_stream(tensor.device)
+        event = torch.cuda.Event()
+        event.record(stream)
+        return _devices.Device(kind, index, stream.cuda_stream, event.cuda_event), event
+    stream = torch.npu.current_stream(tensor.device)  # torch_npu's API
+    return _devices.Device(kind, index, stream.npu_stream, 0), stream
 
 
 def ptr(tensor):
@@ -54,9 +74,34 @@ def writable(tensor, what):
     return tensor
 
 
+# CUDA array interface type strings; bfloat16 has none, so it travels as int16.
+_TYPESTR = {torch.uint8: "|u1", torch.int8: "|i1", torch.int32: "<i4", torch.int64: "<i8",
+            torch.float16: "<f2", torch.bfloat16: "<i2", torch.float32: "<f4",
+            torch.float64: "<f8"}
+
+
+class _CudaResult:
+    """A runtime-allocated CUDA result, seen by torch through the CUDA array
+    interface; the tensor keeps this object (and so the memory) alive."""
+
+    def __init__(self, raw, dtype, shape):
+        self._raw = raw
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": _TYPESTR[dtype],
+                                         "data": (raw.device_pointer, False), "version": 2,
+                                         "strides": None}
+
+
 def from_runtime_output(raw, like):
     """The tensor view of a runtime-allocated result (allgather, alltoall)."""
     shape = (raw.first_dim,) + tuple(like.shape[1:])
+    if raw.buffer is None:  # device memory
+        if like.device.type != "cuda":
+            raise UnsupportedError("allgather/alltoall results on %s cannot be handed to torch "
+                                   "yet; gather CPU tensors instead" % like.device.type)
+        if not raw.device_pointer:
+            return torch.empty(shape, dtype=like.dtype, device=like.device)
+        out = torch.as_tensor(_CudaResult(raw, like.dtype, shape), device=like.device)
+        return out.view(torch.bfloat16) if like.dtype == torch.bfloat16 else out
     if len(raw.buffer) == 0:
         return torch.empty(shape, dtype=like.dtype)
     return torch.frombuffer(raw.buffer, dtype=like.dtype).reshape(shape)

@@ -31,9 +31,10 @@ def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place):
         src = _t.contiguous(tensor)
         out = torch.empty_like(src)
         src_ptr, out_ptr = _t.ptr(src), _t.ptr(out)
+    device, ready = _t.device_of(src)
     return ((_rq.ALLREDUCE, name, _t.dtype_name(src), tuple(src.shape), src_ptr, out_ptr),
             dict(reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
-                 keepalive=(src, out), finish=lambda _: out))
+                 keepalive=(src, out, ready), finish=lambda _: out, device=device))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -126,8 +127,10 @@ def allgather_async(tensor, name=None, process_set=None):
     src = _t.contiguous(tensor.detach())
     if src.dim() == 0:
         raise InvalidArgumentError("allgather needs a tensor with at least one dimension")
+    device, ready = _t.device_of(src)
     return _rq.enqueue(_rq.ALLGATHER, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
-                       keepalive=(src,), finish=lambda raw: _t.from_runtime_output(raw, src))
+                       keepalive=(src, ready), finish=lambda raw: _t.from_runtime_output(raw, src),
+                       device=device)
 
 
 class _Allgather(torch.autograd.Function):
@@ -157,14 +160,18 @@ def allgather(tensor, name=None, process_set=None):
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     src = _t.contiguous(tensor.detach())
     out = torch.empty_like(src)
+    device, ready = _t.device_of(src)
     return _rq.enqueue(_rq.BROADCAST, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
-                       _t.ptr(out), root=root_rank, keepalive=(src, out), finish=lambda _: out)
+                       _t.ptr(out), root=root_rank, keepalive=(src, out, ready),
+                       finish=lambda _: out, device=device)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     buf = _t.writable(tensor.detach(), "broadcast_ tensor")
+    device, ready = _t.device_of(buf)
     return _rq.enqueue(_rq.BROADCAST, name, _t.dtype_name(buf), tuple(buf.shape), _t.ptr(buf),
-                       _t.ptr(buf), root=root_rank, keepalive=(buf,), finish=lambda _: tensor)
+                       _t.ptr(buf), root=root_rank, keepalive=(buf, ready),
+                       finish=lambda _: tensor, device=device)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
@@ -204,8 +211,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
         return (_t.from_runtime_output(raw, src),
                 torch.tensor(raw.recv_splits, dtype=torch.int32))
 
+    device, ready = _t.device_of(src)
     return _rq.enqueue(_rq.ALLTOALL, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
-                       splits=splits, keepalive=(src,), finish=finish)
+                       splits=splits, keepalive=(src, ready), finish=finish, device=device)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
@@ -220,10 +228,12 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
     if src.dim() == 0:
         raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
     rows = _np_ops.reducescatter_rows(src.shape[0], runtime.rank(), runtime.size())
-    out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype)
+    out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
+    device, ready = _t.device_of(src)
     return _rq.enqueue(_rq.REDUCESCATTER, name, _t.dtype_name(src), tuple(src.shape),
                        _t.ptr(src), _t.ptr(out), reduce_op=op, prescale=prescale_factor,
-                       postscale=postscale_factor, keepalive=(src, out), finish=lambda _: out)
+                       postscale=postscale_factor, keepalive=(src, out, ready),
+                       finish=lambda _: out, device=device)
 
 
 def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
