@@ -62,6 +62,17 @@ def test_missing_library_is_a_clear_error_and_host_goes_on(run_ranks, shim_env, 
     assert ("cannot load " + (default if how == "default_name" else str(tmp_path))) in out, out
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_override_naming_no_backend_is_a_clear_error(run_ranks, shim_env, backend):
+    var = {"nccl": "FUSEOPT_CUDA_BACKEND", "hccl": "FUSEOPT_NPU_BACKEND"}[backend]
+    run_ranks(2, "devices.py", backend, "bogus", env=dict(shim_env, **{var: "bogus"}),
+              timeout=120)
+
+
+def test_requests_of_the_first_abi_struct_size_still_work(run_ranks, shim_env):
+    run_ranks(2, "devices.py", "nccl", "abi", env=shim_env, timeout=120)
+
+
 # ---- real hardware: written, and skipped here -------------------------------
 
 def _cuda_gpus():

@@ -6,6 +6,8 @@ Usage: devices.py nccl|hccl [SCENARIO]
   mismatch  rank 0 submits host memory, rank 1 device memory: both fail
   async     the shim injects an asynchronous error on one rank
   missing   the backend's library cannot be loaded
+  bogus     FUSEOPT_CUDA_BACKEND / FUSEOPT_NPU_BACKEND name no backend
+  abi       requests of the first ABI's struct size (host memory)
 """
 import os
 import sys
@@ -228,6 +230,52 @@ def check_missing_library():
     check_host_tensors_still_use_mpi()  # the runtime goes on for host memory
 
 
+def check_unknown_backend_name():
+    # FUSEOPT_CUDA_BACKEND / FUSEOPT_NPU_BACKEND = "bogus" (set by the test)
+    arr, d = device_input("dev.bogus", (4,), np.float32)
+    h = allreduce_async("dev.bogus", arr, arr, d, fuseopt.Sum)
+    harness.expect_error(fuseopt.UnsupportedError, h.wait, "no device backend named 'bogus'",
+                         "known: nccl, hccl")
+
+
+def check_requests_of_the_first_abi_size():
+    """A caller built against the header before the device fields passes the
+    older struct_size; its requests are host requests, walked at its stride,
+    whatever its padding bytes hold."""
+    ffi, lib = rq.ffi, rq.lib
+    old = ffi.offsetof("fuseopt_request_t", "device_id")  # old sizeof, with padding
+    raw = ffi.new("char[]", b"\xff" * (2 * old))  # garbage where device_type now is
+    xs = [np.arange(6, dtype=np.float32) * (fuseopt.rank() + k + 1) for k in range(2)]
+    outs = [np.zeros(6, np.float32) for _ in range(2)]
+    keep = []
+    for k in range(2):
+        req = ffi.cast("fuseopt_request_t*", raw + k * old)
+        ffi.memmove(raw + k * old, b"\0" * ffi.offsetof("fuseopt_request_t", "device_type"),
+                    ffi.offsetof("fuseopt_request_t", "device_type"))
+        req.struct_size = old
+        req.collective = lib.FUSEOPT_ALLREDUCE
+        keep.append(ffi.new("char[]", b"abi.old.%d" % k))
+        req.name = keep[-1]
+        req.dtype = lib.FUSEOPT_FLOAT32
+        req.reduce_op = lib.FUSEOPT_SUM
+        keep.append(ffi.new("int64_t[]", [6]))
+        req.ndim, req.shape = 1, keep[-1]
+        req.input, req.output = ffi.from_buffer(xs[k]), ffi.from_buffer(outs[k])
+        req.prescale = req.postscale = 1.0
+    handles = ffi.new("int64_t[]", 2)
+    ctx = fuseopt.runtime.context()
+    assert lib.fuseopt_enqueue_many(ctx, ffi.cast("fuseopt_request_t*", raw), 2, handles) == 0, \
+        ffi.string(lib.fuseopt_last_error())
+    for k in range(2):
+        assert lib.fuseopt_wait(ctx, handles[k], -1) == 0, ffi.string(lib.fuseopt_last_error())
+        e = sum(np.arange(6, dtype=np.float32) * (q + k + 1) for q in range(fuseopt.size()))
+        exact(outs[k], e, "old-size request %d" % k)
+    tiny = ffi.new("fuseopt_request_t*")
+    tiny.struct_size = 16
+    rc = lib.fuseopt_enqueue(ctx, tiny, handles)
+    assert rc == lib.FUSEOPT_INVALID_ARG and b"struct_size" in ffi.string(lib.fuseopt_last_error())
+
+
 def scenario_async():
     """The shim fails the 3rd collective on rank 1; every rank must raise."""
     fuseopt.init()
@@ -252,7 +300,8 @@ def main():
     if SCENARIO == "async":
         return scenario_async()
     harness.run({"all": ALL, "mismatch": [check_mismatch],
-                 "missing": [check_missing_library]}[SCENARIO])
+                 "missing": [check_missing_library], "bogus": [check_unknown_backend_name],
+                 "abi": [check_requests_of_the_first_abi_size]}[SCENARIO])
 
 
 if __name__ == "__main__":
