@@ -31,6 +31,17 @@ def test_device_collectives_with_tiny_fusion_threshold(run_ranks, shim_env, back
     run_ranks(2, "devices.py", backend, "all", env=env, timeout=240)
 
 
+def test_nccl_hierarchical_allreduce_on_two_emulated_nodes_of_two(run_ranks, shim_env):
+    # NCCL reduce within each node, MPI allreduce among the two leaders, NCCL
+    # broadcast back: every collective of the suite, same exact expectations.
+    env = dict(shim_env, FUSEOPT_HIERARCHICAL_ALLREDUCE="1", FUSEOPT_EMULATED_LOCAL_SIZE="2",
+               FUSEOPT_LOG_LEVEL="info")
+    out = run_ranks(4, "devices.py", "nccl", "all", env=env, timeout=300).output
+    assert out.count("NCCL hierarchical allreduce: NCCL within each node of 2 ranks, "
+                     "MPI among 2 node leaders") == 4, out
+    assert out.count("8 checks, 0 failed") == 4, out
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_host_and_device_tensor_of_one_name_is_a_mismatch(run_ranks, shim_env, backend):
     run_ranks(2, "devices.py", backend, "mismatch", env=shim_env, timeout=120)

@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "dynlib.h"
+#include "log.h"
 #include "hccl_api.h"
 
 namespace fuseopt {
@@ -147,6 +148,9 @@ void HcclBackend::connect() {
   }
   agreed = first_error_everywhere(host, size_, error);
   if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "HCCL set-up failed on " + agreed);
+  if (setup_.hierarchical && info.cross_size > 1 && info.local_size > 1 && rank_ == 0)
+    FUSEOPT_LOG(kWarning, "FUSEOPT_HIERARCHICAL_ALLREDUCE is not implemented for HCCL: NPU "
+                          "allreduces run flat over all ranks");
 }
 
 HcclBackend::~HcclBackend() {

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+
+#include "dynlib.h"
 
 namespace fuseopt {
 namespace nccl {
@@ -86,4 +89,22 @@ struct Api {
 };
 
 }  // namespace cuda
+
+namespace nccl {
+
+// Both libraries, loaded and resolved; shared by every NCCL backend object
+// of the process. The loaded libraries are never unloaded (dynlib.h).
+struct Libraries {
+  std::unique_ptr<DynLib> cudart_lib, nccl_lib;
+  cuda::Api cuda{};
+  Api nccl{};
+};
+
+// Opens libcudart and libnccl (or FUSEOPT_CUDART_LIBRARY /
+// FUSEOPT_NCCL_LIBRARY) and resolves every symbol above; throws
+// Error(UNSUPPORTED) naming the library, or the first missing symbol, and
+// how to install it.
+std::shared_ptr<Libraries> load_libraries();
+
+}  // namespace nccl
 }  // namespace fuseopt

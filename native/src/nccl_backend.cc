@@ -8,22 +8,17 @@
 #include "nccl_backend.h"
 
 #include <chrono>
+#include <climits>
 #include <string>
 #include <thread>
 
 #include "common.h"
 #include "dtype.h"
-#include "dynlib.h"
+#include "log.h"
 #include "nccl_api.h"
 
 namespace fuseopt {
 namespace {
-
-struct NcclLibs {
-  std::unique_ptr<DynLib> cudart_lib, nccl_lib;
-  cuda::Api cuda{};
-  nccl::Api nccl{};
-};
 
 int nccl_dtype(fuseopt_dtype_t d) {
   switch (d) {
@@ -52,7 +47,7 @@ int nccl_op(fuseopt_reduce_op_t op) {
 
 class NcclBackend : public DeviceBackend {
  public:
-  NcclBackend(std::shared_ptr<NcclLibs> libs, const DeviceSetup& setup)
+  NcclBackend(std::shared_ptr<nccl::Libraries> libs, const DeviceSetup& setup)
       : libs_(std::move(libs)), cuda_(libs_->cuda), nccl_(libs_->nccl), setup_(setup) {}
   ~NcclBackend() override;
   const char* name() const override { return "nccl"; }
@@ -87,16 +82,25 @@ class NcclBackend : public DeviceBackend {
 
  private:
   void memcpy_async(void* dst, const void* src, int64_t bytes, int kind);
+  void connect_node();
+  void check_async(nccl::Comm comm);
   void check(nccl::Result r, const char* what) const;
   void cuda_check(cuda::Error e, const char* what) const;
   std::string where() const { return "cuda:" + std::to_string(setup_.device_id); }
 
-  std::shared_ptr<NcclLibs> libs_;
+  std::shared_ptr<nccl::Libraries> libs_;
   const cuda::Api& cuda_;
   const nccl::Api& nccl_;
   DeviceSetup setup_;
   int rank_ = 0, size_ = 1;
   nccl::Comm comm_ = nullptr;
+  // FUSEOPT_HIERARCHICAL_ALLREDUCE on several nodes of several ranks: a
+  // second communicator of this node's ranks; allreduce is then an NCCL
+  // reduce to the node's leader, an MPI allreduce among the leaders (in host
+  // memory), and an NCCL broadcast from the leader.
+  bool hierarchical_ = false;
+  nccl::Comm node_comm_ = nullptr;
+  std::vector<char> staging_;  // the leader's host copy
   void* stream_ = nullptr;
   void* marker_ = nullptr;  // recorded on a framework stream that gave no event
 };
@@ -146,12 +150,38 @@ void NcclBackend::connect() {
   }
   agreed = first_error_everywhere(host, size_, error);
   if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "NCCL set-up failed on " + agreed);
+  hierarchical_ = setup_.hierarchical && info.cross_size > 1 && info.local_size > 1;
+  if (hierarchical_) connect_node();
+}
+
+// Collective: each node's leader makes an id and broadcasts it within its node.
+void NcclBackend::connect_node() {
+  const fuseopt_comm_info_t& info = setup_.world->info();
+  nccl::UniqueId id{};
+  std::string error;
+  if (info.local_rank == 0) {
+    nccl::Result r = nccl_.ncclGetUniqueId(&id);
+    if (r != nccl::kSuccess) error = std::string("ncclGetUniqueId: ") + nccl_.ncclGetErrorString(r);
+  }
+  std::string agreed = first_error_everywhere(*setup_.host, size_, error);
+  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "NCCL node set-up failed on " + agreed);
+  mpi_check(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, setup_.world->local_comm()),
+            "MPI_Bcast(NCCL node id)");
+  nccl::Result r = nccl_.ncclCommInitRank(&node_comm_, info.local_size, id, info.local_rank);
+  error = r == nccl::kSuccess ? "" : std::string("ncclCommInitRank(node): ") +
+                                         nccl_.ncclGetErrorString(r);
+  agreed = first_error_everywhere(*setup_.host, size_, error);
+  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "NCCL node set-up failed on " + agreed);
+  FUSEOPT_LOG(kInfo, "NCCL hierarchical allreduce: NCCL within each node of "
+                         << info.local_size << " ranks, MPI among " << info.cross_size
+                         << " node leaders");
 }
 
 NcclBackend::~NcclBackend() {
   free_fusion_buffer();
   if (marker_) cuda_.cudaEventDestroy(marker_);
   if (stream_) cuda_.cudaStreamDestroy(stream_);
+  if (node_comm_) nccl_.ncclCommDestroy(node_comm_);
   if (comm_) nccl_.ncclCommDestroy(comm_);
 }
 
@@ -184,27 +214,53 @@ void NcclBackend::synchronize() {
     cuda::Error e = cuda_.cudaStreamQuery(stream_);
     if (e == cuda::kSuccess) return;
     if (e != cuda::kNotReady) cuda_check(e, "cudaStreamQuery");
-    nccl::Result async = nccl::kSuccess;
-    check(nccl_.ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
-    if (async != nccl::kSuccess && async != nccl::kInProgress) {
-      nccl_.ncclCommAbort(comm_);  // NCCL's rule after an async error
-      comm_ = nullptr;
-      throw Error(FUSEOPT_BACKEND,
-                  "NCCL reported an asynchronous error on " + where() + ": " +
-                      nccl_.ncclGetErrorString(async) + " (ncclResult_t " +
-                      std::to_string(async) +
-                      "). A peer rank has probably failed or lost its network; the NCCL "
-                      "communicator was aborted and fuseopt has stopped on this rank");
-    }
+    check_async(comm_);
+    if (node_comm_) check_async(node_comm_);
     std::this_thread::sleep_for(pause);
     if (pause < std::chrono::microseconds(200)) pause *= 2;
   }
 }
 
+void NcclBackend::check_async(nccl::Comm comm) {
+  nccl::Result async = nccl::kSuccess;
+  check(nccl_.ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
+  if (async == nccl::kSuccess || async == nccl::kInProgress) return;
+  // NCCL's rule after an async error: abort. Both communicators are done for.
+  for (nccl::Comm* c : {&comm_, &node_comm_}) {
+    if (*c) nccl_.ncclCommAbort(*c);
+    *c = nullptr;
+  }
+  throw Error(FUSEOPT_BACKEND,
+              "NCCL reported an asynchronous error on " + where() + ": " +
+                  nccl_.ncclGetErrorString(async) + " (ncclResult_t " + std::to_string(async) +
+                  "). A peer rank has probably failed or lost its network; the NCCL "
+                  "communicator was aborted and fuseopt has stopped on this rank");
+}
+
 void NcclBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                             fuseopt_reduce_op_t op) {
-  check(nccl_.ncclAllReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_),
-        "ncclAllReduce");
+  if (!hierarchical_) {
+    check(nccl_.ncclAllReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_),
+          "ncclAllReduce");
+    return;
+  }
+  check(nccl_.ncclReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), 0, node_comm_,
+                         stream_),
+        "ncclReduce(node)");
+  if (setup_.world->info().local_rank == 0) {
+    if (count > INT_MAX) unsupported("hierarchical allreduce of more than 2^31 elements");
+    const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+    staging_.resize(bytes);
+    download(staging_.data(), recv, bytes);
+    synchronize();
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, staging_.data(), static_cast<int>(count),
+                            MpiWorld::datatype(dtype), MpiWorld::op(op, dtype),
+                            setup_.world->cross_comm()),
+              "MPI_Allreduce(node leaders)");
+    upload(recv, staging_.data(), bytes);
+  }
+  check(nccl_.ncclBroadcast(recv, recv, count, nccl_dtype(dtype), 0, node_comm_, stream_),
+        "ncclBroadcast(node)");
 }
 
 bool NcclBackend::allreduce_scaled(const void* send, void* recv, int64_t count,
@@ -212,6 +268,7 @@ bool NcclBackend::allreduce_scaled(const void* send, void* recv, int64_t count,
   // Integers would round the factor, and ncclAvg's integer rounding is not
   // documented: those go through host memory (divide_integers: exact).
   if (!is_floating(dtype) || (op != FUSEOPT_SUM && op != FUSEOPT_AVERAGE)) return false;
+  if (hierarchical_) return false;  // the MPI step has no pre-multiplied sum
   if (factor == 1.0) {
     allreduce(send, recv, count, dtype, op);  // ncclSum or ncclAvg
     return true;
@@ -300,7 +357,7 @@ void NcclBackend::reducescatter(const void* send, void* recv,
 
 class NcclFactory : public DeviceBackendFactory {
  public:
-  explicit NcclFactory(std::shared_ptr<NcclLibs> libs) : libs_(std::move(libs)) {}
+  explicit NcclFactory(std::shared_ptr<nccl::Libraries> libs) : libs_(std::move(libs)) {}
   std::unique_ptr<DeviceBackend> connect(const DeviceSetup& setup) override {
     std::unique_ptr<NcclBackend> b(new NcclBackend(libs_, setup));
     b->connect();
@@ -308,43 +365,13 @@ class NcclFactory : public DeviceBackendFactory {
   }
 
  private:
-  std::shared_ptr<NcclLibs> libs_;
+  std::shared_ptr<nccl::Libraries> libs_;
 };
 
 }  // namespace
 
 std::unique_ptr<DeviceBackendFactory> open_nccl() {
-  auto libs = std::make_shared<NcclLibs>();
-  libs->cudart_lib.reset(new DynLib(
-      "FUSEOPT_CUDART_LIBRARY", {"libcudart.so.12", "libcudart.so.11.0", "libcudart.so"},
-      "CUDA tensors need the CUDA runtime: it comes with PyTorch's CUDA wheels, the CUDA "
-      "toolkit, or `pip install nvidia-cuda-runtime-cu12`."));
-  cuda::Api& c = libs->cuda;
-  libs->cudart_lib->resolve({FUSEOPT_SYMBOL(c, cudaSetDevice), FUSEOPT_SYMBOL(c, cudaMalloc),
-                         FUSEOPT_SYMBOL(c, cudaFree), FUSEOPT_SYMBOL(c, cudaMemcpyAsync),
-                         FUSEOPT_SYMBOL(c, cudaStreamCreateWithFlags),
-                         FUSEOPT_SYMBOL(c, cudaStreamDestroy), FUSEOPT_SYMBOL(c, cudaStreamQuery),
-                         FUSEOPT_SYMBOL(c, cudaStreamWaitEvent),
-                         FUSEOPT_SYMBOL(c, cudaEventCreateWithFlags),
-                         FUSEOPT_SYMBOL(c, cudaEventRecord), FUSEOPT_SYMBOL(c, cudaEventDestroy),
-                         FUSEOPT_SYMBOL(c, cudaGetErrorString)});
-  libs->nccl_lib.reset(new DynLib(
-      "FUSEOPT_NCCL_LIBRARY", {"libnccl.so.2"},
-      "CUDA tensors are reduced with NCCL: install it with `pip install nvidia-nccl-cu12` "
-      "(CUDA 12; nvidia-nccl-cu11 for CUDA 11), or move the tensors to the CPU."));
-  nccl::Api& n = libs->nccl;
-  libs->nccl_lib->resolve({FUSEOPT_SYMBOL(n, ncclGetUniqueId), FUSEOPT_SYMBOL(n, ncclCommInitRank),
-                       FUSEOPT_SYMBOL(n, ncclCommAbort), FUSEOPT_SYMBOL(n, ncclCommDestroy),
-                       FUSEOPT_SYMBOL(n, ncclCommGetAsyncError),
-                       FUSEOPT_SYMBOL(n, ncclGetErrorString), FUSEOPT_SYMBOL(n, ncclAllReduce),
-                       FUSEOPT_SYMBOL(n, ncclBroadcast), FUSEOPT_SYMBOL(n, ncclReduce),
-                       FUSEOPT_SYMBOL(n, ncclAllGather), FUSEOPT_SYMBOL(n, ncclReduceScatter),
-                       FUSEOPT_SYMBOL(n, ncclSend), FUSEOPT_SYMBOL(n, ncclRecv),
-                       FUSEOPT_SYMBOL(n, ncclGroupStart), FUSEOPT_SYMBOL(n, ncclGroupEnd),
-                       FUSEOPT_SYMBOL(n, ncclRedOpCreatePreMulSum),
-                       FUSEOPT_SYMBOL(n, ncclRedOpDestroy)});
-  set_device_free(FUSEOPT_DEVICE_CUDA, c.cudaFree);
-  return std::unique_ptr<DeviceBackendFactory>(new NcclFactory(libs));
+  return std::unique_ptr<DeviceBackendFactory>(new NcclFactory(nccl::load_libraries()));
 }
 
 }  // namespace fuseopt

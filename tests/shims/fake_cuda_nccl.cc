@@ -225,7 +225,16 @@ EXPORT int ncclAllReduce(const void* send, void* recv, size_t count, int dt, int
 
 EXPORT int ncclReduce(const void* send, void* recv, size_t count, int dt, int op, int root,
                       void* comm, void* stream) {
-  return kNcclInvalidUsage;  // resolved by the backend, not called by it yet
+  Lock l(fake::mu());
+  Type t;
+  fake::Op o;
+  double scalar = 1;
+  if (!type_of(dt, &t) || !op_of(op, &o, &scalar)) return kNcclInvalidArgument;
+  const size_t n = count * fake::type_size(t);
+  const bool root_here = comm_of(comm)->rank == root;
+  if (!device_buffers(send, n, root_here ? recv : send, n, "ncclReduce"))
+    return kNcclInvalidArgument;
+  return enqueue(stream, fake::allreduce(comm_of(comm), send, recv, count, t, o, scalar, root));
 }
 
 EXPORT int ncclReduceScatter(const void* send, void* recv, size_t recv_count, int dt, int op,

@@ -373,8 +373,9 @@ inline Work collective(Comm* c, std::function<void(std::vector<MPI_Request>*)> s
 }
 
 // The collectives both shims offer, on byte counts that fit MPI's int.
+// root < 0: every rank gets the result; else only root (a reduce).
 inline Work allreduce(Comm* c, const void* send, void* recv, size_t count, Type t, Op op,
-                      double scalar) {
+                      double scalar, int root = -1) {
   const size_t bytes = count * type_size(t);
   auto all = std::make_shared<std::vector<char>>(bytes * c->size + 1);
   return collective(
@@ -384,7 +385,9 @@ inline Work allreduce(Comm* c, const void* send, void* recv, size_t count, Type 
         MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, all->data(),
                        static_cast<int>(bytes), MPI_BYTE, c->comm, &(*r)[0]);
       },
-      [=] { reduce(t, op, scalar, all->data(), c->size, count, recv); });
+      [=] {
+        if (root < 0 || root == c->rank) reduce(t, op, scalar, all->data(), c->size, count, recv);
+      });
 }
 
 inline Work reduce_scatter(Comm* c, const void* send, void* recv, size_t recv_count, Type t,
