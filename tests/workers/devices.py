@@ -195,6 +195,19 @@ def check_reducescatter_even_uneven_average():
         exact(out.get(), full[start:start + mine], name)
 
 
+def check_join_with_device_tensors():
+    """The last rank joins; the others' device allreduce counts it as zeros
+    (the joined rank uploads identity values to its device)."""
+    n, r = fuseopt.size(), fuseopt.rank()
+    if r < n - 1:
+        name = "dev.join"
+        arr, d = device_input(name, (5,), np.float32)
+        allreduce_async(name, arr, arr, d, fuseopt.Sum).wait()
+        exact(arr.get(), reduce_expected([values(name, q, (5,), np.float32)
+                                          for q in range(n - 1)], "sum"), name)
+    fuseopt.join()
+
+
 def check_host_tensors_still_use_mpi():
     x = np.arange(5, dtype=np.float32) + fuseopt.rank()
     out = fuseopt.allreduce(x, name="host.after.devices", op=fuseopt.Sum)
@@ -204,7 +217,7 @@ def check_host_tensors_still_use_mpi():
 ALL = [check_allreduce_every_dtype_op_fused, check_allreduce_single_in_place_without_event,
        check_scaling, check_broadcast_fused_and_single, check_allgather_even_and_uneven,
        check_alltoall_with_splits, check_reducescatter_even_uneven_average,
-       check_host_tensors_still_use_mpi]
+       check_join_with_device_tensors, check_host_tensors_still_use_mpi]
 
 
 def check_mismatch():
