@@ -1,7 +1,8 @@
 // The data-plane interface: one collective on one buffer, already negotiated
-// and fused. Backends (MPI for host memory today; NCCL/HCCL for device memory
-// as separate folders later) implement what they can. Anything left out fails
-// with "backend X does not support Y" instead of misbehaving.
+// and fused. Backends (MPI for host memory; NCCL and HCCL for device memory,
+// through device_backend.h, chosen by backend_registry.h) implement what they
+// can. Anything left out fails with "backend X does not support Y" instead
+// of misbehaving.
 //
 // Counts are in elements of dtype; byte-sized arguments say so. A send buffer
 // equal to the receive buffer means in place.

@@ -129,6 +129,16 @@ static void test_coordinator() {
   CHECK(msg.find("'m'") != std::string::npos);
   CHECK(msg.find("rank 0 has allreduce float32[3]") != std::string::npos);
   CHECK(msg.find("ranks 1, 2 have allreduce float32[4]") != std::string::npos);
+  // The device kind is part of what ranks agree on, and named when not host.
+  auto on_cuda = spec("d", {2});
+  on_cuda.device = FUSEOPT_DEVICE_CUDA;
+  c.add({request(0, spec("d", {2})), request(1, on_cuda), request(2, on_cuda)}, 0);
+  ready = c.take_ready(none);
+  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_MISMATCH);
+  CHECK(ready[0].error_message.find("rank 0 has allreduce float32[2] op=sum;") !=
+        std::string::npos);
+  CHECK(ready[0].error_message.find("ranks 1, 2 have allreduce float32[2] op=sum on cuda") !=
+        std::string::npos);
   // Joined ranks count as present; allgather records 0 rows for them.
   auto g = spec("g", {5, 2}, FUSEOPT_ALLGATHER);
   c.add({request(0, g), request(2, spec("g", {1, 2}, FUSEOPT_ALLGATHER))}, 0);
@@ -159,9 +169,11 @@ static void test_wire() {
   s.root = 3;
   s.prescale = 0.25;
   s.postscale = -2;
+  s.device = FUSEOPT_DEVICE_NPU;
   auto qs = decode_requests(encode_requests({request(5, s)}).data(),
                             encode_requests({request(5, s)}).size());
   CHECK(qs.size() == 1 && qs[0].rank == 5 && qs[0].spec.name == s.name);
+  CHECK(qs[0].spec.device == FUSEOPT_DEVICE_NPU);
   CHECK(qs[0].spec.shape == s.shape && qs[0].spec.prescale == 0.25 && qs[0].spec.root == 3);
   Response r;
   r.spec = s;

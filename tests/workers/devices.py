@@ -6,6 +6,7 @@ Usage: devices.py nccl|hccl [SCENARIO]
   mismatch  rank 0 submits host memory, rank 1 device memory: both fail
   async     the shim injects an asynchronous error on one rank
   missing   the backend's library cannot be loaded
+  nosymbol  the backend's library lacks a symbol the backend needs
   bogus     FUSEOPT_CUDA_BACKEND / FUSEOPT_NPU_BACKEND name no backend
   abi       requests of the first ABI's struct size (host memory)
 """
@@ -243,6 +244,14 @@ def check_missing_library():
     check_host_tensors_still_use_mpi()  # the runtime goes on for host memory
 
 
+def check_library_without_a_symbol():
+    # FUSEOPT_NCCL_LIBRARY / FUSEOPT_HCCL_LIBRARY name the other vendor's shim.
+    arr, d = device_input("dev.nosym", (4,), np.float32)
+    h = allreduce_async("dev.nosym", arr, arr, d, fuseopt.Sum)
+    first = {"nccl": "ncclGetUniqueId", "hccl": "HcclGetRootInfo"}[BACKEND]
+    harness.expect_error(fuseopt.UnsupportedError, h.wait, "does not export " + first)
+
+
 def check_unknown_backend_name():
     # FUSEOPT_CUDA_BACKEND / FUSEOPT_NPU_BACKEND = "bogus" (set by the test)
     arr, d = device_input("dev.bogus", (4,), np.float32)
@@ -314,6 +323,7 @@ def main():
         return scenario_async()
     harness.run({"all": ALL, "mismatch": [check_mismatch],
                  "missing": [check_missing_library], "bogus": [check_unknown_backend_name],
+                 "nosymbol": [check_library_without_a_symbol],
                  "abi": [check_requests_of_the_first_abi_size]}[SCENARIO])
 
 
