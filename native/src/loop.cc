@@ -75,6 +75,7 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
   if (!clean) {
     backend_.release();
     world_.release();
+    executor_.release();  // device communicators, too, may wait for a lost peer
   }
 }
 

@@ -209,6 +209,25 @@ def check_join_with_device_tensors():
     fuseopt.join()
 
 
+def check_steady_state_steps_hit_the_response_cache():
+    """Training submits the same names every step: after the first step they
+    are negotiated by the cache's bit vector, and still reduce correctly."""
+    before = fuseopt.metrics()["cache_hits"]
+    for step in range(4):
+        batch, expected = rq.Batch(), []
+        for i, dtype in enumerate((np.float32, np.float16, np.int64)):
+            name = "dev.step.%d" % i
+            arr, d = device_input(name + ".%d" % step, (6,), dtype)
+            allreduce_async(name, arr, arr, d, fuseopt.Average, batch=batch)
+            expected.append((name, arr, reduce_expected(everyone(name + ".%d" % step, (6,), dtype),
+                                                        "average")))
+        for h in batch.submit():
+            h.wait()
+        for name, arr, e in expected:
+            exact(arr.get(), e, "%s step %d" % (name, step))
+    assert fuseopt.metrics()["cache_hits"] - before >= 9, fuseopt.metrics()
+
+
 def check_host_tensors_still_use_mpi():
     x = np.arange(5, dtype=np.float32) + fuseopt.rank()
     out = fuseopt.allreduce(x, name="host.after.devices", op=fuseopt.Sum)
@@ -218,7 +237,8 @@ def check_host_tensors_still_use_mpi():
 ALL = [check_allreduce_every_dtype_op_fused, check_allreduce_single_in_place_without_event,
        check_scaling, check_broadcast_fused_and_single, check_allgather_even_and_uneven,
        check_alltoall_with_splits, check_reducescatter_even_uneven_average,
-       check_join_with_device_tensors, check_host_tensors_still_use_mpi]
+       check_join_with_device_tensors, check_steady_state_steps_hit_the_response_cache,
+       check_host_tensors_still_use_mpi]
 
 
 def check_mismatch():
