@@ -316,6 +316,19 @@ def check_requests_of_the_first_abi_size():
     tiny.struct_size = 16
     rc = lib.fuseopt_enqueue(ctx, tiny, handles)
     assert rc == lib.FUSEOPT_INVALID_ARG and b"struct_size" in ffi.string(lib.fuseopt_last_error())
+    # Out-of-range device fields are refused at the call, before negotiation.
+    for kind, index, text in [(-1, 0, b"unknown device type"), (3, 0, b"unknown device type"),
+                              (lib.FUSEOPT_DEVICE_CUDA, -1, b"negative device index")]:
+        bad = ffi.new("fuseopt_request_t*")
+        bad.struct_size = ffi.sizeof("fuseopt_request_t")
+        bad.collective, bad.dtype, bad.reduce_op = lib.FUSEOPT_ALLREDUCE, lib.FUSEOPT_FLOAT32, 0
+        bad.name, bad.ndim = keep[0], 0
+        bad.input = bad.output = ffi.from_buffer(outs[0])
+        bad.prescale = bad.postscale = 1.0
+        bad.device_type, bad.device_id = kind, index
+        rc = lib.fuseopt_enqueue(ctx, bad, handles)
+        assert rc == lib.FUSEOPT_INVALID_ARG and text in ffi.string(lib.fuseopt_last_error()), \
+            (kind, index, ffi.string(lib.fuseopt_last_error()))
 
 
 def scenario_async():
