@@ -22,7 +22,7 @@ def shim_env(tmp_path_factory):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_collective_dtype_and_op_on_device(run_ranks, shim_env, backend):
     out = run_ranks(2, "devices.py", backend, "all", env=shim_env, timeout=240).output
-    assert out.count("10 checks, 0 failed") == 2, out
+    assert out.count("11 checks, 0 failed") == 2, out
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -39,7 +39,7 @@ def test_nccl_hierarchical_allreduce_on_two_emulated_nodes_of_two(run_ranks, shi
     out = run_ranks(4, "devices.py", "nccl", "all", env=env, timeout=300).output
     assert out.count("NCCL hierarchical allreduce: NCCL within each node of 2 ranks, "
                      "MPI among 2 node leaders") == 4, out
-    assert out.count("10 checks, 0 failed") == 4, out
+    assert out.count("11 checks, 0 failed") == 4, out
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -228,6 +228,21 @@ def check_steady_state_steps_hit_the_response_cache():
     assert fuseopt.metrics()["cache_hits"] - before >= 9, fuseopt.metrics()
 
 
+def check_second_device_on_one_rank_is_refused_everywhere():
+    """A fusion plan is the same on every rank, so a rank cannot switch
+    devices: rank 0 moving to device 1 fails that tensor on every rank,
+    with rank 0's reason; device 0 keeps working."""
+    name = "dev.second"
+    arr, d = device_input(name, (3,), np.float32)
+    if fuseopt.rank() == 0:
+        d = d._replace(index=1)
+    h = allreduce_async(name, arr, arr, d, fuseopt.Sum)
+    harness.expect_error(fuseopt.UnsupportedError, h.wait, "rank 0:", "one device per rank")
+    arr, d = device_input(name, (3,), np.float32)
+    allreduce_async(name, arr, arr, d, fuseopt.Sum).wait()
+    exact(arr.get(), reduce_expected(everyone(name, (3,), np.float32), "sum"), name)
+
+
 def check_host_tensors_still_use_mpi():
     x = np.arange(5, dtype=np.float32) + fuseopt.rank()
     out = fuseopt.allreduce(x, name="host.after.devices", op=fuseopt.Sum)
@@ -238,7 +253,7 @@ ALL = [check_allreduce_every_dtype_op_fused, check_allreduce_single_in_place_wit
        check_scaling, check_broadcast_fused_and_single, check_allgather_even_and_uneven,
        check_alltoall_with_splits, check_reducescatter_even_uneven_average,
        check_join_with_device_tensors, check_steady_state_steps_hit_the_response_cache,
-       check_host_tensors_still_use_mpi]
+       check_second_device_on_one_rank_is_refused_everywhere, check_host_tensors_still_use_mpi]
 
 
 def check_mismatch():
