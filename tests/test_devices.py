@@ -31,6 +31,14 @@ def test_device_collectives_with_tiny_fusion_threshold(run_ranks, shim_env, back
     run_ranks(2, "devices.py", backend, "all", env=env, timeout=240)
 
 
+def test_device_buckets_appear_in_the_timeline(run_ranks, shim_env, tmp_path):
+    env = dict(shim_env, FUSEOPT_TIMELINE=str(tmp_path / "timeline-{rank}.json"))
+    run_ranks(2, "devices.py", "nccl", "all", env=env, timeout=240)
+    trace = open(tmp_path / "timeline-0.json").read()
+    assert '"dev.ar.float32.sum.(7,)"' in trace and '"ALLREDUCE"' in trace, trace[:2000]
+    assert '"dev.a2a"' in trace and '"ALLTOALL"' in trace
+
+
 def test_nccl_hierarchical_allreduce_on_two_emulated_nodes_of_two(run_ranks, shim_env):
     # NCCL reduce within each node, MPI allreduce among the two leaders, NCCL
     # broadcast back: every collective of the suite, same exact expectations.

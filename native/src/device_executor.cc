@@ -16,8 +16,9 @@ const char* device_name(fuseopt_device_t d) {
 }  // namespace
 
 DeviceExecutor::DeviceExecutor(Backend& host, HandleTable& handles, const MpiWorld& world,
-                               bool hierarchical)
-    : host_(host), handles_(handles), world_(world), hierarchical_(hierarchical),
+                               bool hierarchical, CompleteFn complete)
+    : host_(host), handles_(handles), complete_(std::move(complete)), world_(world),
+      hierarchical_(hierarchical),
       rank_(world.info().rank), size_(world.info().size) {}
 
 void DeviceExecutor::run(std::vector<Work*>& bucket) {
@@ -357,8 +358,8 @@ void DeviceExecutor::reducescatter(DeviceBackend& b, Work& w) {
 }
 
 void DeviceExecutor::complete(Work& w, OwnedOutput output) {
-  if (w.entry && w.entry->handle) handles_.complete(w.entry->handle, Outcome(), std::move(output));
-  else free_memory(output.device, output.data);
+  if (w.entry && w.entry->handle) complete_(w, std::move(output));
+  else free_memory(output.device, output.data);  // a joined rank's result
 }
 
 void DeviceExecutor::fail(std::vector<Work*>& bucket, fuseopt_status_t status,

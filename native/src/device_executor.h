@@ -11,6 +11,7 @@
 // everywhere instead of leaving the others inside a collective.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,7 +24,11 @@ namespace fuseopt {
 
 class DeviceExecutor {
  public:
-  DeviceExecutor(Backend& host, HandleTable& handles, const MpiWorld& world, bool hierarchical);
+  // complete: the Executor's, which releases handles after the bucket is
+  // counted and traced. Failures complete their handles at once.
+  using CompleteFn = std::function<void(Work&, OwnedOutput)>;
+  DeviceExecutor(Backend& host, HandleTable& handles, const MpiWorld& world, bool hierarchical,
+                 CompleteFn complete);
   // Completes the bucket's handles; throws Error when a backend fails
   // mid-collective (fatal for the runtime, like a host backend failure).
   void run(std::vector<Work*>& bucket);
@@ -49,6 +54,7 @@ class DeviceExecutor {
 
   Backend& host_;
   HandleTable& handles_;
+  CompleteFn complete_;
   const MpiWorld& world_;
   bool hierarchical_;
   int rank_, size_;

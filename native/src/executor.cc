@@ -162,7 +162,9 @@ void Executor::trace_bucket(const std::vector<Work*>& bucket, int64_t bytes, dou
 }
 
 void Executor::enable_devices(const MpiWorld& world, bool hierarchical) {
-  devices_ = std::make_shared<DeviceExecutor>(backend_, handles_, world, hierarchical);
+  devices_ = std::make_shared<DeviceExecutor>(
+      backend_, handles_, world, hierarchical,
+      [this](Work& w, OwnedOutput out) { complete(w, std::move(out)); });
 }
 
 void Executor::run_bucket(std::vector<Work*>& bucket) {
