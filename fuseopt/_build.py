@@ -111,7 +111,8 @@ def make_builder(absolute_paths=False):
         source_extension=".cpp",
         include_dirs=[os.path.join(ROOT, "native", "include")] + mpi["include_dirs"],
         library_dirs=mpi["library_dirs"],
-        libraries=mpi["libraries"] + ["stdc++"],
+        # dl: the device backends dlopen NCCL/HCCL (part of libc since glibc 2.34)
+        libraries=mpi["libraries"] + ["stdc++", "dl"],
         extra_compile_args=["-std=c++17", "-O2", "-g0", "-Wall", "-fvisibility=hidden"],
         extra_link_args=["-Wl,-rpath," + ":".join(rpaths), "-pthread"],
     )
