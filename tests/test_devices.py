@@ -39,14 +39,19 @@ def test_device_buckets_appear_in_the_timeline(run_ranks, shim_env, tmp_path):
     assert '"dev.a2a"' in trace and '"ALLTOALL"' in trace
 
 
-def test_nccl_hierarchical_allreduce_on_two_emulated_nodes_of_two(run_ranks, shim_env):
-    # NCCL reduce within each node, MPI allreduce among the two leaders, NCCL
-    # broadcast back: every collective of the suite, same exact expectations.
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hierarchical_allreduce_on_two_emulated_nodes_of_two(run_ranks, shim_env, backend):
+    # NCCL: reduce within each node, MPI allreduce among the two leaders, NCCL
+    # broadcast back. HCCL: says it stays flat. Every collective of the suite
+    # at 4 ranks, same exact expectations.
     env = dict(shim_env, FUSEOPT_HIERARCHICAL_ALLREDUCE="1", FUSEOPT_EMULATED_LOCAL_SIZE="2",
                FUSEOPT_LOG_LEVEL="info")
-    out = run_ranks(4, "devices.py", "nccl", "all", env=env, timeout=300).output
-    assert out.count("NCCL hierarchical allreduce: NCCL within each node of 2 ranks, "
-                     "MPI among 2 node leaders") == 4, out
+    out = run_ranks(4, "devices.py", backend, "all", env=env, timeout=300).output
+    if backend == "nccl":
+        assert out.count("NCCL hierarchical allreduce: NCCL within each node of 2 ranks, "
+                         "MPI among 2 node leaders") == 4, out
+    else:
+        assert out.count("not implemented for HCCL") == 1, out
     assert out.count("11 checks, 0 failed") == 4, out
 
 
