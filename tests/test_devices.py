@@ -6,6 +6,8 @@ waited for. So fuseopt's real dlopen, symbol resolution, unique-id / root
 info bootstrap over MPI, stream waits and error paths run at 2 ranks, with
 exact numeric checks. Real-hardware tests at the end skip without a GPU."""
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -136,3 +138,20 @@ def _npus():
                     "(torch_npu is not installed here: no NPU on this machine)")
 def test_torch_npu_tensors_on_real_npus_with_hccl(run_ranks):
     run_ranks(2, "torch_npu.py", timeout=300)
+
+
+def test_nvidia_wheel_libraries_are_found_when_no_path_is_given(tmp_path):
+    # A stand-in for the nvidia-nccl-cu12 / nvidia-cuda-runtime-cu12 wheels'
+    # layout (namespace package nvidia, libraries under <package>/lib).
+    for package, soname in (("nccl", "libnccl.so.2"), ("cuda_runtime", "libcudart.so.12")):
+        lib = tmp_path / "nvidia" / package / "lib"
+        lib.mkdir(parents=True)
+        (lib / soname).write_bytes(b"")
+    code = ("import sys; sys.path.insert(0, %r); from fuseopt import devices; "
+            "env = {'FUSEOPT_CUDART_LIBRARY': '/given/libcudart.so'}; "
+            "print(devices.locate_wheel_libraries(env)); print(sorted(env.items()))" % str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    nccl = str(tmp_path / "nvidia" / "nccl" / "lib" / "libnccl.so.2")
+    assert out.stdout.splitlines()[0] == str({"FUSEOPT_NCCL_LIBRARY": nccl}), out.stdout
+    assert "('FUSEOPT_CUDART_LIBRARY', '/given/libcudart.so')" in out.stdout  # a given path wins
