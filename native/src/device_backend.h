@@ -56,6 +56,7 @@ class DeviceBackend : public Backend {
   // A persistent buffer of at least bytes (the fusion buffer), grown on
   // demand. Growing frees the old one, so call it only after synchronize().
   void* fusion_buffer(int64_t bytes);
+  int64_t fusion_capacity() const { return fusion_bytes_; }
 
  protected:
   // For derived destructors, while release() still reaches the library.

@@ -94,8 +94,12 @@ DeviceBackend* DeviceExecutor::backend_for(std::vector<Work*>& bucket) {
 }
 
 // Stand-ins (a joined rank's identity values) live in host memory: upload
-// them. Real inputs: our stream waits for the framework's.
+// them. Real inputs: our stream waits for the framework's. Only uploads can
+// fail here, and only when some rank has joined, which every rank can see
+// in the responses: the agreement is skipped, on every rank, otherwise.
 bool DeviceExecutor::prepare(DeviceBackend& b, std::vector<Work*>& bucket) {
+  bool anyone_joined = false;
+  for (const Work* w : bucket) anyone_joined = anyone_joined || !w->response.joined.empty();
   std::string error;
   void* last_stream = nullptr;
   void* last_event = nullptr;
@@ -120,6 +124,7 @@ bool DeviceExecutor::prepare(DeviceBackend& b, std::vector<Work*>& bucket) {
     last_stream = e.stream;
     last_event = e.ready_event;
   }
+  if (!anyone_joined) return true;
   error = first_error_everywhere(host_, size_, error);
   if (error.empty()) return true;
   b.synchronize();  // the uploads may still read the stand-ins' host memory
@@ -129,8 +134,11 @@ bool DeviceExecutor::prepare(DeviceBackend& b, std::vector<Work*>& bucket) {
   return false;
 }
 
+// Every rank plans the same buckets, so every rank's fusion buffer has the
+// same size: all of them grow (and agree) in the same buckets, or none does.
 void* DeviceExecutor::agreed_buffer(DeviceBackend& b, int64_t bytes,
                                     std::vector<Work*>& bucket) {
+  if (bytes <= b.fusion_capacity()) return b.fusion_buffer(bytes);
   std::string error;
   void* buf = nullptr;
   try {
