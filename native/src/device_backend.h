@@ -52,6 +52,12 @@ class DeviceBackend : public Backend {
                                 fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double factor) {
     return false;
   }
+  // The same for a reduce-scatter whose parts are all the same size.
+  virtual bool reducescatter_scaled(const void* send, void* recv,
+                                    const std::vector<int64_t>& recv_counts,
+                                    fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double factor) {
+    return false;
+  }
 
   // A persistent buffer of at least bytes (the fusion buffer), grown on
   // demand. Growing frees the old one, so call it only after synchronize().

@@ -330,10 +330,12 @@ void DeviceExecutor::alltoall(DeviceBackend& b, Work& w) {
   complete(w, std::move(out));
 }
 
-// Reduces the whole tensor in the fusion buffer, then keeps this rank's rows:
-// with a native reduce-scatter when every rank's part is the same size, else
-// an allreduce and a copy of the slice (NCCL and HCCL take one count for all).
-// Factors always go through host memory here.
+// With equal parts and no factor (or factors the library applies: NCCL's
+// average and pre-multiplied sum), one native reduce-scatter from the input.
+// Otherwise the whole tensor is reduced in the fusion buffer, factors going
+// through host memory, and this rank keeps its rows: with a native
+// reduce-scatter when parts are equal, else an allreduce and a copy of the
+// slice (NCCL and HCCL take one count for all ranks).
 void DeviceExecutor::reducescatter(DeviceBackend& b, Work& w) {
   const TensorSpec& s = w.response.spec;
   const int64_t rows = s.shape.empty() ? 1 : s.shape[0];
@@ -345,6 +347,18 @@ void DeviceExecutor::reducescatter(DeviceBackend& b, Work& w) {
     counts[r] = (rows / size_ + (r < rows % size_ ? 1 : 0)) * row_elems;
     if (r < rank_) mine_offset += counts[r];
     even = even && counts[r] == counts[0];
+  }
+  const double factor = s.prescale * s.postscale;
+  const bool plain = factor == 1.0 && s.reduce_op != FUSEOPT_AVERAGE;
+  if (even) {  // buffers never alias here: see take_device
+    bool done = plain;
+    if (plain) b.reducescatter(w.entry->input, w.entry->output, counts, s.dtype, s.reduce_op);
+    else done = b.reducescatter_scaled(w.entry->input, w.entry->output, counts, s.dtype,
+                                       s.reduce_op, factor);
+    if (done) {
+      b.synchronize();
+      return complete(w);
+    }
   }
   std::vector<Work*> one{&w};
   char* buf = static_cast<char*>(agreed_buffer(b, tensor_bytes(s), one));

@@ -51,6 +51,11 @@ void Context::take_device(const fuseopt_request_t& q, Entry* e) const {
   if (e->spec.device == FUSEOPT_DEVICE_HOST) return;
   if (q.device_id < 0)
     throw Error(FUSEOPT_INVALID_ARG, "tensor '" + e->spec.name + "': negative device index");
+  // Which buffers a device bucket uses must not depend on a rank's own
+  // pointers (every rank's fusion buffer must grow in the same buckets).
+  if (e->spec.collective == FUSEOPT_REDUCESCATTER && q.input == q.output && q.input)
+    throw Error(FUSEOPT_INVALID_ARG, "reducescatter '" + e->spec.name +
+                                         "': input and output must differ for device memory");
   e->device_id = q.device_id;
   e->stream = q.stream;
   e->ready_event = q.ready_event;

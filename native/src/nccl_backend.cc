@@ -72,6 +72,9 @@ class NcclBackend : public DeviceBackend {
                  fuseopt_reduce_op_t op) override;
   bool allreduce_scaled(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                         fuseopt_reduce_op_t op, double factor) override;
+  bool reducescatter_scaled(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                            fuseopt_dtype_t dtype, fuseopt_reduce_op_t op,
+                            double factor) override;
   void broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root) override;
   void allgatherv(const void* send, int64_t send_bytes, void* recv,
                   const std::vector<int64_t>& recv_bytes) override;
@@ -83,6 +86,7 @@ class NcclBackend : public DeviceBackend {
  private:
   void memcpy_async(void* dst, const void* src, int64_t bytes, int kind);
   void connect_node();
+  int scaled_op(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double factor, bool* created);
   void check_async(nccl::Comm comm);
   void check(nccl::Result r, const char* what) const;
   void cuda_check(cuda::Error e, const char* what) const;
@@ -263,16 +267,16 @@ void NcclBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt
         "ncclBroadcast(node)");
 }
 
-bool NcclBackend::allreduce_scaled(const void* send, void* recv, int64_t count,
-                                   fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double factor) {
-  // Integers would round the factor, and ncclAvg's integer rounding is not
-  // documented: those go through host memory (divide_integers: exact).
-  if (!is_floating(dtype) || (op != FUSEOPT_SUM && op != FUSEOPT_AVERAGE)) return false;
-  if (hierarchical_) return false;  // the MPI step has no pre-multiplied sum
-  if (factor == 1.0) {
-    allreduce(send, recv, count, dtype, op);  // ncclSum or ncclAvg
-    return true;
-  }
+// The NCCL op that reduces with the result multiplied by factor, or -1 if
+// NCCL cannot: integers would round the factor, and ncclAvg's integer
+// rounding is not documented, so those go through host memory
+// (divide_integers: exact). *created: a pre-multiplied sum made here, to be
+// destroyed once the call using it has returned (NCCL allows that).
+int NcclBackend::scaled_op(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double factor,
+                           bool* created) {
+  *created = false;
+  if (!is_floating(dtype) || (op != FUSEOPT_SUM && op != FUSEOPT_AVERAGE)) return -1;
+  if (factor == 1.0) return nccl_op(op);  // ncclSum or ncclAvg
   // sum(x_r * s) with s = factor (/ size for an average): NCCL multiplies each
   // rank's input by the scalar on the device as it reduces.
   const double s = op == FUSEOPT_AVERAGE ? factor / size_ : factor;
@@ -291,10 +295,35 @@ bool NcclBackend::allreduce_scaled(const void* send, void* recv, int64_t count,
   check(nccl_.ncclRedOpCreatePreMulSum(&premul, &scalar, nccl_dtype(dtype),
                                        nccl::kScalarHostImmediate, comm_),
         "ncclRedOpCreatePreMulSum");
-  nccl::Result r =
-      nccl_.ncclAllReduce(send, recv, count, nccl_dtype(dtype), premul, comm_, stream_);
-  nccl_.ncclRedOpDestroy(premul, comm_);  // allowed once the last call using it returned
-  check(r, "ncclAllReduce(premulsum)");
+  *created = true;
+  return premul;
+}
+
+bool NcclBackend::allreduce_scaled(const void* send, void* recv, int64_t count,
+                                   fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double factor) {
+  if (hierarchical_) return false;  // the MPI step has no pre-multiplied sum
+  bool created = false;
+  const int o = scaled_op(dtype, op, factor, &created);
+  if (o < 0) return false;
+  nccl::Result r = nccl_.ncclAllReduce(send, recv, count, nccl_dtype(dtype), o, comm_, stream_);
+  if (created) nccl_.ncclRedOpDestroy(o, comm_);
+  check(r, "ncclAllReduce(scaled)");
+  return true;
+}
+
+bool NcclBackend::reducescatter_scaled(const void* send, void* recv,
+                                       const std::vector<int64_t>& recv_counts,
+                                       fuseopt_dtype_t dtype, fuseopt_reduce_op_t op,
+                                       double factor) {
+  for (int64_t c : recv_counts)
+    if (c != recv_counts[0]) return false;
+  bool created = false;
+  const int o = scaled_op(dtype, op, factor, &created);
+  if (o < 0) return false;
+  nccl::Result r = nccl_.ncclReduceScatter(send, recv, recv_counts[0], nccl_dtype(dtype), o,
+                                           comm_, stream_);
+  if (created) nccl_.ncclRedOpDestroy(o, comm_);
+  check(r, "ncclReduceScatter(scaled)");
   return true;
 }
 

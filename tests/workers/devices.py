@@ -182,16 +182,24 @@ def check_alltoall_with_splits():
 
 def check_reducescatter_even_uneven_average():
     n, r = fuseopt.size(), fuseopt.rank()
-    for rows, op_name, dtype in [(2 * n, "sum", np.float32), (2 * n + 1, "sum", np.int32),
-                                 (2 * n, "average", np.float64), (3, "max", np.float16)]:
-        name = "dev.rs.%d.%s" % (rows, op_name)
+    # Even parts: one native reduce-scatter (NCCL: ncclAvg / pre-multiplied
+    # sum for the factors); uneven: allreduce and slice; factors on HCCL and
+    # on integers through host memory.
+    for rows, op_name, dtype, pre, post in [
+            (2 * n, "sum", np.float32, 1.0, 1.0), (2 * n + 1, "sum", np.int32, 1.0, 1.0),
+            (2 * n, "average", np.float64, 1.0, 1.0), (3, "max", np.float16, 1.0, 1.0),
+            (2 * n, "sum", np.float32, 0.5, 4.0), (2 * n + 1, "average", np.float32, 2.0, 1.0),
+            (2 * n, "sum", np.int64, 3.0, 1.0)]:
+        name = "dev.rs.%d.%s.%s.%s" % (rows, op_name, pre, post)
         arr, d = device_input(name, (rows, 2), dtype, op_name)
         mine = rows // n + (1 if r < rows % n else 0)
         out = DeviceArray(api, (mine, 2), dtype)
         rq.enqueue(rq.REDUCESCATTER, name, name_of(dtype), arr.shape, ptr(arr.ptr),
-                   ptr(out.ptr), reduce_op=OPS[op_name], prescale=1.0, postscale=1.0, device=d,
+                   ptr(out.ptr), reduce_op=OPS[op_name], prescale=pre, postscale=post, device=d,
                    keepalive=(arr, out)).wait()
-        full = reduce_expected(everyone(name, (rows, 2), dtype, op_name), op_name)
+        scaled = [(v.astype(np.float64) * pre).astype(dtype)
+                  for v in everyone(name, (rows, 2), dtype, op_name)]
+        full = (reduce_expected(scaled, op_name).astype(np.float64) * post).astype(dtype)
         start = sum(rows // n + (1 if q < rows % n else 0) for q in range(r))
         exact(out.get(), full[start:start + mine], name)
 
