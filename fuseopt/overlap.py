@@ -25,6 +25,12 @@ _COUNTERS = ("communication_s", "negotiation_s", "bytes", "collectives", "tensor
              "cache_hits", "cache_misses", "stalls")
 
 
+def efficiency(communication_s, comm_in_waits_s):
+    """(hidden_s, overlap_efficiency); the efficiency is None without communication."""
+    hidden = max(0.0, communication_s - comm_in_waits_s)
+    return hidden, (hidden / communication_s if communication_s > 0 else None)
+
+
 def _communication_s():
     from .runtime import is_initialized, metrics
     return metrics()["communication_s"] if is_initialized() else 0.0
@@ -79,13 +85,9 @@ class OverlapMeter:
             if reset:
                 self._exposed_s, self._comm_in_waits_s, self._steps = 0.0, 0.0, 0
                 self._base = {k: now[k] for k in _COUNTERS}
-        comm = out["communication_s"]
-        out["hidden_s"] = max(0.0, comm - in_waits)
-        out["overlap_efficiency"] = out["hidden_s"] / comm if comm > 0 else None
-        out["mean_bucket_bytes"] = out["bytes"] / out["collectives"] if out["collectives"] else 0.0
-        lookups = out["cache_hits"] + out["cache_misses"]
-        out["cache_hit_rate"] = out["cache_hits"] / lookups if lookups else None
-        return out
+        out["hidden_s"], out["overlap_efficiency"] = efficiency(out["communication_s"], in_waits)
+        from .runtime import add_rates
+        return add_rates(out, no_lookups=None)
 
 
 def format_report(r, prefix="fuseopt"):

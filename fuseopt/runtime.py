@@ -166,10 +166,17 @@ def _read_metrics(ctx):
     out["autotune"] = ("off", "tuning", "done")[raw.autotune_state]
     out["negotiation_s"] = float(raw.negotiation_s)
     out["communication_s"] = float(raw.execution_s)
-    out["mean_bucket_bytes"] = out["bytes"] / out["collectives"] if out["collectives"] else 0.0
-    lookups = out["cache_hits"] + out["cache_misses"]
-    out["cache_hit_rate"] = out["cache_hits"] / lookups if lookups else 0.0
-    return out
+    return add_rates(out, no_lookups=0.0)
+
+
+def add_rates(counters, no_lookups):
+    """Adds ``mean_bucket_bytes`` and ``cache_hit_rate`` (``no_lookups`` when
+    nothing was looked up) to a dict of metrics counters or their deltas."""
+    c = counters
+    c["mean_bucket_bytes"] = c["bytes"] / c["collectives"] if c["collectives"] else 0.0
+    lookups = c["cache_hits"] + c["cache_misses"]
+    c["cache_hit_rate"] = c["cache_hits"] / lookups if lookups else no_lookups
+    return c
 
 
 def pending_handles():

@@ -5,6 +5,8 @@ the directory, so only ranks on the launching host are listed."""
 import json
 import os
 
+from ..overlap import efficiency
+
 ENV = "FUSEOPT_METRICS_SUMMARY"
 
 
@@ -34,8 +36,8 @@ def format_table(records):
         r = records[rank]
         comm = r["communication_s"]
         waited = r["exposed_wait_s"]
-        overlap = "n/a" if comm <= 0 or not waited else "%.0f%%" % (
-            100 * max(0.0, comm - r["comm_in_waits_s"]) / comm)
+        eff = efficiency(comm, r["comm_in_waits_s"])[1]
+        overlap = "n/a" if eff is None or not waited else "%.0f%%" % (100 * eff)
         rows.append((str(rank), "%.1f" % (r["bytes"] / 1e6), str(r["collectives"]),
                      str(r["tensors"]), "%.0f" % (r["mean_bucket_bytes"] / 1e3), "%.3f" % comm,
                      "%.3f" % r["negotiation_s"], "%.3f" % waited, overlap,
