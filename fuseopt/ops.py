@@ -82,13 +82,20 @@ def allreduce_async_(array, name=None, op=Average, prescale_factor=1.0, postscal
 
 
 def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, outs=None):
-    names = names or [None] * len(arrays)
-    outs = outs or [None] * len(arrays)
-    batch = _rq.Batch()
-    for a, n, o in zip(arrays, names, outs):
-        args, kwargs = _allreduce_op(a, n, op, prescale_factor, postscale_factor, in_place, o)
-        batch.add(*args, **kwargs)
-    return Group(batch.submit())
+    """One native call to submit, one to wait: returns a GroupHandle whose
+    wait() gives the list of results (``outs``, when given, receive them)."""
+    if in_place:
+        srcs = outs = [_writable(a, "allreduce_ input") for a in arrays]
+        src_ptrs = out_ptrs = [_ptr(a) for a in srcs]
+    else:
+        srcs = [_contiguous(a) for a in arrays]
+        outs = outs or [np.empty_like(a) for a in srcs]
+        src_ptrs, out_ptrs = [_ptr(a) for a in srcs], [_ptr(a) for a in outs]
+    return _rq.submit_group(_rq.ALLREDUCE, names or [None] * len(srcs),
+                            [_dtype_name(a) for a in srcs], [a.shape for a in srcs], src_ptrs,
+                            out_ptrs, reduce_op=op, prescale=prescale_factor,
+                            postscale=postscale_factor, keepalive=(srcs, outs),
+                            finish=lambda: list(outs))
 
 
 def grouped_allreduce_async(arrays, names=None, op=Average, prescale_factor=1.0,
@@ -111,19 +118,6 @@ def resolve_op(average, op):
     if average is not None:
         return Average if average else Sum
     return Average if op is None else op
-
-
-class Group:
-    """Handles of a grouped operation, waited on together."""
-
-    def __init__(self, handles):
-        self.handles = handles
-
-    def poll(self):
-        return all(h.poll() for h in self.handles)
-
-    def wait(self, timeout=None):
-        return [h.wait(timeout) for h in self.handles]
 
 
 def allgather_async(array, name=None):

@@ -144,6 +144,102 @@ class Handle:
         return self._result
 
 
+class GroupHandle:
+    """Operations submitted in one native call and waited on in one: ``wait()``
+    returns the list of their results. With many small tensors a Handle per
+    tensor costs more in per-call overhead than the tensors take to reduce.
+    Dropped without a wait, it keeps its tensors alive like a Handle."""
+
+    __slots__ = ("_ctx", "_ids", "_count", "_keepalive", "_finish", "_done", "_result",
+                 "_error")
+
+    def __init__(self, ctx, ids, count, keepalive, finish):
+        self._ctx = ctx
+        self._ids = ids  # int64_t[count], owned
+        self._count = count
+        self._keepalive = keepalive
+        self._finish = finish
+        self._done = False
+        self._result = None
+        self._error = None
+
+    def __del__(self):
+        if not self._done and self._keepalive is not None and _orphans is not None:
+            for i in range(self._count):
+                _orphans[self._ids[i]] = (self._ctx, self._keepalive)
+
+    def poll(self):
+        if self._done:
+            return True
+        done = ffi.new("int*")
+        for i in range(self._count):
+            check(lib.fuseopt_poll(self._ctx, self._ids[i], done))
+            if not done[0]:
+                return False
+        return True
+
+    def wait(self, timeout=None):
+        """As Handle.wait; raises the first failed operation's error."""
+        if self._done:
+            if self._error is not None:
+                raise self._error[0](self._error[1])
+            return self._result
+        timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        try:
+            check(lib.fuseopt_wait_all(self._ctx, self._ids, self._count, timeout_ms))
+        except TimeoutError:
+            raise  # nothing released: may be waited on again
+        except FuseoptError as e:
+            self._done, self._error = True, (type(e), str(e))
+            if isinstance(e, RankFailedError):
+                _parked_after_failure.append(self._keepalive)
+            self._keepalive = None
+            raise
+        self._done = True
+        self._keepalive = None
+        self._result = self._finish() if self._finish else None
+        return self._result
+
+
+# Request arrays of grouped operations by signature, filled in once; a call
+# only sets its buffers. Taken out of the cache while in use, so two threads
+# submitting the same group never share one.
+_group_templates = {}
+
+
+def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_op=lib.FUSEOPT_SUM,
+                 prescale=1.0, postscale=1.0, keepalive=None, finish=None):
+    """Enqueues a list of host-memory operations of one kind in one native
+    call (all or none) and returns a GroupHandle. names, dtypes (names),
+    shapes (tuples), inputs and outputs (cffi pointers) are parallel lists."""
+    ctx = _context()
+    n = len(names)
+    key = (collective, tuple(names), tuple(dtypes), tuple(shapes), reduce_op, prescale, postscale)
+    template = _group_templates.pop(key, None)
+    if template is None:
+        reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
+        keep = []  # the names and shapes the requests point at
+        for i in range(n):
+            one = _template(collective, names[i], dtypes[i], tuple(shapes[i]), reduce_op, 0,
+                            prescale, postscale)
+            reqs[i] = one[0][0]
+            keep.append(one)
+        template = (reqs, keep)
+    reqs = template[0]
+    for i in range(n):
+        r = reqs[i]
+        r.input = inputs[i]
+        r.output = outputs[i]
+    ids = ffi.new("int64_t[]", max(n, 1))
+    try:
+        check(lib.fuseopt_enqueue_many(ctx, reqs, n, ids))
+    finally:
+        if len(_group_templates) >= _MAX_TEMPLATES:
+            _group_templates.clear()
+        _group_templates[key] = template
+    return GroupHandle(ctx, ids, n, keepalive, finish)
+
+
 # Filled-in requests by signature. Training submits the same tensors every
 # step, and building a cffi struct field by field costs more than the native
 # enqueue itself; a cached one is copied and given this call's buffers.
@@ -155,7 +251,7 @@ def _template(collective, name, dtype, shape, reduce_op, root, prescale, postsca
     key = (collective, name, dtype, shape, reduce_op, root, prescale, postscale)
     found = _templates.get(key)
     if found is not None:
-        return found[0]
+        return found
     req = ffi.new("fuseopt_request_t*")
     req.struct_size = ffi.sizeof("fuseopt_request_t")
     req.collective = collective
@@ -172,8 +268,8 @@ def _template(collective, name, dtype, shape, reduce_op, root, prescale, postsca
     if len(_templates) >= _MAX_TEMPLATES:
         _templates.clear()
     # The name and shape arrays live as long as the template that points at them.
-    _templates[key] = (req, c_name, c_shape)
-    return req
+    found = _templates[key] = (req, c_name, c_shape)
+    return found
 
 
 def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
@@ -213,6 +309,21 @@ class Batch:
                           prescale, postscale, splits, device, keepalive, finish))
 
     def submit(self):
+        ctx, handles, ops = self._enqueue()
+        return [Handle(ctx, handles[i], op[12], op[13], _runtime_output(op[0], op[11]))
+                for i, op in enumerate(ops)]
+
+    def submit_group(self):
+        """As submit, but one GroupHandle for all (operations that write into
+        caller-supplied outputs only)."""
+        if any(_runtime_output(op[0], op[11]) for op in self._ops):
+            raise ValueError("submit_group: allgather and alltoall need their own handles")
+        ctx, handles, ops = self._enqueue()
+        finishes = [op[13] for op in ops]
+        return GroupHandle(ctx, handles, len(ops), [op[12] for op in ops],
+                           lambda: [f(None) if f else None for f in finishes])
+
+    def _enqueue(self):
         ctx = _context()
         n = len(self._ops)
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
@@ -221,8 +332,7 @@ class Batch:
         check(lib.fuseopt_enqueue_many(ctx, reqs, n, handles))
         del c_splits
         ops, self._ops = self._ops, []
-        return [Handle(ctx, handles[i], op[12], op[13], _runtime_output(op[0], op[11]))
-                for i, op in enumerate(ops)]
+        return ctx, handles, ops
 
 
 def _context():
@@ -237,7 +347,8 @@ def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce
     """Fills reqs[i]; returns what must stay alive until enqueued."""
     if type(shape) is not tuple:
         shape = tuple(shape)
-    reqs[i] = _template(collective, name, dtype, shape, reduce_op, root, prescale, postscale)[0]
+    reqs[i] = _template(collective, name, dtype, shape, reduce_op, root, prescale,
+                        postscale)[0][0]
     req = reqs[i]
     req.input = input_ptr
     req.output = output_ptr

@@ -95,7 +95,7 @@ def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, in_p
     for t, n in zip(tensors, _group_names(tensors, name)):
         args, kwargs = allreduce_op(t, n, op, prescale_factor, postscale_factor, in_place)
         batch.add(*args, **kwargs)
-    return _np_ops.Group(batch.submit())
+    return batch.submit_group()
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

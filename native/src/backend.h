@@ -17,6 +17,16 @@
 
 namespace fuseopt {
 
+// One tensor of a fused allreduce: `count` elements read from `in`, scaled by
+// `prescale` on the way in; the result, scaled by the bucket's postscale, lands
+// in `out` (which may equal `in`).
+struct Segment {
+  const void* in;
+  void* out;
+  int64_t count;
+  double prescale;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -24,6 +34,13 @@ class Backend {
 
   virtual void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                          fuseopt_reduce_op_t op);
+  // Allreduce of a bucket's tensors without a fusion buffer, for a backend
+  // that can read and write them in place of one. False when it can't (the
+  // executor then packs them into its fusion buffer and calls allreduce).
+  virtual bool allreduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                                  fuseopt_reduce_op_t op, double postscale) {
+    return false;
+  }
   virtual void broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root);
   // Concatenates every rank's bytes, rank order; recv_bytes[r] from rank r.
   virtual void allgatherv(const void* send, int64_t send_bytes, void* recv,

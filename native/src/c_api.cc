@@ -135,6 +135,17 @@ int fuseopt_wait(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms) {
   return finish_wait(ctx, handle, timeout_ms, nullptr);
 }
 
+int fuseopt_wait_all(fuseopt_ctx_t* ctx, const int64_t* handles, int64_t count,
+                     int64_t timeout_ms) {
+  REQUIRE_CTX(ctx);
+  if (count < 0) return fail(FUSEOPT_INVALID_ARG, "count is negative");
+  if (count > 0 && !handles) return fail(FUSEOPT_INVALID_ARG, "handles pointer is NULL");
+  fuseopt::Outcome outcome;
+  int rc = guarded([&] { outcome = ctx->context.handles().wait_all(handles, count, timeout_ms); });
+  if (rc != FUSEOPT_OK) return rc;
+  return outcome.ok() ? FUSEOPT_OK : fail(outcome.status, outcome.message);
+}
+
 int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,
                         fuseopt_output_t* out) {
   REQUIRE_CTX(ctx);

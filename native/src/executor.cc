@@ -188,6 +188,18 @@ void Executor::run_bucket(std::vector<Work*>& bucket) {
 void Executor::allreduce(std::vector<Work*>& bucket) {
   const TensorSpec& s = bucket.front()->response.spec;
   const double post = postscale_of(s);
+  std::vector<Segment> segments;
+  segments.reserve(bucket.size());
+  for (Work* w : bucket)  // an identity value stays the identity: no prescale
+    segments.push_back({w->entry->input, w->entry->output, w->response.spec.num_elements(),
+                        w->entry->stand_in ? 1.0 : s.prescale});
+  if (backend_.allreduce_segments(segments, s.dtype, s.reduce_op, post)) {
+    for (Work* w : bucket) {
+      finish_average(s, w->entry->output, w->response.spec.num_elements());
+      complete(*w);
+    }
+    return;
+  }
   if (bucket.size() == 1) {
     // No fusion buffer: reduce straight into the caller's output.
     Entry& e = *bucket.front()->entry;

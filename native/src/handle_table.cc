@@ -1,5 +1,6 @@
 #include "handle_table.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -85,25 +86,33 @@ namespace {
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
 }  // namespace
 
-Outcome HandleTable::wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out) {
-  std::unique_lock<std::mutex> lock(mu_);
-  find(handle);
-  const auto spin_end = std::chrono::steady_clock::now() + kWaitSpin;
-  while (timeout_ms != 0 && !find(handle).done && std::chrono::steady_clock::now() < spin_end) {
+bool HandleTable::wait_done(std::unique_lock<std::mutex>& lock, int64_t handle,
+                            std::chrono::steady_clock::time_point deadline) {
+  using clock = std::chrono::steady_clock;
+  const auto spin_end = std::min(deadline, clock::now() + kWaitSpin);
+  while (!find(handle).done && clock::now() < spin_end) {
     lock.unlock();
     std::this_thread::yield();
     lock.lock();
   }
   auto is_done = [&] { return find(handle).done; };
   find(handle).waiters++;
-  bool done = true;
-  if (timeout_ms < 0) {
-    cv_.wait(lock, is_done);
-  } else {
-    done = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), is_done);
-  }
+  const bool done = deadline == clock::time_point::max() ? (cv_.wait(lock, is_done), true)
+                                                         : cv_.wait_until(lock, deadline, is_done);
   find(handle).waiters--;
-  if (!done)
+  return done;
+}
+
+namespace {
+std::chrono::steady_clock::time_point deadline_after(int64_t timeout_ms) {
+  return timeout_ms < 0 ? std::chrono::steady_clock::time_point::max()
+                        : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+}
+}  // namespace
+
+Outcome HandleTable::wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!wait_done(lock, handle, deadline_after(timeout_ms)))
     return Outcome{FUSEOPT_TIMEOUT, "handle " + std::to_string(handle) + " not complete after " +
                                         std::to_string(timeout_ms) + " ms"};
   State& s = find(handle);
@@ -115,6 +124,29 @@ Outcome HandleTable::wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out) 
   free_memory(s.output.device, s.output.data);
   states_.erase(handle);
   return outcome;
+}
+
+Outcome HandleTable::wait_all(const int64_t* handles, int64_t count, int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (int64_t i = 0; i < count; ++i) find(handles[i]);  // all known before any wait
+  const auto deadline = deadline_after(timeout_ms);
+  // Handles of one bucket complete together: blocking on each not-yet-done
+  // one in turn wakes this thread about once per bucket, not per tensor.
+  for (int64_t i = 0; i < count; ++i)
+    if (!wait_done(lock, handles[i], deadline))
+      return Outcome{FUSEOPT_TIMEOUT, "handle " + std::to_string(handles[i]) + " (" +
+                                          std::to_string(i + 1) + " of " + std::to_string(count) +
+                                          ") not complete after " + std::to_string(timeout_ms) +
+                                          " ms"};
+  Outcome first;
+  for (int64_t i = 0; i < count; ++i) {
+    auto it = states_.find(handles[i]);
+    if (it == states_.end()) continue;  // listed twice
+    if (first.ok() && !it->second.outcome.ok()) first = it->second.outcome;
+    free_memory(it->second.output.device, it->second.output.data);
+    states_.erase(it);
+  }
+  return first;
 }
 
 int64_t HandleTable::count() {

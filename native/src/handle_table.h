@@ -7,6 +7,7 @@
 // publishes completion, so a thread woken by the completion can reuse it.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -46,6 +47,12 @@ class HandleTable {
   // Returns the final outcome and releases the handle, or FUSEOPT_TIMEOUT.
   // If out is non-null, ownership of the output moves there.
   Outcome wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out);
+  // Waits for every handle (a grouped operation), then releases them all,
+  // freeing runtime-allocated outputs, and returns the first failure in list
+  // order, or OK. On FUSEOPT_TIMEOUT none is released. One call instead of
+  // one per tensor: per-call overhead is most of the cost of waiting on 200
+  // small tensors that completed together.
+  Outcome wait_all(const int64_t* handles, int64_t count, int64_t timeout_ms);
 
   int64_t count();
 
@@ -58,6 +65,10 @@ class HandleTable {
     OwnedOutput output;
   };
   State& find(int64_t handle);  // with mu_ held
+  // Spins briefly, then blocks until the handle is done or the deadline
+  // passes (steady clock; time_point::max() for none). With mu_ held.
+  bool wait_done(std::unique_lock<std::mutex>& lock, int64_t handle,
+                 std::chrono::steady_clock::time_point deadline);
 
   std::mutex mu_;
   std::condition_variable cv_;

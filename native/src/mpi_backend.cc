@@ -65,9 +65,8 @@ MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierar
 void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                            fuseopt_reduce_op_t op) {
   const size_t esize = dtype_size(dtype);
-  if (shm_ && count * static_cast<int64_t>(esize) >= shm_min_bytes_ && count > 0) {
-    return shm_->allreduce(send, recv, count, dtype, op);
-  }
+  if (shm_ && count * static_cast<int64_t>(esize) >= shm_min_bytes_ && count > 0)
+    return shm_->allreduce({{send, recv, count, 1.0}}, dtype, op, 1.0);
   for (int64_t done = 0; done < count; done += kChunkElements) {
     int n = static_cast<int>(std::min(kChunkElements, count - done));
     char* r = static_cast<char*>(recv) + done * esize;
@@ -80,6 +79,16 @@ void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_
                             world_.comm()),
               "MPI_Allreduce");
   }
+}
+
+bool MpiBackend::allreduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                                    fuseopt_reduce_op_t op, double postscale) {
+  int64_t count = 0;
+  for (const Segment& s : segments) count += s.count;
+  if (!shm_ || count == 0 || count * static_cast<int64_t>(dtype_size(dtype)) < shm_min_bytes_)
+    return false;
+  shm_->allreduce(segments, dtype, op, postscale);
+  return true;
 }
 
 // Reduce to each node's leader (local rank 0) over the fast intra-node links,

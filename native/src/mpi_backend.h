@@ -19,6 +19,9 @@ class MpiBackend : public Backend {
 
   void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                  fuseopt_reduce_op_t op) override;
+  // Served by the shared-memory path when it applies.
+  bool allreduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                          fuseopt_reduce_op_t op, double postscale) override;
   void broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root) override;
   void allgatherv(const void* send, int64_t send_bytes, void* recv,
                   const std::vector<int64_t>& recv_bytes) override;

@@ -7,8 +7,36 @@
 
 namespace fuseopt {
 namespace {
-// Bytes per rank's slot: buffers larger than this go through in chunks.
+// Bytes per slot: buffers larger than this go through in chunks.
 constexpr int64_t kSlotBytes = int64_t(16) << 20;
+
+// Walks a bucket's segments as one stream of elements, front to back.
+class SegmentCursor {
+ public:
+  explicit SegmentCursor(const std::vector<Segment>& segments) : segments_(segments) {}
+  // Calls piece(segment, element offset in it, offset from this call's start,
+  // elements) for the next n elements of the stream.
+  template <typename Piece>
+  void take(int64_t n, Piece piece) {
+    for (int64_t done = 0; done < n;) {
+      const Segment& s = segments_[index_];
+      const int64_t len = std::min(n - done, s.count - offset_);
+      if (len > 0) piece(s, offset_, done, len);
+      done += len;
+      offset_ += len;
+      if (offset_ == s.count) {
+        ++index_;
+        offset_ = 0;
+      }
+    }
+  }
+
+ private:
+  const std::vector<Segment>& segments_;
+  size_t index_ = 0;
+  int64_t offset_ = 0;
+};
+
 }  // namespace
 
 ShmAllreduce::ShmAllreduce(const MpiWorld& world) {
@@ -31,7 +59,7 @@ ShmAllreduce::~ShmAllreduce() {
 
 void ShmAllreduce::attach() {
   char* mine = nullptr;
-  mpi_check(MPI_Win_allocate_shared(kSlotBytes, 1, MPI_INFO_NULL, comm_, &mine, &win_),
+  mpi_check(MPI_Win_allocate_shared(2 * kSlotBytes, 1, MPI_INFO_NULL, comm_, &mine, &win_),
             "MPI_Win_allocate_shared");
   mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), "MPI_Win_lock_all");
   slots_.resize(size_);
@@ -49,19 +77,25 @@ void ShmAllreduce::sync() {
   MPI_Win_sync(win_);
 }
 
-void ShmAllreduce::allreduce(const void* send, void* recv, int64_t count,
-                             fuseopt_dtype_t dtype, fuseopt_reduce_op_t op) {
+void ShmAllreduce::allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                             fuseopt_reduce_op_t op, double postscale) {
   if (win_ == MPI_WIN_NULL) attach();
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t per_chunk = kSlotBytes / esize;
   const MPI_Datatype type = MpiWorld::datatype(dtype);
   const MPI_Op mpi_op = MpiWorld::op(op, dtype);
-  const char* in = static_cast<const char*>(send);
-  char* out = static_cast<char*>(recv);
+  int64_t count = 0;
+  for (const Segment& s : segments) count += s.count;
+  SegmentCursor in(segments), out(segments);
   for (int64_t done = 0; done < count; done += per_chunk) {
     const int64_t n = std::min(per_chunk, count - done);
-    char* chunk = out + done * esize;
-    std::memcpy(slots_[rank_], in + done * esize, n * esize);
+    const int64_t base = turn_ * kSlotBytes;
+    turn_ ^= 1;
+    char* const mine_slot = slots_[rank_] + base;
+    in.take(n, [&](const Segment& s, int64_t at, int64_t to, int64_t len) {
+      scale_copy(dtype, static_cast<const char*>(s.in) + at * esize, mine_slot + to * esize, len,
+                 s.prescale);
+    });
     sync();
     // Range r of the chunk is reduced by rank r, into its own slot.
     auto range = [&](int r) { return std::make_pair(n * r / size_, n * (r + 1) / size_); };
@@ -69,18 +103,21 @@ void ShmAllreduce::allreduce(const void* send, void* recv, int64_t count,
     const int64_t len = mine.second - mine.first;
     for (int k = 1; k < size_ && len > 0; ++k) {
       const int other = (rank_ + k) % size_;
-      mpi_check(MPI_Reduce_local(slots_[other] + mine.first * esize,
-                                 slots_[rank_] + mine.first * esize, static_cast<int>(len),
-                                 type, mpi_op),
+      mpi_check(MPI_Reduce_local(slots_[other] + base + mine.first * esize,
+                                 mine_slot + mine.first * esize, static_cast<int>(len), type,
+                                 mpi_op),
                 "MPI_Reduce_local");
     }
     sync();
     for (int r = 0; r < size_; ++r) {
       const auto part = range(r);
-      std::memcpy(chunk + part.first * esize, slots_[r] + part.first * esize,
-                  (part.second - part.first) * esize);
+      const char* reduced = slots_[r] + base + part.first * esize;
+      out.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
+                                             int64_t len) {
+        scale_copy(dtype, reduced + from * esize, static_cast<char*>(s.out) + at * esize, len,
+                   postscale);
+      });
     }
-    sync();  // nobody refills a slot while another rank still reads it
   }
 }
 

@@ -74,6 +74,21 @@ def check_fused_many_and_large():
         assert_close(h.wait(), reduce_expected(everyone(name, (n,), np.float32), "sum"), name)
 
 
+def check_bucket_spanning_several_shared_memory_chunks():
+    # ~57 MiB of sub-MiB tensors fuse into buckets larger than one 16 MiB
+    # shared-memory slot, so tensors straddle chunk boundaries and both slots
+    # of each rank take turns; powers-of-two scales keep the sums exact.
+    sizes = [250007 + 13 * i for i in range(60)]
+    names = ["span.%d" % i for i in range(len(sizes))]
+    mine = [values(n, fuseopt.rank(), (k,), np.float32) for n, k in zip(names, sizes)]
+    for step in range(2):
+        outs = fuseopt.grouped_allreduce_async(mine, names=names, op=fuseopt.Sum,
+                                               prescale_factor=0.5, postscale_factor=4.0).wait()
+        for name, k, out in zip(names, sizes, outs):
+            expected = reduce_expected(everyone(name, (k,), np.float32), "sum") * 2
+            assert_close(out, expected, "%s step %d" % (name, step))
+
+
 def check_repeated_steps_hit_cache():
     names = ["step.%d" % i for i in range(30)]
     for step in range(15):
@@ -165,7 +180,8 @@ if __name__ == "__main__":
     threshold = int(sys.argv[1]) if len(sys.argv) > 1 else None
     harness.run([check_allreduce_every_dtype_op_shape, check_allreduce_in_place_and_scaling,
                  check_scaling_edge_cases,
-                 check_fused_many_and_large, check_repeated_steps_hit_cache, check_allgather,
+                 check_fused_many_and_large, check_bucket_spanning_several_shared_memory_chunks,
+                 check_repeated_steps_hit_cache, check_allgather,
                  check_broadcast_every_root, check_alltoall, check_reducescatter,
                  check_barrier_and_objects],
                 fusion_threshold=threshold)

@@ -21,7 +21,7 @@ SURVIVOR_EXIT = 3
 def train_step(step, grads):
     handles = fuseopt.grouped_allreduce_async(grads, names=["g%d" % i for i in range(len(grads))])
     big = fuseopt.allreduce_async(np.full(1 << 18, float(step), np.float32), name="big")
-    return handles.handles + [big]
+    return [handles, big]
 
 
 def main(mode, victim):

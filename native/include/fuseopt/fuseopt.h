@@ -213,6 +213,13 @@ int fuseopt_poll(fuseopt_ctx_t* ctx, int64_t handle, int* done);
  * allocated output (allgather, alltoall) is freed: use fuseopt_wait_output. */
 int fuseopt_wait(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms);
 
+/* Waits for count handles (a grouped operation) in one call: blocks until all
+ * have completed or timeout_ms passes. Then releases them all (any runtime-
+ * allocated output is freed) and returns the first failure in list order, or
+ * FUSEOPT_OK; on FUSEOPT_TIMEOUT none is released. */
+int fuseopt_wait_all(fuseopt_ctx_t* ctx, const int64_t* handles, int64_t count,
+                     int64_t timeout_ms);
+
 /* As fuseopt_wait, and on FUSEOPT_OK moves a runtime-allocated output into *out
  * (for requests made with output == NULL; otherwise *out is zeroed). */
 int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,
