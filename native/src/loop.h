@@ -121,6 +121,10 @@ class Loop {
   bool joined_ = false;
   int64_t join_handle_ = 0;
   int no_progress_rounds_ = 0;
+  // Burst detection (loop_intake.cc): enqueue calls taken in so far, and
+  // whether the last quiet-gap wait caught another arrival.
+  uint64_t calls_taken_ = 0;
+  bool gap_caught_ = true;
   Outcome stop_reason_;
 };
 

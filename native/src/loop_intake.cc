@@ -40,18 +40,21 @@ bool Loop::wait_for_work() {
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(config_.cycle_time_us));
       lock.lock();
-    } else if (!inbox_.queue.empty()) {
+    } else if (!inbox_.queue.empty() && (inbox_.calls - calls_taken_ > 1 || gap_caught_)) {
       // Adaptive batching: while tensors are still streaming in (a burst of
-      // small gradients, or a grouped call), wait until the stream pauses for
-      // kBurstQuiet, so that they are negotiated and fused together instead
-      // of in many small rounds. A lone tensor pays one quiet gap. The gap is
-      // polled, not slept: a 20 us sleep takes several times that to return.
+      // small gradients from separate calls), wait until the stream pauses
+      // for kBurstQuiet, so that they are negotiated and fused together
+      // instead of in many small rounds. A stream shows as several calls
+      // queued since the last intake, or as the last gap catching one; a lone
+      // call (one tensor, or one grouped batch) goes straight to negotiation.
+      // The gap is polled, not slept: a 20 us sleep takes several times that.
       lock.unlock();
       using clock = std::chrono::steady_clock;
       auto now = clock::now();
       const auto deadline = now + kBurstMax;
       auto quiet_since = now;
-      uint64_t seen = inbox_.enqueued.load(std::memory_order_relaxed);
+      const uint64_t before = inbox_.enqueued.load(std::memory_order_relaxed);
+      uint64_t seen = before;
       while (now < deadline && now - quiet_since < kBurstQuiet) {
         std::this_thread::yield();
         now = clock::now();
@@ -61,8 +64,10 @@ bool Loop::wait_for_work() {
           quiet_since = now;
         }
       }
+      gap_caught_ = seen != before;
       lock.lock();
     }
+    calls_taken_ = inbox_.calls;
     incoming.swap(inbox_.queue);
     shutdown = inbox_.shutdown_requested;
   }
