@@ -45,17 +45,20 @@ def graph_name(name, kind):
     return name if name is not None else "tf.%s.%d" % (kind, next(_trace_names))
 
 
-def run(fn, inputs, out_dtypes, what):
-    """Runs fn(*numpy_arrays) -> list of arrays, eagerly or as a graph op."""
+def run(fn, inputs, out_dtypes, what, blocking=True):
+    """Runs fn(*numpy_arrays) -> list of arrays, eagerly or as a graph op.
+    An op that only enqueues (blocking=False) can run in any order relative
+    to the others, so it stays out of their chain and runs as soon as its
+    inputs exist."""
     if tf.executing_eagerly():
         return [tf.convert_to_tensor(o) for o in fn(*[np.asarray(t) for t in inputs])]
     check_not_xla(what)
     graph = tf.compat.v1.get_default_graph()
-    previous = _last_op.get(graph)
+    previous = _last_op.get(graph) if blocking else None
     with tf.control_dependencies([previous] if previous is not None else []):
         outs = tf.numpy_function(lambda *a: fn(*a), list(inputs), list(out_dtypes),
                                  stateful=True, name="fuseopt_" + what)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    if outs:
+    if outs and blocking:
         _last_op[graph] = outs[0].op
     return outs

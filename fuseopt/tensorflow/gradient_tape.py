@@ -2,7 +2,7 @@
 across ranks, all of a step's gradients negotiated together so they fuse."""
 import tensorflow as tf
 
-from .. import naming, overlap
+from .. import buckets, naming, overlap
 from . import ops
 from .functions import variable_path
 from .compression import Compression
@@ -25,8 +25,10 @@ def mapped_gradients(sources, name_map):
 
 
 def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
-                     sparse_as_dense, name_map=None):
-    """Averages a list of gradients across ranks in one grouped allreduce.
+                     sparse_as_dense, name_map=None, bucket_cap=None):
+    """Averages a list of gradients across ranks in one grouped allreduce
+    (inside a graph: buckets of ``bucket_cap`` bytes, each started as soon as
+    backward has produced it; see ops._started_allreduce).
 
     None gradients (a variable unused on this rank) take part as zeros, so
     every rank submits the same set of names. IndexedSlices are allgathered
@@ -50,7 +52,8 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
     out = list(grads)
     compression = None if compression is Compression.none else compression
     reduced = ops.allreduce_named([grads[i] for i in dense_idx], [names[i] for i in dense_idx],
-                                  op, compression, *scales, meter=overlap.GRADIENTS) \
+                                  op, compression, *scales, meter=overlap.GRADIENTS,
+                                  bucket_cap=bucket_cap) \
         if dense_idx else []
     for i, r in zip(dense_idx, reduced):
         out[i] = r
@@ -75,8 +78,10 @@ class DistributedGradientTape:
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=Compression.none,
                  sparse_as_dense=False, op=ops.Average, gradient_predivide_factor=1.0,
-                 num_groups=0, groups=None, process_set=None, name_map=None):
+                 num_groups=0, groups=None, process_set=None, name_map=None,
+                 bucket_cap_mb=None):
         self._tape = gradtape
+        self._bucket_cap = buckets.cap_bytes(bucket_cap_mb)
         self._name_map = name_map
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
@@ -88,7 +93,8 @@ class DistributedGradientTape:
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         reduced = reduce_gradients(flat_grads, flat_sources, self._compression, self._op,
-                                   self._predivide, self._sparse_as_dense, self._name_map)
+                                   self._predivide, self._sparse_as_dense, self._name_map,
+                                   self._bucket_cap)
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def __getattr__(self, name):

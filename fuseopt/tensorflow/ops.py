@@ -5,11 +5,13 @@ Horovod's names and signatures. ``allreduce``, ``allgather`` and
 model. ``grouped_allreduce`` negotiates a list in one step so it fuses.
 """
 import contextlib
+import itertools
 import sys
 
 import numpy as np
 import tensorflow as tf
 
+from .. import buckets
 from .. import objects as _objects
 from .. import ops as _np
 from .. import runtime
@@ -45,13 +47,68 @@ class _ResultBuffers:
         return out
 
 
-def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None):
+# Graph mode, started buckets: token -> GroupHandle, until the waiting op
+# takes it (see _started_allreduce).
+_in_flight = {}
+_tokens = itertools.count(1)
+
+
+def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter):
+    """Graph mode with overlap: the list is cut into buckets of about
+    ``bucket_cap`` bytes in the order backward produces gradients (the
+    reverse of the variables'), one op per bucket only *starts* its
+    allreduce, as soon as that bucket's tensors exist, and one op waits for
+    all of them. Communication then runs on fuseopt's thread while TensorFlow
+    computes the rest of backward. Starting never blocks, so the start ops
+    need no fixed order across ranks; the waiting op keeps its place in the
+    chain of blocking fuseopt ops (_tensors.run)."""
+    sizes = [(t.shape.num_elements() or 0) * t.dtype.size for t in tensors]
+    backward = list(range(len(tensors)))[::-1]
+    plan = [[backward[k] for k in b] for b in buckets.split([sizes[i] for i in backward],
+                                                            bucket_cap)]
+    tokens = []
+    for bucket in plan:
+        bucket_names = [names[i] for i in bucket]
+        outputs = _ResultBuffers(len(bucket))
+
+        def start(*arrays, bucket_names=bucket_names, outputs=outputs):
+            handle = _np._grouped(list(arrays), bucket_names, op, prescale, postscale, False,
+                                  outputs.take(arrays))
+            token = next(_tokens)
+            _in_flight[token] = handle
+            return [np.array(token, np.int64)]
+
+        tokens += _t.run(start, [tensors[i] for i in bucket], [tf.int64], "allreduce_start",
+                         blocking=False)
+
+    def finish(*started):
+        handles = [_in_flight.pop(int(k)) for k in started]
+        with meter.waiting() if meter is not None else contextlib.nullcontext():
+            return [r for h in handles for r in h.wait()]
+
+    order = [i for bucket in plan for i in bucket]
+    outs = _t.run(finish, tokens, [tensors[i].dtype for i in order], "allreduce_wait")
+    result = [None] * len(tensors)
+    for i, o in zip(order, outs):
+        result[i] = o
+    return result
+
+
+def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
+                           bucket_cap=None):
     """One numpy call for the whole list: all enqueued, then all waited
-    (inside ``meter.waiting()`` when given: the train step blocks on it)."""
+    (inside ``meter.waiting()`` when given: the train step blocks on it).
+    In a graph with ``bucket_cap`` (bytes), buckets start as soon as their
+    tensors exist instead (_started_allreduce)."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     dtypes = [t.dtype for t in tensors]
     for t in tensors:
         _t.dtype_name(t)
+    if bucket_cap is not None and tensors and not tf.executing_eagerly():
+        outs = _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter)
+        for o, t in zip(outs, tensors):
+            o.set_shape(t.shape)
+        return outs
 
     # Eager results are handed out as they are, so only graph ops reuse theirs.
     outputs = None if tf.executing_eagerly() else _ResultBuffers(len(tensors))
@@ -86,10 +143,11 @@ def grouped_allreduce(tensors, average=None, compression=None, op=None, prescale
 
 
 def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
-                    postscale_factor=1.0, meter=None):
+                    postscale_factor=1.0, meter=None, bucket_cap=None):
     """grouped_allreduce with explicit negotiation names (None: automatic),
     differentiable, with optional compression (payload names get '.k');
-    meter: an overlap.OverlapMeter timing the wait."""
+    meter: an overlap.OverlapMeter timing the wait; bucket_cap: bytes per
+    early-started bucket in graphs (None: one op for the whole list)."""
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
     if compression is not None and not isinstance(compression, NoneCompressor):
@@ -98,7 +156,7 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
         payload_names = [n if (k == 0 or n is None) else "%s.%d" % (n, k)
                          for (ps, _), n in zip(packed, names) for k in range(len(ps))]
         reduced = allreduce_named(payloads, payload_names, op, None, prescale_factor,
-                                  postscale_factor, meter)
+                                  postscale_factor, meter, bucket_cap)
         out, i = [], 0
         for ps, ctx in packed:
             out.append(compression.decompress(reduced[i:i + len(ps)], ctx))
@@ -107,7 +165,8 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
 
     @tf.custom_gradient
     def reduce(*xs):
-        outs = _grouped_allreduce_raw(xs, names, op, prescale_factor, postscale_factor, meter)
+        outs = _grouped_allreduce_raw(xs, names, op, prescale_factor, postscale_factor, meter,
+                                      bucket_cap)
 
         def grad(*dys):
             grad_names = [None if n is None else n + ".grad" for n in names]

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
-from .. import naming
+from .. import buckets, naming
 from ..errors import InvalidArgumentError, UnsupportedError
 from . import ops
 from .compression import Compression
@@ -39,7 +39,7 @@ class _Reducer:
     """What both wrappers share: settings, config, the reduction itself."""
 
     def _init_reducer(self, compression, backward_passes_per_step, average_aggregated_gradients,
-                      op, gradient_predivide_factor, sparse_as_dense, name_map):
+                      op, gradient_predivide_factor, sparse_as_dense, name_map, bucket_cap_mb):
         if isinstance(compression, str):
             compression = _COMPRESSION_NAMES[compression]()
         if backward_passes_per_step < 1:
@@ -52,6 +52,8 @@ class _Reducer:
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
+        self.bucket_cap_mb = bucket_cap_mb
+        self._bucket_cap = buckets.cap_bytes(bucket_cap_mb)
         # Saved config holds a dict map as plain data (a function cannot be saved).
         self.name_map = naming.map_from_config(name_map) if isinstance(name_map, dict) \
             else name_map
@@ -61,7 +63,7 @@ class _Reducer:
                 "backward_passes_per_step": self.backward_passes_per_step,
                 "average_aggregated_gradients": self.average_aggregated_gradients,
                 "op": int(self.op), "gradient_predivide_factor": self.gradient_predivide_factor,
-                "sparse_as_dense": self.sparse_as_dense,
+                "sparse_as_dense": self.sparse_as_dense, "bucket_cap_mb": self.bucket_cap_mb,
                 "name_map": naming.map_to_config(self.name_map)}
 
     def _built_for(self, trainable_variables):
@@ -76,7 +78,7 @@ class _Reducer:
     def _reduce(self, grads, variables):
         return reduce_gradients(list(grads), list(variables), self.compression, self.op,
                                 self.gradient_predivide_factor, self.sparse_as_dense,
-                                self.name_map)
+                                self.name_map, self._bucket_cap)
 
 
 @keras.saving.register_keras_serializable(package="fuseopt")
@@ -85,11 +87,12 @@ class DistributedKerasOptimizer(_Reducer, keras.optimizers.Optimizer):
 
     def __init__(self, inner_optimizer, compression=Compression.none, backward_passes_per_step=1,
                  average_aggregated_gradients=True, op=ops.Average, gradient_predivide_factor=1.0,
-                 sparse_as_dense=False, name=None, name_map=None, **kwargs):
+                 sparse_as_dense=False, name=None, name_map=None, bucket_cap_mb=None, **kwargs):
         super().__init__(learning_rate=0.0, name=name or "distributed_" + inner_optimizer.name)
         self.inner_optimizer = inner_optimizer
         self._init_reducer(compression, backward_passes_per_step, average_aggregated_gradients,
-                           op, gradient_predivide_factor, sparse_as_dense, name_map)
+                           op, gradient_predivide_factor, sparse_as_dense, name_map,
+                           bucket_cap_mb)
 
     def build(self, var_list):
         self.inner_optimizer.build(var_list)
@@ -168,14 +171,14 @@ class DistributedLossScaleOptimizer(_Reducer, LossScaleOptimizer):
     def __init__(self, inner_optimizer, compression=Compression.none, backward_passes_per_step=1,
                  average_aggregated_gradients=True, op=ops.Average, gradient_predivide_factor=1.0,
                  sparse_as_dense=False, initial_scale=2.0 ** 15, dynamic_growth_steps=2000,
-                 name=None, name_map=None, **kwargs):
+                 name=None, name_map=None, bucket_cap_mb=None, **kwargs):
         if backward_passes_per_step != 1:
             raise UnsupportedError("backward_passes_per_step > 1 together with loss scaling is "
                                    "not supported; accumulate in your loop or drop loss scaling")
         super().__init__(inner_optimizer, initial_scale=initial_scale,
                          dynamic_growth_steps=dynamic_growth_steps, name=name)
         self._init_reducer(compression, 1, average_aggregated_gradients, op,
-                           gradient_predivide_factor, sparse_as_dense, name_map)
+                           gradient_predivide_factor, sparse_as_dense, name_map, bucket_cap_mb)
 
     def apply(self, grads, trainable_variables=None):
         variables = self._built_for(trainable_variables)
@@ -189,7 +192,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=Compression.none, sparse_as_dense=False,
                          backward_passes_per_step=1, op=ops.Average,
                          gradient_predivide_factor=1.0, average_aggregated_gradients=True,
-                         num_groups=0, groups=None, process_set=None, name_map=None):
+                         num_groups=0, groups=None, process_set=None, name_map=None,
+                         bucket_cap_mb=None):
     """Wraps a Keras 3 optimizer so that gradients are averaged across ranks.
 
     Works in ``model.compile(optimizer=...)`` + ``fit`` and in custom loops
@@ -199,11 +203,15 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     divided by N, which equals one step on the concatenated micro-batches.
     ``name_map`` (mixed PyTorch/TensorFlow jobs, see docs/mixed.md) maps
     variable paths to shared names or ``fuseopt.Shared(name, perm)``.
+    Inside ``fit`` / ``tf.function``, gradients start reducing in buckets of
+    ``bucket_cap_mb`` MiB (default 1, or ``FUSEOPT_BUCKET_CAP_MB``; ``inf``
+    for one allreduce after backward) as soon as backward has produced them.
     """
     kwargs = dict(compression=compression, backward_passes_per_step=backward_passes_per_step,
                   average_aggregated_gradients=average_aggregated_gradients, op=op,
                   gradient_predivide_factor=gradient_predivide_factor,
-                  sparse_as_dense=sparse_as_dense, name=name, name_map=name_map)
+                  sparse_as_dense=sparse_as_dense, name=name, name_map=name_map,
+                  bucket_cap_mb=bucket_cap_mb)
     if isinstance(optimizer, (DistributedKerasOptimizer, DistributedLossScaleOptimizer)):
         raise InvalidArgumentError("optimizer is already a fuseopt DistributedOptimizer")
     if isinstance(optimizer, LossScaleOptimizer):

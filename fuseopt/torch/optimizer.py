@@ -14,35 +14,18 @@ be subclassed.
 """
 import contextlib
 import functools
-import os
 import warnings
 
 import torch
 
-from .. import naming, overlap
+from .. import buckets, naming, overlap
 from ..errors import InvalidArgumentError
 from .. import requests as _rq
 from . import ops
 from .compression import Compression
 
 
-def _bucket_cap_bytes(bucket_cap_mb):
-    if bucket_cap_mb is None:
-        bucket_cap_mb = os.environ.get("FUSEOPT_BUCKET_CAP_MB", DEFAULT_BUCKET_CAP_MB)
-    if isinstance(bucket_cap_mb, str):
-        if bucket_cap_mb.strip().lower() in ("inf", "none", "off"):
-            return float("inf")
-        try:
-            bucket_cap_mb = float(bucket_cap_mb)
-        except ValueError:
-            raise InvalidArgumentError("FUSEOPT_BUCKET_CAP_MB=%r is not a number or 'inf'"
-                                       % bucket_cap_mb) from None
-    if not bucket_cap_mb >= 0:
-        raise InvalidArgumentError("bucket_cap_mb must be >= 0, not %r" % (bucket_cap_mb,))
-    return bucket_cap_mb * 2 ** 20
-
-
-DEFAULT_BUCKET_CAP_MB = 1.0
+DEFAULT_BUCKET_CAP_MB = buckets.DEFAULT_BUCKET_CAP_MB
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -122,7 +105,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # Ready gradients not yet submitted (an ordered set of indices), and their bytes.
         self._bucket = {}
         self._bucket_bytes = 0
-        self._bucket_cap = _bucket_cap_bytes(bucket_cap_mb)
+        self._bucket_cap = buckets.cap_bytes(bucket_cap_mb)
         self._should_synchronize = True
         self._synchronized = False
         self._hook_handles = [
