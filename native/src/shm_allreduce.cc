@@ -80,6 +80,100 @@ void ShmAllreduce::sync() {
 void ShmAllreduce::allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                              fuseopt_reduce_op_t op, double postscale) {
   if (win_ == MPI_WIN_NULL) attach();
+  const bool sum = op == FUSEOPT_SUM || op == FUSEOPT_AVERAGE;
+  if (sum && dtype == FUSEOPT_FLOAT32) return direct<float>(segments, postscale);
+  if (sum && dtype == FUSEOPT_FLOAT64) return direct<double>(segments, postscale);
+  staged(segments, dtype, op, postscale);
+}
+
+namespace {
+// out = publish = (in * pre + others[0] + others[1] + ...) * post, one pass.
+// The arithmetic is scale_copy's (double, rounded back) and the summation
+// order MPI_Reduce_local's in staged(), so both paths give the same bits.
+template <typename T>
+void reduce_and_publish(const T* in, double pre, const std::vector<const T*>& others, T* out,
+                        T* publish, double post, int64_t n) {
+  if (others.size() == 1) {  // two ranks: a loop the compiler vectorizes
+    const T* o = others[0];
+    for (int64_t i = 0; i < n; ++i) {
+      const T r = static_cast<T>((o[i] + static_cast<T>(in[i] * pre)) * post);
+      out[i] = r;
+      publish[i] = r;
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    T acc = static_cast<T>(in[i] * pre);
+    for (const T* o : others) acc = o[i] + acc;
+    const T r = static_cast<T>(acc * post);
+    out[i] = r;
+    publish[i] = r;
+  }
+}
+}  // namespace
+
+template <typename T>
+void ShmAllreduce::direct(const std::vector<Segment>& segments, double postscale) {
+  constexpr int64_t esize = sizeof(T);
+  const int64_t per_chunk = kSlotBytes / esize;
+  int64_t count = 0;
+  for (const Segment& s : segments) count += s.count;
+  SegmentCursor in(segments), own(segments), out(segments);
+  auto skip = [](const Segment&, int64_t, int64_t, int64_t) {};
+  std::vector<const T*> others(size_ - 1);
+  for (int64_t done = 0; done < count; done += per_chunk) {
+    const int64_t n = std::min(per_chunk, count - done);
+    const int64_t base = turn_ * kSlotBytes;
+    turn_ ^= 1;
+    auto range = [&](int r) { return std::make_pair(n * r / size_, n * (r + 1) / size_); };
+    auto slot = [&](int r, int64_t element) {
+      return reinterpret_cast<T*>(slots_[r] + base) + element;
+    };
+    // 1. Publish the elements the other ranks reduce (not this rank's own range).
+    for (int r = 0; r < size_; ++r) {
+      const auto part = range(r);
+      if (r == rank_) {
+        in.take(part.second - part.first, skip);
+        continue;
+      }
+      in.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
+                                            int64_t len) {
+        scale_copy(esize == 4 ? FUSEOPT_FLOAT32 : FUSEOPT_FLOAT64,
+                   static_cast<const T*>(s.in) + at, slot(rank_, part.first + from), len,
+                   s.prescale);
+      });
+    }
+    sync();
+    // 2. Reduce this rank's range straight from its own tensors and the
+    //    others' slots into its outputs, and publish the result.
+    const auto mine = range(rank_);
+    own.take(mine.first, skip);
+    own.take(mine.second - mine.first, [&](const Segment& s, int64_t at, int64_t from,
+                                           int64_t len) {
+      for (int k = 1; k < size_; ++k) others[k - 1] = slot((rank_ + k) % size_, mine.first + from);
+      reduce_and_publish(static_cast<const T*>(s.in) + at, s.prescale, others,
+                         static_cast<T*>(s.out) + at, slot(rank_, mine.first + from), postscale,
+                         len);
+    });
+    own.take(n - mine.second, skip);
+    sync();
+    // 3. Fetch the other ranges, already scaled, from the ranks that reduced them.
+    for (int r = 0; r < size_; ++r) {
+      const auto part = range(r);
+      if (r == rank_) {
+        out.take(part.second - part.first, skip);
+        continue;
+      }
+      out.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
+                                             int64_t len) {
+        std::memcpy(static_cast<T*>(s.out) + at, slot(r, part.first + from), len * esize);
+      });
+    }
+  }
+}
+
+void ShmAllreduce::staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                          fuseopt_reduce_op_t op, double postscale) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t per_chunk = kSlotBytes / esize;
   const MPI_Datatype type = MpiWorld::datatype(dtype);
