@@ -7,6 +7,7 @@
 #include "common.h"
 #include "dtype.h"
 #include "log.h"
+#include "polite_wait.h"
 
 namespace fuseopt {
 namespace {
@@ -75,9 +76,11 @@ void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_
       hierarchical_allreduce(s, r, n, MpiWorld::datatype(dtype), MpiWorld::op(op, dtype));
       continue;
     }
-    mpi_check(MPI_Allreduce(s, r, n, MpiWorld::datatype(dtype), MpiWorld::op(op, dtype),
-                            world_.comm()),
-              "MPI_Allreduce");
+    MPI_Request request;
+    mpi_check(MPI_Iallreduce(s, r, n, MpiWorld::datatype(dtype), MpiWorld::op(op, dtype),
+                             world_.comm(), &request),
+              "MPI_Iallreduce");
+    wait_politely(&request, "MPI_Iallreduce");
   }
 }
 
@@ -112,9 +115,11 @@ void MpiBackend::broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int 
   const size_t esize = dtype_size(dtype);
   for (int64_t done = 0; done < count; done += kChunkElements) {
     int n = static_cast<int>(std::min(kChunkElements, count - done));
-    mpi_check(MPI_Bcast(static_cast<char*>(buf) + done * esize, n, MpiWorld::datatype(dtype),
-                        root, world_.comm()),
-              "MPI_Bcast");
+    MPI_Request request;
+    mpi_check(MPI_Ibcast(static_cast<char*>(buf) + done * esize, n, MpiWorld::datatype(dtype),
+                         root, world_.comm(), &request),
+              "MPI_Ibcast");
+    wait_politely(&request, "MPI_Ibcast");
   }
 }
 
@@ -122,9 +127,11 @@ void MpiBackend::allgatherv(const void* send, int64_t send_bytes, void* recv,
                             const std::vector<int64_t>& recv_bytes) {
   std::vector<int> counts = to_int_vector(recv_bytes, "allgather");
   std::vector<int> displs = displacements(counts);
-  mpi_check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
-                           displs.data(), MPI_BYTE, world_.comm()),
-            "MPI_Allgatherv");
+  MPI_Request request;
+  mpi_check(MPI_Iallgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
+                            displs.data(), MPI_BYTE, world_.comm(), &request),
+            "MPI_Iallgatherv");
+  wait_politely(&request, "MPI_Iallgatherv");
 }
 
 void MpiBackend::alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -132,9 +139,11 @@ void MpiBackend::alltoallv(const void* send, const std::vector<int64_t>& send_by
   std::vector<int> scounts = to_int_vector(send_bytes, "alltoall");
   std::vector<int> rcounts = to_int_vector(recv_bytes, "alltoall");
   std::vector<int> sdispls = displacements(scounts), rdispls = displacements(rcounts);
-  mpi_check(MPI_Alltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
-                          rdispls.data(), MPI_BYTE, world_.comm()),
-            "MPI_Alltoallv");
+  MPI_Request request;
+  mpi_check(MPI_Ialltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
+                           rdispls.data(), MPI_BYTE, world_.comm(), &request),
+            "MPI_Ialltoallv");
+  wait_politely(&request, "MPI_Ialltoallv");
 }
 
 void MpiBackend::alltoall_counts(const std::vector<int64_t>& send, std::vector<int64_t>* recv) {
@@ -148,12 +157,18 @@ void MpiBackend::reducescatter(const void* send, void* recv,
                                const std::vector<int64_t>& recv_counts, fuseopt_dtype_t dtype,
                                fuseopt_reduce_op_t op) {
   std::vector<int> counts = to_int_vector(recv_counts, "reducescatter");
-  mpi_check(MPI_Reduce_scatter(send, recv, counts.data(), MpiWorld::datatype(dtype),
-                               MpiWorld::op(op, dtype), world_.comm()),
-            "MPI_Reduce_scatter");
+  MPI_Request request;
+  mpi_check(MPI_Ireduce_scatter(send, recv, counts.data(), MpiWorld::datatype(dtype),
+                                MpiWorld::op(op, dtype), world_.comm(), &request),
+            "MPI_Ireduce_scatter");
+  wait_politely(&request, "MPI_Ireduce_scatter");
 }
 
-void MpiBackend::barrier() { mpi_check(MPI_Barrier(world_.comm()), "MPI_Barrier"); }
+void MpiBackend::barrier() {
+  MPI_Request request;
+  mpi_check(MPI_Ibarrier(world_.comm(), &request), "MPI_Ibarrier");
+  wait_politely(&request, "MPI_Ibarrier");
+}
 
 bool MpiBackend::fits(const std::vector<int64_t>& send_bytes,
                       const std::vector<int64_t>& recv_bytes) const {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "dtype.h"
+#include "polite_wait.h"
 
 namespace fuseopt {
 namespace {
@@ -73,7 +74,9 @@ void ShmAllreduce::attach() {
 void ShmAllreduce::sync() {
   // Stores before the barrier become visible to the other ranks' loads after it.
   MPI_Win_sync(win_);
-  mpi_check(MPI_Barrier(comm_), "MPI_Barrier(shared memory)");
+  MPI_Request request;
+  mpi_check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier(shared memory)");
+  wait_politely(&request, "MPI_Ibarrier(shared memory)");
   MPI_Win_sync(win_);
 }
 
