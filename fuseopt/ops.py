@@ -95,7 +95,7 @@ def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, out
                             [_dtype_name(a) for a in srcs], [a.shape for a in srcs], src_ptrs,
                             out_ptrs, reduce_op=op, prescale=prescale_factor,
                             postscale=postscale_factor, keepalive=(srcs, outs),
-                            finish=lambda: list(outs))
+                            finish=lambda _: list(outs))
 
 
 def grouped_allreduce_async(arrays, names=None, op=Average, prescale_factor=1.0,

@@ -80,37 +80,37 @@ def forget_orphans():
     _orphans.clear()
 
 
-class Handle:
-    """An operation in flight. ``wait()`` returns its result; ``poll()`` says
-    whether it is done. Wait exactly once: that releases the native handle.
-    A handle dropped without a wait keeps its tensors alive until the
-    operation has finished, so the core never touches freed memory."""
+class _Pending:
+    """What Handle and GroupHandle share: wait once, remember the outcome,
+    and keep the tensors alive until the core is done with them. ``_ids``
+    are the native handles; a subclass's ``_native_wait(timeout_ms)`` waits
+    in the core and returns what ``finish`` takes."""
 
-    __slots__ = ("_ctx", "_id", "_keepalive", "_finish", "_runtime_output", "_done", "_result",
-                 "_error")
+    __slots__ = ("_ctx", "_ids", "_keepalive", "_finish", "_done", "_result", "_error")
 
-    # runtime_output: 0 when the caller supplied the output, else 1 + the
-    # device kind of the runtime-allocated result (see _runtime_output).
-    def __init__(self, ctx, handle_id, keepalive, finish, runtime_output):
+    def __init__(self, ctx, ids, keepalive, finish):
         self._ctx = ctx
-        self._id = handle_id
+        self._ids = ids
         self._keepalive = keepalive
         self._finish = finish
-        self._runtime_output = runtime_output
         self._done = False
         self._result = None
         self._error = None
 
     def __del__(self):
         if not self._done and self._keepalive is not None and _orphans is not None:
-            _orphans[self._id] = (self._ctx, self._keepalive)
+            for i in self._ids:
+                _orphans[i] = (self._ctx, self._keepalive)
 
     def poll(self):
         if self._done:
             return True
         done = ffi.new("int*")
-        check(lib.fuseopt_poll(self._ctx, self._id, done))
-        return bool(done[0])
+        for i in self._ids:
+            check(lib.fuseopt_poll(self._ctx, i, done))
+            if not done[0]:
+                return False
+        return True
 
     def wait(self, timeout=None):
         """Blocks until done (or ``timeout`` seconds: TimeoutError, and the
@@ -121,17 +121,11 @@ class Handle:
             return self._result
         timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
         try:
-            if self._runtime_output:
-                out = ffi.new("fuseopt_output_t*")
-                check(lib.fuseopt_wait_output(self._ctx, self._id, timeout_ms, out))
-                raw = RuntimeOutput(out, self._runtime_output - 1)
-            else:
-                check(lib.fuseopt_wait(self._ctx, self._id, timeout_ms))
-                raw = None
+            raw = self._native_wait(timeout_ms)
         except TimeoutError:
             raise  # still in flight: may be waited on again (no `as`: no cycle via self)
         except FuseoptError as e:
-            # The native handle is released: remember the outcome for later
+            # The native handles are released: remember the outcome for later
             # waits (not the exception itself: its traceback refers back here).
             self._done, self._error = True, (type(e), str(e))
             if isinstance(e, RankFailedError):
@@ -144,61 +138,44 @@ class Handle:
         return self._result
 
 
-class GroupHandle:
-    """Operations submitted in one native call and waited on in one: ``wait()``
-    returns the list of their results. With many small tensors a Handle per
-    tensor costs more in per-call overhead than the tensors take to reduce.
-    Dropped without a wait, it keeps its tensors alive like a Handle."""
+class Handle(_Pending):
+    """An operation in flight. ``wait()`` returns its result; ``poll()`` says
+    whether it is done. Wait exactly once: that releases the native handle.
+    A handle dropped without a wait keeps its tensors alive until the
+    operation has finished, so the core never touches freed memory."""
 
-    __slots__ = ("_ctx", "_ids", "_count", "_keepalive", "_finish", "_done", "_result",
-                 "_error")
+    __slots__ = ("_id", "_runtime_output")
+
+    # runtime_output: 0 when the caller supplied the output, else 1 + the
+    # device kind of the runtime-allocated result (see _runtime_output).
+    def __init__(self, ctx, handle_id, keepalive, finish, runtime_output):
+        super().__init__(ctx, (handle_id,), keepalive, finish)
+        self._id = handle_id
+        self._runtime_output = runtime_output
+
+    def _native_wait(self, timeout_ms):
+        if not self._runtime_output:
+            check(lib.fuseopt_wait(self._ctx, self._id, timeout_ms))
+            return None
+        out = ffi.new("fuseopt_output_t*")
+        check(lib.fuseopt_wait_output(self._ctx, self._id, timeout_ms, out))
+        return RuntimeOutput(out, self._runtime_output - 1)
+
+
+class GroupHandle(_Pending):
+    """Operations submitted in one native call and waited on in one: ``wait()``
+    returns the list of their results (``finish(None)``) and raises the first
+    failed operation's error. With many small tensors a Handle per tensor
+    costs more in per-call overhead than the tensors take to reduce."""
+
+    __slots__ = ("_array",)
 
     def __init__(self, ctx, ids, count, keepalive, finish):
-        self._ctx = ctx
-        self._ids = ids  # int64_t[count], owned
-        self._count = count
-        self._keepalive = keepalive
-        self._finish = finish
-        self._done = False
-        self._result = None
-        self._error = None
+        super().__init__(ctx, ffi.unpack(ids, count), keepalive, finish)
+        self._array = ids  # int64_t[count], as the core takes them
 
-    def __del__(self):
-        if not self._done and self._keepalive is not None and _orphans is not None:
-            for i in range(self._count):
-                _orphans[self._ids[i]] = (self._ctx, self._keepalive)
-
-    def poll(self):
-        if self._done:
-            return True
-        done = ffi.new("int*")
-        for i in range(self._count):
-            check(lib.fuseopt_poll(self._ctx, self._ids[i], done))
-            if not done[0]:
-                return False
-        return True
-
-    def wait(self, timeout=None):
-        """As Handle.wait; raises the first failed operation's error."""
-        if self._done:
-            if self._error is not None:
-                raise self._error[0](self._error[1])
-            return self._result
-        timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        try:
-            check(lib.fuseopt_wait_all(self._ctx, self._ids, self._count, timeout_ms))
-        except TimeoutError:
-            raise  # nothing released: may be waited on again
-        except FuseoptError as e:
-            self._done, self._error = True, (type(e), str(e))
-            if isinstance(e, RankFailedError):
-                _parked_after_failure.append(self._keepalive)
-            self._keepalive = None
-            raise
-        self._done = True
-        self._keepalive = None
-        self._result = self._finish() if self._finish else None
-        return self._result
+    def _native_wait(self, timeout_ms):
+        check(lib.fuseopt_wait_all(self._ctx, self._array, len(self._ids), timeout_ms))
 
 
 # Request arrays of grouped operations by signature, filled in once; a call
@@ -321,7 +298,7 @@ class Batch:
         ctx, handles, ops = self._enqueue()
         finishes = [op[13] for op in ops]
         return GroupHandle(ctx, handles, len(ops), [op[12] for op in ops],
-                           lambda: [f(None) if f else None for f in finishes])
+                           lambda _: [f(None) if f else None for f in finishes])
 
     def _enqueue(self):
         ctx = _context()

@@ -122,56 +122,43 @@ void ShmAllreduce::direct(const std::vector<Segment>& segments, double postscale
   int64_t count = 0;
   for (const Segment& s : segments) count += s.count;
   SegmentCursor in(segments), own(segments), out(segments);
-  auto skip = [](const Segment&, int64_t, int64_t, int64_t) {};
   std::vector<const T*> others(size_ - 1);
   for (int64_t done = 0; done < count; done += per_chunk) {
     const int64_t n = std::min(per_chunk, count - done);
     const int64_t base = turn_ * kSlotBytes;
     turn_ ^= 1;
-    auto range = [&](int r) { return std::make_pair(n * r / size_, n * (r + 1) / size_); };
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<T*>(slots_[r] + base) + element;
     };
-    // 1. Publish the elements the other ranks reduce (not this rank's own range).
-    for (int r = 0; r < size_; ++r) {
-      const auto part = range(r);
-      if (r == rank_) {
-        in.take(part.second - part.first, skip);
-        continue;
+    // Walks the chunk with cursor c, rank r's range after rank r-1's, calling
+    // piece(r, element in the chunk, segment, element in it, length) for this
+    // rank's own range (own) or for everyone else's (!own).
+    auto walk = [&](SegmentCursor& c, bool own, auto piece) {
+      for (int r = 0; r < size_; ++r) {
+        const int64_t first = n * r / size_, last = n * (r + 1) / size_;
+        c.take(last - first, [&](const Segment& s, int64_t at, int64_t from, int64_t len) {
+          if ((r == rank_) == own) piece(r, first + from, s, at, len);
+        });
       }
-      in.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
-                                            int64_t len) {
-        scale_copy(esize == 4 ? FUSEOPT_FLOAT32 : FUSEOPT_FLOAT64,
-                   static_cast<const T*>(s.in) + at, slot(rank_, part.first + from), len,
-                   s.prescale);
-      });
-    }
+    };
+    // 1. Publish the elements the other ranks reduce.
+    walk(in, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+      scale_copy(esize == 4 ? FUSEOPT_FLOAT32 : FUSEOPT_FLOAT64, static_cast<const T*>(s.in) + at,
+                 slot(rank_, e), len, s.prescale);
+    });
     sync();
     // 2. Reduce this rank's range straight from its own tensors and the
     //    others' slots into its outputs, and publish the result.
-    const auto mine = range(rank_);
-    own.take(mine.first, skip);
-    own.take(mine.second - mine.first, [&](const Segment& s, int64_t at, int64_t from,
-                                           int64_t len) {
-      for (int k = 1; k < size_; ++k) others[k - 1] = slot((rank_ + k) % size_, mine.first + from);
+    walk(own, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+      for (int k = 1; k < size_; ++k) others[k - 1] = slot((rank_ + k) % size_, e);
       reduce_and_publish(static_cast<const T*>(s.in) + at, s.prescale, others,
-                         static_cast<T*>(s.out) + at, slot(rank_, mine.first + from), postscale,
-                         len);
+                         static_cast<T*>(s.out) + at, slot(rank_, e), postscale, len);
     });
-    own.take(n - mine.second, skip);
     sync();
     // 3. Fetch the other ranges, already scaled, from the ranks that reduced them.
-    for (int r = 0; r < size_; ++r) {
-      const auto part = range(r);
-      if (r == rank_) {
-        out.take(part.second - part.first, skip);
-        continue;
-      }
-      out.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
-                                             int64_t len) {
-        std::memcpy(static_cast<T*>(s.out) + at, slot(r, part.first + from), len * esize);
-      });
-    }
+    walk(out, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
+      std::memcpy(static_cast<T*>(s.out) + at, slot(r, e), len * esize);
+    });
   }
 }
 

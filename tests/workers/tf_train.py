@@ -35,6 +35,10 @@ def check_fit_equals_single_process_sgd_adam():
         model, ref = fit_pair(make_opt, epochs=2)
         for w, v in zip(model.get_weights(), ref.get_weights()):
             close(w, v, "fit %s" % name)
+    # One bucket per gradient, each started by its own op during backward.
+    model, ref = fit_pair(lambda: keras.optimizers.Adam(0.01), epochs=2, bucket_cap_mb=0)
+    for w, v in zip(model.get_weights(), ref.get_weights()):
+        close(w, v, "fit with a bucket per gradient")
 
 
 def check_accumulation_equals_concatenated_batch():
@@ -55,7 +59,7 @@ def check_custom_loop_tape_and_apply_gradients():
     def step(xb, yb):
         with tf.GradientTape() as tape:
             loss = loss_fn(yb, model(xb, training=True))
-        tape = hvd.DistributedGradientTape(tape)
+        tape = hvd.DistributedGradientTape(tape, bucket_cap_mb=0)
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
 
@@ -67,6 +71,13 @@ def check_custom_loop_tape_and_apply_gradients():
                                     ref.trainable_variables))
     for w, v in zip(model.get_weights(), ref.get_weights()):
         close(w, v, "tape + apply_gradients")
+    # bucket_cap_mb=0: every gradient's allreduce is started by its own
+    # non-blocking op, and a single op waits for them all.
+    ops = step.get_concrete_function(xr[:B], yr[:B]).graph.get_operations()
+    starts = [o for o in ops if o.name.startswith("fuseopt_allreduce_start")]
+    waits = [o for o in ops if o.name.startswith("fuseopt_allreduce_wait")]
+    assert len(starts) == len(model.trainable_variables) and len(waits) == 1, \
+        (len(starts), len(waits), len(model.trainable_variables))
 
 
 def check_compression_and_sparse_gradients():
