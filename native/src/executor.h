@@ -1,6 +1,8 @@
-// Runs agreed responses on this rank: plans fusion buckets, moves tensors in
-// and out of the fusion buffer (applying prescale on the way in and postscale
-// on the way out), calls the backend once per bucket, and completes handles.
+// Runs agreed responses on this rank: plans fusion buckets, calls the backend
+// once per bucket, and completes handles. A backend that can read and write
+// the bucket's tensors directly gets them as segments (the shared-memory
+// path); otherwise they move in and out of the fusion buffer (prescale
+// applied on the way in, postscale on the way out).
 //
 // A rank that has joined has no tensor of its own for a response; it takes
 // part with a scratch buffer holding the identity of the reduction (or no
@@ -77,8 +79,7 @@ class Executor {
   double copied_in_s_ = 0, reduced_s_ = 0;  // phase marks of the running bucket
   int64_t fusion_threshold_ = 0;
   std::vector<char> fusion_buffer_;  // persistent, grows to the largest bucket
-  std::vector<char> scratch_;
-  std::vector<std::pair<int64_t, OwnedOutput>> completed_;  // this bucket's, not yet released        // a joined rank's stand-in tensor
+  std::vector<std::pair<int64_t, OwnedOutput>> completed_;  // this bucket's, not yet released
   std::shared_ptr<DeviceExecutor> devices_;  // device buckets go there
 };
 
