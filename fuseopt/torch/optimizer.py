@@ -265,10 +265,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                                 name if k == 0 else "%s.%d" % (name, k), op,
                                                 scales[0], scales[1], True)
                 batch.add(*args, **kwargs)
-            started.append((i, len(payloads), payloads, ctx))
-        handles = iter(batch.submit())
-        for i, count, payloads, ctx in started:
-            self._in_flight[i] = ([next(handles) for _ in range(count)], payloads, ctx)
+            started.append((i, len(payloads), ctx))
+        # One handle per bucket: waiting on each gradient separately costs a
+        # native call each (~0.6 ms per step for 200 small gradients).
+        bucket = batch.submit_group()
+        first = 0
+        for i, count, ctx in started:
+            self._in_flight[i] = (bucket, first, count, ctx)
+            first += count
 
     def synchronize(self):
         """Waits for every gradient's allreduce and writes the averages into
@@ -281,8 +285,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._flush_bucket()
         plain = self._compression is Compression.none
         with overlap.GRADIENTS.waiting():
-            for i, (handles, payloads, ctx) in self._in_flight.items():
-                reduced = [h.wait() for h in handles]
+            for i, (bucket, first, count, ctx) in self._in_flight.items():
+                reduced = bucket.wait()[first:first + count]  # later waits return the results
                 result = reduced[0] if plain else self._compression.decompress(reduced, ctx)
                 shared = self._perms.get(i)
                 if shared is not None:
