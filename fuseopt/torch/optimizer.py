@@ -21,11 +21,16 @@ import torch
 from .. import buckets, naming, overlap
 from ..errors import InvalidArgumentError
 from .. import requests as _rq
+from . import _tensors as _t
 from . import ops
 from .compression import Compression
 
 
 DEFAULT_BUCKET_CAP_MB = buckets.DEFAULT_BUCKET_CAP_MB
+
+
+# In-flight marker of a gradient reduced in place in p.grad (_submit_plain).
+_IN_PLACE = object()
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -242,6 +247,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Starts the allreduces of these parameters in one native call."""
         op = self._compression.reduce_op if self._compression.reduce_op is not None else self._op
         scales = (self._prescale, self._postscale) if op == ops.Average else (1.0, 1.0)
+        if self._compression is Compression.none and not self._perms:
+            grads = [self._params[i].grad for i in indices]
+            if all(g is not None and g.is_cpu and not g.is_sparse and g.is_contiguous()
+                   for g in grads):
+                return self._submit_plain(indices, grads, op, scales)
         batch = _rq.Batch()
         started = []
         plain = self._compression is Compression.none
@@ -274,6 +284,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._in_flight[i] = (bucket, first, count, ctx)
             first += count
 
+    def _submit_plain(self, indices, grads, op, scales):
+        """The common case (host gradients in place, no compression or shared
+        layout) from cached request arrays: a few attribute reads per
+        gradient instead of building each request anew."""
+        ptrs = [_t.ptr(g) for g in grads]
+        bucket = _rq.submit_group(_rq.ALLREDUCE, [self._names[i] for i in indices],
+                                  [_t.dtype_name(g) for g in grads],
+                                  [tuple(g.shape) for g in grads], ptrs, ptrs, reduce_op=op,
+                                  prescale=scales[0], postscale=scales[1], keepalive=grads,
+                                  finish=lambda _: grads)
+        for i in indices:
+            self._in_flight[i] = (bucket, 0, 1, _IN_PLACE)
+
     def synchronize(self):
         """Waits for every gradient's allreduce and writes the averages into
         ``p.grad``. Parameters whose gradient never arrived on this rank (an
@@ -286,7 +309,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         plain = self._compression is Compression.none
         with overlap.GRADIENTS.waiting():
             for i, (bucket, first, count, ctx) in self._in_flight.items():
-                reduced = bucket.wait()[first:first + count]  # later waits return the results
+                if ctx is _IN_PLACE:  # the average is already in p.grad
+                    bucket.wait()  # later waits of a bucket return at once
+                    continue
+                reduced = bucket.wait()[first:first + count]
                 result = reduced[0] if plain else self._compression.decompress(reduced, ctx)
                 shared = self._perms.get(i)
                 if shared is not None:
