@@ -15,7 +15,7 @@ from .. import buckets
 from .. import objects as _objects
 from .. import ops as _np
 from .. import runtime
-from ..errors import InvalidArgumentError
+from ..errors import FuseoptError, InvalidArgumentError
 from . import _tensors as _t
 from .compression import NoneCompressor
 
@@ -53,6 +53,20 @@ _in_flight = {}
 _tokens = itertools.count(1)
 
 
+def _finish_abandoned(token):
+    """An execution that stopped between a bucket's start and the wait (an
+    error elsewhere in the step, an interrupt) leaves the bucket in flight,
+    and its names with it: the next start of that bucket would be refused.
+    The other ranks started it too (starting never blocks), so it completes;
+    wait for it and drop the result."""
+    handle = _in_flight.pop(token, None)
+    if handle is not None:
+        try:
+            handle.wait()
+        except FuseoptError:
+            pass  # that step's error was raised back then
+
+
 def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter):
     """Graph mode with overlap: the list is cut into buckets of about
     ``bucket_cap`` bytes in the order backward produces gradients (the
@@ -70,12 +84,16 @@ def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, mete
     for bucket in plan:
         bucket_names = [names[i] for i in bucket]
         outputs = _ResultBuffers(len(bucket))
+        last = []  # this op's previous token
 
-        def start(*arrays, bucket_names=bucket_names, outputs=outputs):
+        def start(*arrays, bucket_names=bucket_names, outputs=outputs, last=last):
+            if last:
+                _finish_abandoned(last.pop())
             handle = _np._grouped(list(arrays), bucket_names, op, prescale, postscale, False,
                                   outputs.take(arrays))
             token = next(_tokens)
             _in_flight[token] = handle
+            last.append(token)
             return [np.array(token, np.int64)]
 
         tokens += _t.run(start, [tensors[i] for i in bucket], [tf.int64], "allreduce_start",

@@ -52,6 +52,26 @@ def total_of(n):
     return sum(k + 1 for k in range(n))
 
 
+def check_abandoned_bucket_is_finished_by_the_next_start():
+    # A graph execution that stops between a gradient bucket's start op and
+    # the wait (here: a session fetching only the start) leaves the bucket in
+    # flight; the next start of that op must finish it rather than fail with
+    # "already in flight".
+    from fuseopt.tensorflow import ops
+    n = hvd.size()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant(np.full(3, hvd.rank() + 1.0, np.float32))
+        reduced = ops._started_allreduce([x], ["abandon.x"], ops.Sum, 1.0, 1.0, 0, None)
+        start = [o for o in graph.get_operations() if o.name.startswith("fuseopt_allreduce_start")]
+    assert len(start) == 1, start
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(start[0].outputs[0])  # abandoned: never waited
+        for _ in range(2):
+            out = session.run(reduced)[0]
+            close(out, np.full(3, n * (n + 1) / 2.0), "allreduce after an abandoned start")
+
+
 def check_errors():
     harness.expect_error(hvd.InvalidArgumentError,
                          lambda: hvd.allreduce(tf.constant([True, False])), "bool")
@@ -69,4 +89,5 @@ def check_errors():
 
 
 if __name__ == "__main__":
-    harness.run([check_ops_eager_and_graph, check_gradients_through_collectives, check_errors])
+    harness.run([check_ops_eager_and_graph, check_gradients_through_collectives,
+                 check_abandoned_bucket_is_finished_by_the_next_start, check_errors])
