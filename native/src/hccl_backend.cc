@@ -8,14 +8,13 @@
 //    abandoned, not destroyed (destroying it could wait for the dead peer).
 #include "hccl_backend.h"
 
-#include <chrono>
 #include <string>
-#include <thread>
 
 #include "common.h"
 #include "dynlib.h"
 #include "log.h"
 #include "hccl_api.h"
+#include "polite_wait.h"
 
 namespace fuseopt {
 namespace {
@@ -188,27 +187,26 @@ void HcclBackend::synchronize() {
   // Poll an event instead of blocking in aclrtSynchronizeStream, so that
   // HCCL's asynchronous error (a failed peer) can end the wait.
   acl_check(acl_.aclrtRecordEvent(done_, stream_), "aclrtRecordEvent");
-  auto pause = std::chrono::microseconds(1);
-  for (;;) {
-    int status = 0;
-    acl_check(acl_.aclrtQueryEventStatus(done_, &status), "aclrtQueryEventStatus");
-    if (status == acl::kEventRecordedComplete) {
-      acl_check(acl_.aclrtSynchronizeStream(stream_), "aclrtSynchronizeStream");
-      return;
-    }
-    hccl::Result async = hccl::kSuccess;
-    check(hccl_.HcclGetCommAsyncError(comm_, &async), "HcclGetCommAsyncError");
-    if (async != hccl::kSuccess) {
-      comm_ = nullptr;  // abandoned: see the top of this file
-      throw Error(FUSEOPT_BACKEND,
-                  "HCCL reported an asynchronous error on " + where() + ": " +
-                      hccl_.HcclGetErrorString(async) + " (HcclResult " + std::to_string(async) +
-                      "). A peer rank has probably failed or lost its network; fuseopt has "
-                      "stopped on this rank");
-    }
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::microseconds(50)) pause *= 2;  // latency vs. CPU
-  }
+  poll_until(
+      [&] {
+        int status = 0;
+        acl_check(acl_.aclrtQueryEventStatus(done_, &status), "aclrtQueryEventStatus");
+        if (status == acl::kEventRecordedComplete) return true;
+        hccl::Result async = hccl::kSuccess;
+        check(hccl_.HcclGetCommAsyncError(comm_, &async), "HcclGetCommAsyncError");
+        if (async != hccl::kSuccess) {
+          comm_ = nullptr;  // abandoned: see the top of this file
+          throw Error(FUSEOPT_BACKEND,
+                      "HCCL reported an asynchronous error on " + where() + ": " +
+                          hccl_.HcclGetErrorString(async) + " (HcclResult " +
+                          std::to_string(async) +
+                          "). A peer rank has probably failed or lost its network; fuseopt has "
+                          "stopped on this rank");
+        }
+        return false;
+      },
+      kStreamPoll);
+  acl_check(acl_.aclrtSynchronizeStream(stream_), "aclrtSynchronizeStream");
 }
 
 void HcclBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,

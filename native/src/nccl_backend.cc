@@ -7,15 +7,14 @@
 // aborted rather than waited on forever.
 #include "nccl_backend.h"
 
-#include <chrono>
 #include <climits>
 #include <string>
-#include <thread>
 
 #include "common.h"
 #include "dtype.h"
 #include "log.h"
 #include "nccl_api.h"
+#include "polite_wait.h"
 
 namespace fuseopt {
 namespace {
@@ -213,16 +212,16 @@ void NcclBackend::wait_for(void* stream, void* event) {
 void NcclBackend::synchronize() {
   // Poll rather than block in cudaStreamSynchronize: a collective whose peer
   // has died never finishes, and only NCCL's async error says so.
-  auto pause = std::chrono::microseconds(1);
-  for (;;) {
-    cuda::Error e = cuda_.cudaStreamQuery(stream_);
-    if (e == cuda::kSuccess) return;
-    if (e != cuda::kNotReady) cuda_check(e, "cudaStreamQuery");
-    check_async(comm_);
-    if (node_comm_) check_async(node_comm_);
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::microseconds(50)) pause *= 2;  // latency vs. CPU
-  }
+  poll_until(
+      [&] {
+        cuda::Error e = cuda_.cudaStreamQuery(stream_);
+        if (e == cuda::kSuccess) return true;
+        if (e != cuda::kNotReady) cuda_check(e, "cudaStreamQuery");
+        check_async(comm_);
+        if (node_comm_) check_async(node_comm_);
+        return false;
+      },
+      kStreamPoll);
 }
 
 void NcclBackend::check_async(nccl::Comm comm) {

@@ -1,4 +1,4 @@
-// Completing an MPI request without holding a core.
+// Waiting without holding a core: poll a condition with pauses that grow.
 //
 // MPICH's blocking calls busy-poll until the slowest rank arrives. When ranks
 // share cores with training threads (two ranks on two cores here; any job
@@ -7,13 +7,53 @@
 // thread, needs: measured here with the PyTorch MLP, a 45 KB bucket took up to
 // 36 ms. Data-plane collectives are therefore posted non-blocking and polled:
 // a short spin (the peer is usually right behind), then yields, then sleeps
-// that grow, so a long wait costs next to no CPU.
+// that grow, so a long wait costs next to no CPU. Device streams are polled
+// the same way, so that an asynchronous error of the device library (a dead
+// peer) can end a wait that would otherwise never return.
 #pragma once
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 namespace fuseopt {
 
+// Spin until `spin` has passed, yield until `yield`, then sleep, starting at
+// `first_sleep` and doubling up to `max_sleep`.
+struct PollSchedule {
+  std::chrono::microseconds spin, yield, first_sleep, max_sleep;
+};
+
+// MPI collectives: peers usually arrive within microseconds.
+constexpr PollSchedule kCollectivePoll{std::chrono::microseconds(20),
+                                       std::chrono::microseconds(200),
+                                       std::chrono::microseconds(10),
+                                       std::chrono::microseconds(500)};
+// Device streams: kernels take a while; sleep at once, briefly (latency vs. CPU).
+constexpr PollSchedule kStreamPoll{std::chrono::microseconds(0), std::chrono::microseconds(0),
+                                   std::chrono::microseconds(1), std::chrono::microseconds(64)};
+
+// Calls done() until it returns true (done may throw to give up).
+template <typename Done>
+void poll_until(Done done, const PollSchedule& schedule) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto sleep = schedule.first_sleep;
+  while (!done()) {
+    const auto waited = clock::now() - start;
+    if (waited < schedule.spin) continue;
+    if (waited < schedule.yield) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(schedule.max_sleep, sleep * 2);
+  }
+}
+
+// Completes an MPI request on kCollectivePoll.
 void wait_politely(MPI_Request* request, const char* what);
 
 }  // namespace fuseopt
