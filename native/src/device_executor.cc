@@ -7,8 +7,6 @@
 namespace fuseopt {
 namespace {
 
-int64_t tensor_bytes(const TensorSpec& s) { return s.num_elements() * dtype_size(s.dtype); }
-
 const char* device_name(fuseopt_device_t d) {
   return d == FUSEOPT_DEVICE_CUDA ? "cuda" : d == FUSEOPT_DEVICE_NPU ? "npu" : "host";
 }
@@ -174,24 +172,19 @@ void DeviceExecutor::allreduce(DeviceBackend& b, std::vector<Work*>& bucket) {
       return complete(*bucket.front());
     }
   }
-  int64_t total = 0;
-  for (Work* w : bucket) total += tensor_bytes(w->response.spec);
+  const int64_t total = bucket_bytes(bucket);
   char* buf = static_cast<char*>(agreed_buffer(b, total, bucket));
   if (!buf) return;
-  int64_t offset = 0;
-  for (Work* w : bucket) {
-    b.copy(buf + offset, w->entry->input, tensor_bytes(w->response.spec));
-    offset += tensor_bytes(w->response.spec);
-  }
+  lay_out(bucket, [&](Work& w, int64_t at) {
+    b.copy(buf + at, w.entry->input, tensor_bytes(w.response.spec));
+  });
   const int64_t count = total / dtype_size(s.dtype);
   if (plain) b.allreduce(buf, buf, count, s.dtype, s.reduce_op);
   else if (!b.allreduce_scaled(buf, buf, count, s.dtype, s.reduce_op, factor))
     staged_allreduce(b, bucket, buf, total);
-  offset = 0;
-  for (Work* w : bucket) {
-    b.copy(w->entry->output, buf + offset, tensor_bytes(w->response.spec));
-    offset += tensor_bytes(w->response.spec);
-  }
+  lay_out(bucket, [&](Work& w, int64_t at) {
+    b.copy(w.entry->output, buf + at, tensor_bytes(w.response.spec));
+  });
   b.synchronize();
   for (Work* w : bucket) complete(*w);
 }
@@ -203,14 +196,12 @@ void DeviceExecutor::staged_allreduce(DeviceBackend& b, std::vector<Work*>& buck
     staging_.resize(total);
     b.download(staging_.data(), buf, total);
     b.synchronize();
-    int64_t offset = 0;
-    for (Work* w : bucket) {
-      const TensorSpec& t = w->response.spec;
-      if (!w->entry->stand_in)  // an identity value stays the identity
-        scale_copy(t.dtype, staging_.data() + offset, staging_.data() + offset,
-                   t.num_elements(), t.prescale);
-      offset += tensor_bytes(t);
-    }
+    lay_out(bucket, [&](Work& w, int64_t at) {
+      const TensorSpec& t = w.response.spec;
+      if (!w.entry->stand_in)  // an identity value stays the identity
+        scale_copy(t.dtype, staging_.data() + at, staging_.data() + at, t.num_elements(),
+                   t.prescale);
+    });
     b.upload(buf, staging_.data(), total);
   }
   const bool average = s.reduce_op == FUSEOPT_AVERAGE;
@@ -241,21 +232,16 @@ void DeviceExecutor::broadcast(DeviceBackend& b, std::vector<Work*>& bucket) {
   if (bucket.size() == 1) {
     b.broadcast(bucket.front()->entry->output, s.num_elements(), s.dtype, s.root);
   } else {
-    int64_t total = 0;
-    for (Work* w : bucket) total += tensor_bytes(w->response.spec);
+    const int64_t total = bucket_bytes(bucket);
     char* buf = static_cast<char*>(agreed_buffer(b, total, bucket));
     if (!buf) return;
-    int64_t offset = 0;
-    for (Work* w : bucket) {
-      if (root) b.copy(buf + offset, w->entry->output, tensor_bytes(w->response.spec));
-      offset += tensor_bytes(w->response.spec);
-    }
+    lay_out(bucket, [&](Work& w, int64_t at) {
+      if (root) b.copy(buf + at, w.entry->output, tensor_bytes(w.response.spec));
+    });
     b.broadcast(buf, total / dtype_size(s.dtype), s.dtype, s.root);
-    offset = 0;
-    for (Work* w : bucket) {
-      if (!root) b.copy(w->entry->output, buf + offset, tensor_bytes(w->response.spec));
-      offset += tensor_bytes(w->response.spec);
-    }
+    lay_out(bucket, [&](Work& w, int64_t at) {
+      if (!root) b.copy(w.entry->output, buf + at, tensor_bytes(w.response.spec));
+    });
   }
   b.synchronize();
   for (Work* w : bucket) complete(*w);

@@ -13,8 +13,6 @@
 namespace fuseopt {
 namespace {
 
-int64_t tensor_bytes(const TensorSpec& s) { return s.num_elements() * dtype_size(s.dtype); }
-
 // A tensor this large already runs at full bandwidth on its own; fusing it
 // would only add two passes over its bytes (copy in, copy out).
 constexpr int64_t kSoloBytes = int64_t(1) << 20;
@@ -38,6 +36,8 @@ std::string fusion_key(const TensorSpec& s) {
 }
 
 }  // namespace
+
+int64_t tensor_bytes(const TensorSpec& s) { return s.num_elements() * dtype_size(s.dtype); }
 
 double Executor::postscale_of(const TensorSpec& spec) const {
   // Integer averages divide exactly afterwards (finish_average) instead.
@@ -214,27 +214,21 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
     finish_average(s, e.output, n);
     return complete(*bucket.front());
   }
-  int64_t total = 0;
-  for (Work* w : bucket) total += tensor_bytes(w->response.spec);
-  char* buf = fusion_buffer(total);
-  int64_t offset = 0;
-  for (Work* w : bucket) {
-    const TensorSpec& t = w->response.spec;
-    scale_copy(t.dtype, w->entry->input, buf + offset, t.num_elements(),
-               w->entry->stand_in ? 1.0 : t.prescale);
-    offset += tensor_bytes(t);
-  }
+  char* buf = fusion_buffer(bucket_bytes(bucket));
+  const int64_t total = lay_out(bucket, [&](Work& w, int64_t at) {
+    const TensorSpec& t = w.response.spec;
+    scale_copy(t.dtype, w.entry->input, buf + at, t.num_elements(),
+               w.entry->stand_in ? 1.0 : t.prescale);
+  });
   mark_copied_in();
   backend_.allreduce(buf, buf, total / dtype_size(s.dtype), s.dtype, s.reduce_op);
   mark_reduced();
-  offset = 0;
-  for (Work* w : bucket) {
-    const TensorSpec& t = w->response.spec;
-    scale_copy(t.dtype, buf + offset, w->entry->output, t.num_elements(), post);
-    finish_average(t, w->entry->output, t.num_elements());
-    offset += tensor_bytes(t);
-    complete(*w);
-  }
+  lay_out(bucket, [&](Work& w, int64_t at) {
+    const TensorSpec& t = w.response.spec;
+    scale_copy(t.dtype, buf + at, w.entry->output, t.num_elements(), post);
+    finish_average(t, w.entry->output, t.num_elements());
+    complete(w);
+  });
 }
 
 void Executor::broadcast(std::vector<Work*>& bucket) {
@@ -247,25 +241,17 @@ void Executor::broadcast(std::vector<Work*>& bucket) {
     backend_.broadcast(bucket.front()->entry->output, s.num_elements(), s.dtype, s.root);
     return complete(*bucket.front());
   }
-  int64_t total = 0;
-  for (Work* w : bucket) total += tensor_bytes(w->response.spec);
-  char* buf = fusion_buffer(total);
-  int64_t offset = 0;
-  if (root) {
-    for (Work* w : bucket) {
-      std::memcpy(buf + offset, w->entry->output, tensor_bytes(w->response.spec));
-      offset += tensor_bytes(w->response.spec);
-    }
-  }
+  char* buf = fusion_buffer(bucket_bytes(bucket));
+  const int64_t total = lay_out(bucket, [&](Work& w, int64_t at) {
+    if (root) std::memcpy(buf + at, w.entry->output, tensor_bytes(w.response.spec));
+  });
   mark_copied_in();
   backend_.broadcast(buf, total / dtype_size(s.dtype), s.dtype, s.root);
   mark_reduced();
-  offset = 0;
-  for (Work* w : bucket) {
-    if (!root) std::memcpy(w->entry->output, buf + offset, tensor_bytes(w->response.spec));
-    offset += tensor_bytes(w->response.spec);
-    complete(*w);
-  }
+  lay_out(bucket, [&](Work& w, int64_t at) {
+    if (!root) std::memcpy(w.entry->output, buf + at, tensor_bytes(w.response.spec));
+    complete(w);
+  });
 }
 
 void Executor::allgather(Work& w) {
