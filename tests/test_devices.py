@@ -122,7 +122,7 @@ def _cuda_gpus():
 @pytest.mark.skipif(_cuda_gpus() < 2, reason="needs 2 CUDA GPUs and NCCL "
                     "(torch.cuda.is_available() is False here: no GPU on this machine)")
 def test_torch_cuda_tensors_on_real_gpus_with_nccl(run_ranks):
-    run_ranks(2, "torch_cuda.py", timeout=300)
+    run_ranks(2, "torch_device.py", "cuda", timeout=300)
 
 
 def _npus():
@@ -137,7 +137,7 @@ def _npus():
 @pytest.mark.skipif(_npus() < 2, reason="needs 2 Ascend NPUs, torch_npu and CANN "
                     "(torch_npu is not installed here: no NPU on this machine)")
 def test_torch_npu_tensors_on_real_npus_with_hccl(run_ranks):
-    run_ranks(2, "torch_npu.py", timeout=300)
+    run_ranks(2, "torch_device.py", "npu", timeout=300)
 
 
 def test_nvidia_wheel_libraries_are_found_when_no_path_is_given(tmp_path):
