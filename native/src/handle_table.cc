@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "device_free.h"
+#include "polite_wait.h"
 
 namespace fuseopt {
 
@@ -89,6 +90,7 @@ constexpr auto kWaitSpin = std::chrono::microseconds(50);
 bool HandleTable::wait_done(std::unique_lock<std::mutex>& lock, int64_t handle,
                             std::chrono::steady_clock::time_point deadline) {
   using clock = std::chrono::steady_clock;
+  FrameworkBlocked blocked;
   const auto spin_end = std::min(deadline, clock::now() + kWaitSpin);
   while (!find(handle).done && clock::now() < spin_end) {
     lock.unlock();

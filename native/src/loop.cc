@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <sstream>
+#include <thread>
 
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
 
 #include "log.h"
+#include "polite_wait.h"
 #include "wire.h"
 
 namespace fuseopt {
@@ -194,6 +196,7 @@ bool Loop::round() {
   busy_what_ = "negotiating";
   busy_since_s_ = started;
   bool warned = false;
+  Hurry hurry;
   try {
     size_t seen = 0;  // queue length at our last wake-up
     control_->and_round(&words, [&](std::chrono::microseconds most) {
@@ -208,6 +211,10 @@ bool Loop::round() {
                                         << (names.empty() ? "nothing" : join_names(names, 10)));
       }
       if (!keep_waiting(started)) return ControlPlane::Pause::kAbandon;
+      if (hurry.at(std::chrono::steady_clock::now())) {  // polite_wait.h
+        std::this_thread::yield();
+        return ControlPlane::Pause::kTimedOut;
+      }
       // Sleep on the inbox, not a timer: a local enqueue means the other ranks
       // are probably enqueueing too, so poll again at once.
       std::unique_lock<std::mutex> lock(inbox_.mu);
