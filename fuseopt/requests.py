@@ -185,13 +185,19 @@ _group_templates = {}
 
 
 def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_op=lib.FUSEOPT_SUM,
-                 prescale=1.0, postscale=1.0, keepalive=None, finish=None):
+                 prescale=1.0, postscale=1.0, keepalive=None, finish=None, key=None):
     """Enqueues a list of host-memory operations of one kind in one native
     call (all or none) and returns a GroupHandle. names, dtypes (names),
-    shapes (tuples), inputs and outputs (cffi pointers) are parallel lists."""
+    shapes (tuples), inputs and outputs (cffi pointers) are parallel lists.
+    ``key``: a hashable that stands for all arguments but the buffers, for
+    callers that submit the same group every step (it must change whenever
+    they do; hold an object of your own in it so that no other caller's
+    key can equal it)."""
     ctx = _context()
     n = len(names)
-    key = (collective, tuple(names), tuple(dtypes), tuple(shapes), reduce_op, prescale, postscale)
+    if key is None:
+        key = (collective, tuple(names), tuple(dtypes), tuple(shapes), reduce_op, prescale,
+               postscale)
     template = _group_templates.pop(key, None)
     if template is None:
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))

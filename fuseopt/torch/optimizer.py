@@ -29,7 +29,8 @@ from .compression import Compression
 DEFAULT_BUCKET_CAP_MB = buckets.DEFAULT_BUCKET_CAP_MB
 
 
-# In-flight marker of a gradient reduced in place in p.grad (_submit_plain).
+# In-flight marker of a gradient reduced in place in p.grad (_submit_plain);
+# its bucket's handle is in _in_place_buckets.
 _IN_PLACE = object()
 
 
@@ -105,6 +106,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if g is not None:
                 self._group_size[g] = self._group_size.get(g, 0) + 1
         self._passes = [0] * len(self._params)  # backward passes since the last allreduce
+        # A gradient has its parameter's dtype and shape: bucket sizes and
+        # request fields are known up front, not read from tensors per step.
+        self._nbytes = [p.numel() * p.element_size() for p in self._params]
+        self._plans = {}  # (indices, op, scales) -> _submit_plain's request fields
+        self._plan_token = object()  # this optimizer's part of the request-cache key
+        self._in_place_buckets = []  # handles whose results land in p.grad itself
         self._ready = {}        # group -> indices of the group's ready parameters
         self._in_flight = {}    # index -> (handles, payloads, compression ctx)
         # Ready gradients not yet submitted (an ordered set of indices), and their bytes.
@@ -163,6 +170,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._names.append("grad.group%d.%d" % (len(self.param_groups) - 1, i))
                 self._group_of.append(None)
                 self._passes.append(0)
+                self._nbytes.append(p.numel() * p.element_size())
                 self._hook_handles.append(p.register_post_accumulate_grad_hook(
                     functools.partial(self._on_grad_ready, i)))
 
@@ -232,8 +240,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 del self._ready[group]
             return
         self._bucket[i] = None
-        grad = p.grad
-        self._bucket_bytes += grad.numel() * grad.element_size()
+        self._bucket_bytes += self._nbytes[i]
         if self._bucket_bytes >= self._bucket_cap:
             self._flush_bucket()
 
@@ -286,16 +293,23 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _submit_plain(self, indices, grads, op, scales):
         """The common case (host gradients in place, no compression or shared
-        layout) from cached request arrays: a few attribute reads per
-        gradient instead of building each request anew."""
+        layout) from a plan made once per bucket: one pointer per gradient is
+        all that changes from step to step."""
+        plan_key = (tuple(indices), op, scales)
+        plan = self._plans.get(plan_key)
+        if plan is None:
+            params = [self._params[i] for i in indices]
+            plan = self._plans[plan_key] = (
+                (self._plan_token,) + plan_key, [self._names[i] for i in indices],
+                [_t.dtype_name(p) for p in params], [tuple(p.shape) for p in params])
+        key, names, dtypes, shapes = plan
         ptrs = [_t.ptr(g) for g in grads]
-        bucket = _rq.submit_group(_rq.ALLREDUCE, [self._names[i] for i in indices],
-                                  [_t.dtype_name(g) for g in grads],
-                                  [tuple(g.shape) for g in grads], ptrs, ptrs, reduce_op=op,
+        bucket = _rq.submit_group(_rq.ALLREDUCE, names, dtypes, shapes, ptrs, ptrs, reduce_op=op,
                                   prescale=scales[0], postscale=scales[1], keepalive=grads,
-                                  finish=lambda _: grads)
+                                  key=key)
+        self._in_place_buckets.append(bucket)
         for i in indices:
-            self._in_flight[i] = (bucket, 0, 1, _IN_PLACE)
+            self._in_flight[i] = _IN_PLACE
 
     def synchronize(self):
         """Waits for every gradient's allreduce and writes the averages into
@@ -308,10 +322,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._flush_bucket()
         plain = self._compression is Compression.none
         with overlap.GRADIENTS.waiting():
-            for i, (bucket, first, count, ctx) in self._in_flight.items():
-                if ctx is _IN_PLACE:  # the average is already in p.grad
-                    bucket.wait()  # later waits of a bucket return at once
+            for bucket in self._in_place_buckets:  # the averages are already in p.grad
+                bucket.wait()
+            for i, entry in self._in_flight.items():
+                if entry is _IN_PLACE:
                     continue
+                bucket, first, count, ctx = entry
                 reduced = bucket.wait()[first:first + count]
                 result = reduced[0] if plain else self._compression.decompress(reduced, ctx)
                 shared = self._perms.get(i)
@@ -321,6 +337,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 if result.data_ptr() != grad.data_ptr():  # decompressed, or copied on the way
                     grad.copy_(result)
         self._in_flight.clear()
+        self._in_place_buckets.clear()
         self._passes = [0] * len(self._params)
         self._synchronized = True
 
