@@ -8,8 +8,13 @@
 
 namespace fuseopt {
 namespace {
-// Bytes per slot: buffers larger than this go through in chunks.
-constexpr int64_t kSlotBytes = int64_t(16) << 20;
+// Bytes per slot: buffers larger than this go through in chunks. Small
+// enough that a chunk is still in cache when the next phase reads it:
+// measured here (2 ranks, interleaved runs), 1 MiB against 16 MiB slots took
+// a 4 MiB allreduce from 0.73-1.01 to 0.58-0.63 ms and its loop-thread CPU
+// from 1.15-1.57 to 0.8 ms, and 33.6 MB from 6.8-7.5 to 5.7-7.2 ms. It also
+// keeps the window (two slots per rank) small in a container's /dev/shm.
+constexpr int64_t kSlotBytes = int64_t(1) << 20;
 
 // Walks a bucket's segments as one stream of elements, front to back.
 class SegmentCursor {
