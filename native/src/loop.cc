@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "polite_wait.h"
+#include "polite_wait.h"
 #include "wire.h"
 
 namespace fuseopt {
@@ -217,6 +218,8 @@ bool Loop::round() {
       }
       // Sleep on the inbox, not a timer: a local enqueue means the other ranks
       // are probably enqueueing too, so poll again at once.
+      if (hurry.at(std::chrono::steady_clock::now()))
+        most = std::min(most, std::chrono::microseconds(10));
       std::unique_lock<std::mutex> lock(inbox_.mu);
       auto news = [&] { return inbox_.queue.size() != seen || inbox_.shutdown_requested; };
       inbox_.loop_waiting = true;
