@@ -8,7 +8,7 @@ import os
 
 from .errors import InvalidArgumentError
 
-DEFAULT_BUCKET_CAP_MB = 1.0
+DEFAULT_BUCKET_CAP_MB = 4.0
 
 
 def cap_bytes(bucket_cap_mb=None):

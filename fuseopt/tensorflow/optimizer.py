@@ -204,7 +204,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     ``name_map`` (mixed PyTorch/TensorFlow jobs, see docs/mixed.md) maps
     variable paths to shared names or ``fuseopt.Shared(name, perm)``.
     Inside ``fit`` / ``tf.function``, gradients start reducing in buckets of
-    ``bucket_cap_mb`` MiB (default 1, or ``FUSEOPT_BUCKET_CAP_MB``; ``inf``
+    ``bucket_cap_mb`` MiB (default 4, or ``FUSEOPT_BUCKET_CAP_MB``; ``inf``
     for one allreduce after backward) as soon as backward has produced them.
     """
     kwargs = dict(compression=compression, backward_passes_per_step=backward_passes_per_step,

@@ -68,7 +68,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             each gradient over the moment it is ready; ``float("inf")`` (or
             ``"inf"``) waits for the end of backward: no overlap, which is
             faster when compute already uses every core (see
-            docs/benchmarks.md). Default: ``FUSEOPT_BUCKET_CAP_MB`` or 1.
+            docs/benchmarks.md). Default: ``FUSEOPT_BUCKET_CAP_MB`` or 4.
     """
 
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
