@@ -33,6 +33,8 @@ DEFAULT_BUCKET_CAP_MB = buckets.DEFAULT_BUCKET_CAP_MB
 # its bucket's handle is in _in_place_buckets.
 _IN_PLACE = object()
 
+_MAX_PLANS = 1024  # per optimizer; see _submit_plain
+
 
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps ``optimizer`` so that ``step()`` uses gradients averaged over ranks.
@@ -106,14 +108,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if g is not None:
                 self._group_size[g] = self._group_size.get(g, 0) + 1
         self._passes = [0] * len(self._params)  # backward passes since the last allreduce
-        # A gradient has its parameter's dtype and shape: bucket sizes and
-        # request fields are known up front, not read from tensors per step.
+        # Bucket sizes from the parameters (a gradient has its parameter's
+        # size), not read from tensors in every hook.
         self._nbytes = [p.numel() * p.element_size() for p in self._params]
         self._plans = {}  # (indices, op, scales) -> _submit_plain's request fields
         self._plan_token = object()  # this optimizer's part of the request-cache key
         self._in_place_buckets = []  # handles whose results land in p.grad itself
         self._ready = {}        # group -> indices of the group's ready parameters
-        self._in_flight = {}    # index -> (handles, payloads, compression ctx)
+        self._in_flight = {}    # index -> (bucket handle, first, count, compression ctx) or _IN_PLACE
         # Ready gradients not yet submitted (an ordered set of indices), and their bytes.
         self._bucket = {}
         self._bucket_bytes = 0
@@ -293,23 +295,31 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _submit_plain(self, indices, grads, op, scales):
         """The common case (host gradients in place, no compression or shared
-        layout) from a plan made once per bucket: one pointer per gradient is
-        all that changes from step to step."""
+        layout) from a plan made once per bucket: a step checks each
+        gradient's shape and dtype against it and passes one pointer each."""
         plan_key = (tuple(indices), op, scales)
         plan = self._plans.get(plan_key)
-        if plan is None:
-            params = [self._params[i] for i in indices]
-            plan = self._plans[plan_key] = (
-                (self._plan_token,) + plan_key, [self._names[i] for i in indices],
-                [_t.dtype_name(p) for p in params], [tuple(p.shape) for p in params])
-        key, names, dtypes, shapes = plan
+        if plan is None or any(g.shape != shape or g.dtype != dtype
+                               for g, shape, dtype in zip(grads, plan[3], plan[4])):
+            if len(self._plans) >= _MAX_PLANS:  # bucket compositions that keep changing
+                self._plans.clear()
+            plan = self._plans[plan_key] = self._plan(plan_key, indices, grads)
+        key, names, dtype_names, shapes, _ = plan
         ptrs = [_t.ptr(g) for g in grads]
-        bucket = _rq.submit_group(_rq.ALLREDUCE, names, dtypes, shapes, ptrs, ptrs, reduce_op=op,
-                                  prescale=scales[0], postscale=scales[1], keepalive=grads,
-                                  key=key)
+        bucket = _rq.submit_group(_rq.ALLREDUCE, names, dtype_names, shapes, ptrs, ptrs,
+                                  reduce_op=op, prescale=scales[0], postscale=scales[1],
+                                  keepalive=grads, key=key)
         self._in_place_buckets.append(bucket)
         for i in indices:
             self._in_flight[i] = _IN_PLACE
+
+    def _plan(self, plan_key, indices, grads):
+        """(request-cache key, names, dtype names, shapes, torch dtypes)."""
+        shapes = [tuple(g.shape) for g in grads]
+        dtype_names = [_t.dtype_name(g) for g in grads]
+        key = (self._plan_token,) + plan_key + (tuple(shapes), tuple(dtype_names))
+        return (key, [self._names[i] for i in indices], dtype_names, shapes,
+                [g.dtype for g in grads])
 
     def synchronize(self):
         """Waits for every gradient's allreduce and writes the averages into

@@ -110,6 +110,33 @@ def check_bucket_caps_change_timing_not_results():
                                                           bucket_cap_mb=-1), "bucket_cap_mb")
 
 
+def check_parameter_reshaped_between_steps():
+    # The optimizer plans each bucket's requests once; a parameter whose
+    # tensor is swapped for one of another shape (the output layer grown from
+    # 3 to 5 classes) must be sent with its new shape, on every rank.
+    n = hvd.size()
+    model, reference = make_model(), make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   model.named_parameters())
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for step in range(4):
+        if step == 2:
+            g = torch.Generator().manual_seed(77)
+            w, b = torch.randn(5, 16, generator=g), torch.randn(5, generator=g)
+            for m in (model, reference):
+                m[2].weight.data, m[2].bias.data = w.clone(), b.clone()
+        x, y = global_batch(700 + step, n)
+        F.cross_entropy(model(my_slice(x)), my_slice(y)).backward()
+        opt.step()
+        opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    opt.remove_hooks()
+    assert model[2].weight.shape == (5, 16)
+    assert_same_params(model, reference, "after reshaping the output layer")
+
+
 def check_gradient_accumulation():
     sgd = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
     model, ref, _ = train_pair(sgd, passes=2)
@@ -317,7 +344,7 @@ def check_join_with_uneven_batches():
 
 
 CHECKS = [check_equivalence_sgd_momentum_and_adam, check_bucket_caps_change_timing_not_results,
-          check_gradient_accumulation,
+          check_parameter_reshaped_between_steps, check_gradient_accumulation,
           check_compression_within_tolerance, check_error_feedback_converges_on_digits,
           check_unused_parameters_do_not_deadlock,
           check_optimizer_api_scheduler_scaler_state_dict,
