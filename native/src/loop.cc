@@ -12,7 +12,6 @@
 #include "log.h"
 #include "polite_wait.h"
 #include "polite_wait.h"
-#include "wire.h"
 
 namespace fuseopt {
 namespace {
@@ -306,73 +305,6 @@ bool Loop::round() {
   }
   no_progress_rounds_ = progress ? 0 : no_progress_rounds_ + 1;
   return true;
-}
-
-std::vector<Response> Loop::negotiate_full() {
-  std::vector<Request> mine;
-  for (const std::string& name : new_order_) {
-    auto it = pending_.find(name);
-    if (it == pending_.end() || it->second.state != Entry::State::kNew) continue;
-    it->second.state = Entry::State::kSent;
-    mine.push_back(Request{rank_, it->second.spec});
-  }
-  new_order_.clear();
-  metrics_.add(metrics_.full_negotiations, 1);
-  std::vector<char> blob = encode_requests(mine);
-  blob.insert(blob.begin(), static_cast<char>(joined_));
-  std::vector<std::vector<char>> all = control_->gather(blob);
-  std::vector<char> answer;
-  if (coordinator_) {
-    const double now = now_s();
-    std::vector<bool> joined(size_, false);
-    for (int r = 0; r < size_; ++r) {
-      joined[r] = all[r][0] != 0;
-      std::vector<Request> requests = decode_requests(all[r].data() + 1, all[r].size() - 1);
-      // Which rank's request reached the coordinator in which round: the
-      // per-rank readiness a timeline shows for full negotiations.
-      if (timeline_.on())
-        for (const Request& q : requests)
-          timeline_.instant(q.spec.name, "READY", now, "\"rank\": " + std::to_string(r));
-      coordinator_->add(std::move(requests), now);
-    }
-    std::vector<Response> ready = coordinator_->take_ready(joined);
-    if (config_.stall_check_s > 0) {
-      for (const Stall& s : coordinator_->stalls(now, config_.stall_check_s)) {
-        if (stall_warned_.count(s.name)) continue;
-        stall_warned_.insert(s.name);
-        metrics_.add(metrics_.stalls, 1);
-        std::ostringstream ranks;
-        for (size_t i = 0; i < s.missing_ranks.size(); ++i)
-          ranks << (i ? ", " : "") << s.missing_ranks[i];
-        FUSEOPT_LOG(kWarning, "tensor '" << s.name << "' has waited " << int(s.waiting_s)
-                                         << " s: ranks " << ranks.str()
-                                         << " have not submitted it");
-      }
-    }
-    if (config_.stall_shutdown_s > 0) {
-      std::vector<Response> failed = coordinator_->take_stalled(now, config_.stall_shutdown_s);
-      ready.insert(ready.end(), failed.begin(), failed.end());
-    }
-    answer = encode_responses(ready);
-  }
-  answer = control_->broadcast(std::move(answer));
-  return decode_responses(answer.data(), answer.size());
-}
-
-Outcome Loop::shutdown_reason(bool requested_here) {
-  // Who asked? Only when stopping, so one small allgather is affordable, and
-  // it lets a rank that is shut down by another say so in its error.
-  std::vector<char> asked = control_->allgather_flag(requested_here);
-  std::ostringstream m;
-  m << "fuseopt has been shut down";
-  if (!requested_here) {
-    m << " by rank";
-    int count = 0;
-    for (int r = 0; r < size_; ++r)
-      if (asked[r]) m << (count++ ? ", " : " ") << r;
-    m << " (it called shutdown() or its process is exiting)";
-  }
-  return Outcome{FUSEOPT_SHUT_DOWN, m.str()};
 }
 
 Entry* Loop::own_entry(const Response& r) {
