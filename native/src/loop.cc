@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <sstream>
-#include <thread>
 
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
 
 #include "log.h"
-#include "polite_wait.h"
 #include "polite_wait.h"
 
 namespace fuseopt {
@@ -211,14 +209,11 @@ bool Loop::round() {
                                         << (names.empty() ? "nothing" : join_names(names, 10)));
       }
       if (!keep_waiting(started)) return ControlPlane::Pause::kAbandon;
-      if (hurry.at(std::chrono::steady_clock::now())) {  // polite_wait.h
-        std::this_thread::yield();
-        return ControlPlane::Pause::kTimedOut;
-      }
-      // Sleep on the inbox, not a timer: a local enqueue means the other ranks
-      // are probably enqueueing too, so poll again at once.
+      // Short sleeps while a framework thread waits on us (polite_wait.h).
       if (hurry.at(std::chrono::steady_clock::now()))
         most = std::min(most, std::chrono::microseconds(10));
+      // Sleep on the inbox, not a timer: a local enqueue means the other ranks
+      // are probably enqueueing too, so poll again at once.
       std::unique_lock<std::mutex> lock(inbox_.mu);
       auto news = [&] { return inbox_.queue.size() != seen || inbox_.shutdown_requested; };
       inbox_.loop_waiting = true;

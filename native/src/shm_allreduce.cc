@@ -8,13 +8,14 @@
 
 namespace fuseopt {
 namespace {
-// Bytes per slot: buffers larger than this go through in chunks. Small
-// enough that a chunk is still in cache when the next phase reads it:
-// measured here (2 ranks, interleaved runs), 1 MiB against 16 MiB slots took
-// a 4 MiB allreduce from 0.73-1.01 to 0.58-0.63 ms and its loop-thread CPU
-// from 1.15-1.57 to 0.8 ms, and 33.6 MB from 6.8-7.5 to 5.7-7.2 ms. It also
-// keeps the window (two slots per rank) small in a container's /dev/shm.
-constexpr int64_t kSlotBytes = int64_t(1) << 20;
+// Bytes per slot: buffers larger than this go through in chunks. Each chunk
+// costs two barriers, and a rank whose loop thread shares a core with compute
+// pays for every barrier it waits at: 1 MiB slots (cache-sized chunks) were
+// up to 30% faster for a lone 4 MiB allreduce on an idle machine, but in
+// 2-rank MLP training they sometimes ran the loop thread at 30-38 ms of CPU
+// per step instead of 8 (steps of 74-84 ms instead of 53-57), which 16 MiB
+// slots never did in the same runs.
+constexpr int64_t kSlotBytes = int64_t(16) << 20;
 
 // Walks a bucket's segments as one stream of elements, front to back.
 class SegmentCursor {

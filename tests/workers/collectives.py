@@ -75,9 +75,9 @@ def check_fused_many_and_large():
 
 
 def check_bucket_spanning_several_shared_memory_chunks():
-    # ~57 MiB of sub-MiB tensors fuse into buckets many times larger than one
-    # 1 MiB shared-memory slot, so tensors straddle chunk boundaries and both
-    # slots of each rank take turns; powers-of-two scales keep the sums exact.
+    # ~57 MiB of sub-MiB tensors fuse into buckets larger than one 16 MiB
+    # shared-memory slot, so tensors straddle chunk boundaries and both slots
+    # of each rank take turns; powers-of-two scales keep the sums exact.
     sizes = [250007 + 13 * i for i in range(60)]
     names = ["span.%d" % i for i in range(len(sizes))]
     mine = [values(n, fuseopt.rank(), (k,), np.float32) for n, k in zip(names, sizes)]
@@ -87,9 +87,9 @@ def check_bucket_spanning_several_shared_memory_chunks():
         for name, k, out in zip(names, sizes, outs):
             expected = reduce_expected(everyone(name, (k,), np.float32), "sum") * 2
             assert_close(out, expected, "%s step %d" % (name, step))
-    # The staged variant (other dtypes and ops) over several chunks, too.
-    for dtype, op_name, n in ((np.int32, "max", 700001), (np.float16, "sum", 1300003),
-                              (np.int64, "min", 300007)):
+    # The staged variant (other dtypes and ops) over more than one chunk, too.
+    for dtype, op_name, n in ((np.int32, "max", 4500001), (np.float16, "sum", 9000003),
+                              (np.int64, "min", 2100007)):
         name = "span.%s.%s" % (np.dtype(dtype).name, op_name)
         out = fuseopt.allreduce(values(name, fuseopt.rank(), (n,), dtype, op_name), name=name,
                                 op=OPS[op_name])
