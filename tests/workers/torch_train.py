@@ -71,6 +71,18 @@ def train_pair(make_opt, steps=5, passes=1, compression=hvd.Compression.none, ta
     return model, reference, opt
 
 
+def step_pair(forward, opt, reference, ref_opt, seed):
+    """One step of distributed training on this rank's slice (through
+    ``forward``) and of the single-process reference on the whole batch."""
+    x, y = global_batch(seed, hvd.size())
+    F.cross_entropy(forward(my_slice(x)), my_slice(y)).backward()
+    opt.step()
+    opt.zero_grad()
+    F.cross_entropy(reference(x), y).backward()
+    ref_opt.step()
+    ref_opt.zero_grad()
+
+
 def check_equivalence_sgd_momentum_and_adam():
     sgd = lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)  # noqa: E731
     model, ref, _ = train_pair(sgd)
@@ -114,7 +126,6 @@ def check_parameter_reshaped_between_steps():
     # The optimizer plans each bucket's requests once; a parameter whose
     # tensor is swapped for one of another shape (the output layer grown from
     # 3 to 5 classes) must be sent with its new shape, on every rank.
-    n = hvd.size()
     model, reference = make_model(), make_model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    model.named_parameters())
@@ -125,13 +136,7 @@ def check_parameter_reshaped_between_steps():
             w, b = torch.randn(5, 16, generator=g), torch.randn(5, generator=g)
             for m in (model, reference):
                 m[2].weight.data, m[2].bias.data = w.clone(), b.clone()
-        x, y = global_batch(700 + step, n)
-        F.cross_entropy(model(my_slice(x)), my_slice(y)).backward()
-        opt.step()
-        opt.zero_grad()
-        F.cross_entropy(reference(x), y).backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
+        step_pair(model, opt, reference, ref_opt, 700 + step)
     opt.remove_hooks()
     assert model[2].weight.shape == (5, 16)
     assert_same_params(model, reference, "after reshaping the output layer")
@@ -311,20 +316,13 @@ def check_local_sgd_and_adaptive():
 
 
 def check_torch_compile():
-    n = hvd.size()
     model, reference = make_model(), make_model()
     compiled = torch.compile(model, backend="aot_eager")
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    model.named_parameters())
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
     for step in range(3):
-        x, y = global_batch(400 + step, n)
-        F.cross_entropy(compiled(my_slice(x)), my_slice(y)).backward()
-        opt.step()
-        opt.zero_grad()
-        F.cross_entropy(reference(x), y).backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
+        step_pair(compiled, opt, reference, ref_opt, 400 + step)
     opt.remove_hooks()
     assert_same_params(model, reference, "torch.compile")
 
