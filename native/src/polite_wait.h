@@ -25,10 +25,10 @@ namespace fuseopt {
 // one is, this rank's compute has stopped until we deliver, and a wait that
 // sleeps adds its oversleep to the step: the sleeps grow to 500 us. Waits
 // then keep their sleeps at the shortest length for up to kHurriedWait.
-// Sleeping, not yielding: yield-polling looked free, but a rank with many
-// shared-memory barriers per bucket (1 MiB chunks) then burnt 35 ms of CPU
-// per MLP step, in competition with the peer's compute, and the step went
-// from 53 to 79 ms.
+// Sleeping, not yielding: a yield with the rank's compute thread runnable
+// on the same core acts like a spin, and with many shared-memory barriers
+// per bucket (1 MiB chunks, since dropped) the loop thread burnt 35 ms of CPU
+// per MLP step against the peer's compute (step 53 -> 79 ms).
 class FrameworkBlocked {
  public:
   FrameworkBlocked() { count().fetch_add(1, std::memory_order_relaxed); }
