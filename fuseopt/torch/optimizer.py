@@ -115,7 +115,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._plan_token = object()  # this optimizer's part of the request-cache key
         self._in_place_buckets = []  # handles whose results land in p.grad itself
         self._ready = {}        # group -> indices of the group's ready parameters
-        self._in_flight = {}    # index -> (bucket handle, first, count, compression ctx) or _IN_PLACE
+        # index -> (bucket handle, first, count, compression ctx), or _IN_PLACE
+        self._in_flight = {}
         # Ready gradients not yet submitted (an ordered set of indices), and their bytes.
         self._bucket = {}
         self._bucket_bytes = 0
