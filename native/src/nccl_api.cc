@@ -1,10 +1,36 @@
-// Loading NCCL and the CUDA runtime (see nccl_api.h).
+// Loading NCCL and the CUDA runtime, and fuseopt's enums as NCCL's (see
+// nccl_api.h).
 #include "nccl_api.h"
 
 #include "device_free.h"
 
 namespace fuseopt {
 namespace nccl {
+
+DataType data_type(fuseopt_dtype_t d) {
+  switch (d) {
+    case FUSEOPT_UINT8: return kUint8;
+    case FUSEOPT_INT8: return kInt8;
+    case FUSEOPT_INT32: return kInt32;
+    case FUSEOPT_INT64: return kInt64;
+    case FUSEOPT_FLOAT16: return kFloat16;
+    case FUSEOPT_BFLOAT16: return kBfloat16;
+    case FUSEOPT_FLOAT32: return kFloat32;
+    case FUSEOPT_FLOAT64: return kFloat64;
+    default: throw Error(FUSEOPT_INTERNAL, "nccl: unknown dtype");
+  }
+}
+
+RedOp red_op(fuseopt_reduce_op_t op) {
+  switch (op) {
+    case FUSEOPT_SUM: return kSum;
+    case FUSEOPT_AVERAGE: return kAvg;
+    case FUSEOPT_MIN: return kMin;
+    case FUSEOPT_MAX: return kMax;
+    case FUSEOPT_PRODUCT: return kProd;
+    default: throw Error(FUSEOPT_INTERNAL, "nccl: unknown reduce op");
+  }
+}
 
 std::shared_ptr<Libraries> load_libraries() {
   auto libs = std::make_shared<Libraries>();

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "common.h"
 #include "dynlib.h"
 
 namespace fuseopt {
@@ -35,6 +36,10 @@ enum DataType : int {
 // ncclRedOp_t (custom ops from ncclRedOpCreatePreMulSum come after kAvg)
 enum RedOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
 constexpr int kScalarHostImmediate = 1;  // ncclScalarResidence_t
+
+// fuseopt's dtypes and reduce ops as NCCL's (Error(INTERNAL) for others).
+DataType data_type(fuseopt_dtype_t d);
+RedOp red_op(fuseopt_reduce_op_t op);
 
 struct Api {
   Result (*ncclGetUniqueId)(UniqueId* id);

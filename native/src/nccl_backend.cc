@@ -19,31 +19,6 @@
 namespace fuseopt {
 namespace {
 
-int nccl_dtype(fuseopt_dtype_t d) {
-  switch (d) {
-    case FUSEOPT_UINT8: return nccl::kUint8;
-    case FUSEOPT_INT8: return nccl::kInt8;
-    case FUSEOPT_INT32: return nccl::kInt32;
-    case FUSEOPT_INT64: return nccl::kInt64;
-    case FUSEOPT_FLOAT16: return nccl::kFloat16;
-    case FUSEOPT_BFLOAT16: return nccl::kBfloat16;
-    case FUSEOPT_FLOAT32: return nccl::kFloat32;
-    case FUSEOPT_FLOAT64: return nccl::kFloat64;
-    default: throw Error(FUSEOPT_INTERNAL, "nccl: unknown dtype");
-  }
-}
-
-int nccl_op(fuseopt_reduce_op_t op) {
-  switch (op) {
-    case FUSEOPT_SUM: return nccl::kSum;
-    case FUSEOPT_AVERAGE: return nccl::kAvg;
-    case FUSEOPT_MIN: return nccl::kMin;
-    case FUSEOPT_MAX: return nccl::kMax;
-    case FUSEOPT_PRODUCT: return nccl::kProd;
-    default: throw Error(FUSEOPT_INTERNAL, "nccl: unknown reduce op");
-  }
-}
-
 class NcclBackend : public DeviceBackend {
  public:
   NcclBackend(std::shared_ptr<nccl::Libraries> libs, const DeviceSetup& setup)
@@ -243,12 +218,13 @@ void NcclBackend::check_async(nccl::Comm comm) {
 void NcclBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                             fuseopt_reduce_op_t op) {
   if (!hierarchical_) {
-    check(nccl_.ncclAllReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), comm_, stream_),
+    check(nccl_.ncclAllReduce(send, recv, count, nccl::data_type(dtype), nccl::red_op(op), comm_,
+                              stream_),
           "ncclAllReduce");
     return;
   }
-  check(nccl_.ncclReduce(send, recv, count, nccl_dtype(dtype), nccl_op(op), 0, node_comm_,
-                         stream_),
+  check(nccl_.ncclReduce(send, recv, count, nccl::data_type(dtype), nccl::red_op(op), 0,
+                         node_comm_, stream_),
         "ncclReduce(node)");
   if (setup_.world->info().local_rank == 0) {
     if (count > INT_MAX) unsupported("hierarchical allreduce of more than 2^31 elements");
@@ -262,7 +238,7 @@ void NcclBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt
               "MPI_Allreduce(node leaders)");
     upload(recv, staging_.data(), bytes);
   }
-  check(nccl_.ncclBroadcast(recv, recv, count, nccl_dtype(dtype), 0, node_comm_, stream_),
+  check(nccl_.ncclBroadcast(recv, recv, count, nccl::data_type(dtype), 0, node_comm_, stream_),
         "ncclBroadcast(node)");
 }
 
@@ -275,7 +251,7 @@ int NcclBackend::scaled_op(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double
                            bool* created) {
   *created = false;
   if (!is_floating(dtype) || (op != FUSEOPT_SUM && op != FUSEOPT_AVERAGE)) return -1;
-  if (factor == 1.0) return nccl_op(op);  // ncclSum or ncclAvg
+  if (factor == 1.0) return nccl::red_op(op);  // ncclSum or ncclAvg
   // sum(x_r * s) with s = factor (/ size for an average): NCCL multiplies each
   // rank's input by the scalar on the device as it reduces.
   const double s = op == FUSEOPT_AVERAGE ? factor / size_ : factor;
@@ -291,7 +267,7 @@ int NcclBackend::scaled_op(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double
     default: scalar.f16 = float_to_bfloat(static_cast<float>(s)); break;
   }
   int premul = 0;
-  check(nccl_.ncclRedOpCreatePreMulSum(&premul, &scalar, nccl_dtype(dtype),
+  check(nccl_.ncclRedOpCreatePreMulSum(&premul, &scalar, nccl::data_type(dtype),
                                        nccl::kScalarHostImmediate, comm_),
         "ncclRedOpCreatePreMulSum");
   *created = true;
@@ -304,7 +280,8 @@ bool NcclBackend::allreduce_scaled(const void* send, void* recv, int64_t count,
   bool created = false;
   const int o = scaled_op(dtype, op, factor, &created);
   if (o < 0) return false;
-  nccl::Result r = nccl_.ncclAllReduce(send, recv, count, nccl_dtype(dtype), o, comm_, stream_);
+  nccl::Result r =
+      nccl_.ncclAllReduce(send, recv, count, nccl::data_type(dtype), o, comm_, stream_);
   if (created) nccl_.ncclRedOpDestroy(o, comm_);
   check(r, "ncclAllReduce(scaled)");
   return true;
@@ -319,7 +296,7 @@ bool NcclBackend::reducescatter_scaled(const void* send, void* recv,
   bool created = false;
   const int o = scaled_op(dtype, op, factor, &created);
   if (o < 0) return false;
-  nccl::Result r = nccl_.ncclReduceScatter(send, recv, recv_counts[0], nccl_dtype(dtype), o,
+  nccl::Result r = nccl_.ncclReduceScatter(send, recv, recv_counts[0], nccl::data_type(dtype), o,
                                            comm_, stream_);
   if (created) nccl_.ncclRedOpDestroy(o, comm_);
   check(r, "ncclReduceScatter(scaled)");
@@ -327,7 +304,7 @@ bool NcclBackend::reducescatter_scaled(const void* send, void* recv,
 }
 
 void NcclBackend::broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root) {
-  check(nccl_.ncclBroadcast(buf, buf, count, nccl_dtype(dtype), root, comm_, stream_),
+  check(nccl_.ncclBroadcast(buf, buf, count, nccl::data_type(dtype), root, comm_, stream_),
         "ncclBroadcast");
 }
 
@@ -378,8 +355,8 @@ void NcclBackend::reducescatter(const void* send, void* recv,
                                 fuseopt_reduce_op_t op) {
   for (int64_t c : recv_counts)
     if (c != recv_counts[0]) unsupported("reducescatter with uneven parts (the executor pads)");
-  check(nccl_.ncclReduceScatter(send, recv, recv_counts[0], nccl_dtype(dtype), nccl_op(op),
-                                comm_, stream_),
+  check(nccl_.ncclReduceScatter(send, recv, recv_counts[0], nccl::data_type(dtype),
+                                nccl::red_op(op), comm_, stream_),
         "ncclReduceScatter");
 }
 
