@@ -1,25 +1,30 @@
-"""Notes a rank leaves for fuseoptrun about why it is failing.
+"""What a rank tells fuseoptrun through the job's launch directory
+(fuseopt/launcher/records.py): whether fuseopt is running in it, and why it
+is failing.
 
-fuseoptrun gives each job a directory ($FUSEOPT_LAUNCH_DIR). When an
-operation fails because the job is going down (shut down by another rank, a
-peer failed), the rank records the first such error there, so that the
+When an operation fails because the job is going down (shut down by another
+rank, a peer failed), the rank records the first such error, so that the
 launcher's summary can tell the rank that failed first from the ranks that
-only stopped because of it."""
-import json
-import os
+only stopped because of it. The state record tells the rank wrapper whether
+an exit with code 0 left fuseopt running (an unclean exit that would leave
+the other ranks waiting)."""
+from .launcher import records
 
 _written = False
 
 
 def record(status, message):
     global _written
-    directory = os.environ.get("FUSEOPT_LAUNCH_DIR")
-    if _written or not directory or not os.path.isdir(directory):
+    directory = records.directory()
+    if _written or not directory:
         return
     _written = True
-    rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-    try:
-        with open(os.path.join(directory, "note-%s.json" % rank), "w") as f:
-            json.dump({"status": status, "message": message}, f)
-    except OSError:
-        pass
+    records.write_record(directory, "note-", records.env_rank(),
+                         {"status": status, "message": message})
+
+
+def set_state(state):
+    """records.RUNNING after init(), records.SHUT_DOWN after shutdown()."""
+    directory = records.directory()
+    if directory:
+        records.write_record(directory, "state-", records.env_rank(), {"fuseopt": state})

@@ -85,6 +85,10 @@ KNOBS = (
          "Seconds a negotiation round or collective may wait on the other ranks before "
          "this rank decides a peer died or froze and fails every operation with "
          "RankFailedError; 0 waits forever."),
+    Knob("init_timeout_s", "FUSEOPT_INIT_TIMEOUT_S", "init_timeout_s", float, float, _same,
+         "Seconds init() waits for every rank to start before it fails with "
+         "RankFailedError (a rank died before or during its init()); 0 waits forever. "
+         "Under fuseoptrun a rank that failed is reported within a second anyway."),
     Knob("log_level", "FUSEOPT_LOG_LEVEL", "log_level", _parse_log_level, int,
          lambda v: [k for k, n in _LOG_LEVELS.items() if n == v][0],
          "trace, debug, info, warning (default) or error."),

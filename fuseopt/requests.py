@@ -5,6 +5,8 @@ a dtype name and a shape, and call :func:`enqueue`; they never talk to the
 network. The core copies the metadata at once and uses the buffers until the
 handle's wait returns, so the Handle keeps the tensors alive until then.
 """
+import time
+
 from ._native import ffi, lib
 from . import runtime
 from .dtypes import code_for
@@ -83,8 +85,8 @@ def forget_orphans():
 class _Pending:
     """What Handle and GroupHandle share: wait once, remember the outcome,
     and keep the tensors alive until the core is done with them. ``_ids``
-    are the native handles; a subclass's ``_native_wait(timeout_ms)`` waits
-    in the core and returns what ``finish`` takes."""
+    are the native handles; a subclass's ``_wait_once(timeout_ms)`` waits in
+    the core once and returns its status and what ``finish`` takes."""
 
     __slots__ = ("_ctx", "_ids", "_keepalive", "_finish", "_done", "_result", "_error")
 
@@ -114,14 +116,14 @@ class _Pending:
 
     def wait(self, timeout=None):
         """Blocks until done (or ``timeout`` seconds: TimeoutError, and the
-        handle may be waited on again). Raises the operation's error, if any."""
+        handle may be waited on again). Raises the operation's error, if any.
+        Signal handlers (Ctrl-C) run while it waits."""
         if self._done:
             if self._error is not None:
                 raise self._error[0](self._error[1])
             return self._result
-        timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
         try:
-            raw = self._native_wait(timeout_ms)
+            raw = self._wait_in_slices(timeout)
         except TimeoutError:
             raise  # still in flight: may be waited on again (no `as`: no cycle via self)
         except FuseoptError as e:
@@ -136,6 +138,29 @@ class _Pending:
         self._keepalive = None
         self._result = self._finish(raw) if self._finish else None
         return self._result
+
+    def _wait_in_slices(self, timeout):
+        """Native waits of at most WAIT_SLICE_MS each: a thread blocked in
+        native code runs no Python signal handler, so Ctrl-C (or a test's
+        timeout signal) would do nothing while a collective hangs. Between
+        slices the thread is back in Python, where handlers run. A wait that
+        ends within a slice costs exactly what one native wait does."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            left_ms = WAIT_SLICE_MS if deadline is None else \
+                int(max(0.0, deadline - time.monotonic()) * 1000)
+            status, raw = self._wait_once(min(WAIT_SLICE_MS, left_ms))
+            if status == lib.FUSEOPT_TIMEOUT:
+                if deadline is None or left_ms > WAIT_SLICE_MS:
+                    continue
+                raise TimeoutError("operation not complete after %g s; wait again for it"
+                                   % timeout)
+            check(status)
+            return raw
+
+
+# Longest native wait between returns to Python (signal handlers).
+WAIT_SLICE_MS = 100
 
 
 class Handle(_Pending):
@@ -153,13 +178,14 @@ class Handle(_Pending):
         self._id = handle_id
         self._runtime_output = runtime_output
 
-    def _native_wait(self, timeout_ms):
+    def _wait_once(self, timeout_ms):
         if not self._runtime_output:
-            check(lib.fuseopt_wait(self._ctx, self._id, timeout_ms))
-            return None
+            return lib.fuseopt_wait(self._ctx, self._id, timeout_ms), None
         out = ffi.new("fuseopt_output_t*")
-        check(lib.fuseopt_wait_output(self._ctx, self._id, timeout_ms, out))
-        return RuntimeOutput(out, self._runtime_output - 1)
+        status = lib.fuseopt_wait_output(self._ctx, self._id, timeout_ms, out)
+        if status != lib.FUSEOPT_OK:
+            return status, None
+        return status, RuntimeOutput(out, self._runtime_output - 1)
 
 
 class GroupHandle(_Pending):
@@ -174,8 +200,8 @@ class GroupHandle(_Pending):
         super().__init__(ctx, ffi.unpack(ids, count), keepalive, finish)
         self._array = ids  # int64_t[count], as the core takes them
 
-    def _native_wait(self, timeout_ms):
-        check(lib.fuseopt_wait_all(self._ctx, self._array, len(self._ids), timeout_ms))
+    def _wait_once(self, timeout_ms):
+        return lib.fuseopt_wait_all(self._ctx, self._array, len(self._ids), timeout_ms), None
 
 
 # Request arrays of grouped operations by signature, filled in once; a call
@@ -185,19 +211,19 @@ _group_templates = {}
 
 
 def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_op=lib.FUSEOPT_SUM,
-                 prescale=1.0, postscale=1.0, keepalive=None, finish=None, key=None):
+                 prescale=1.0, postscale=1.0, keepalive=None, finish=None, key=None, phase=0):
     """Enqueues a list of host-memory operations of one kind in one native
     call (all or none) and returns a GroupHandle. names, dtypes (names),
     shapes (tuples), inputs and outputs (cffi pointers) are parallel lists.
     ``key``: a hashable that stands for all arguments but the buffers, for
     callers that submit the same group every step (it must change whenever
     they do; hold an object of your own in it so that no other caller's
-    key can equal it)."""
+    key can equal it). ``phase``: see fuseopt_request_t (ranks must agree)."""
     ctx = _context()
     n = len(names)
     if key is None:
         key = (collective, tuple(names), tuple(dtypes), tuple(shapes), reduce_op, prescale,
-               postscale)
+               postscale, phase)
     template = _group_templates.pop(key, None)
     if template is None:
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
@@ -206,6 +232,7 @@ def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_o
             one = _template(collective, names[i], dtypes[i], tuple(shapes[i]), reduce_op, 0,
                             prescale, postscale)
             reqs[i] = one[0][0]
+            reqs[i].phase = phase
             keep.append(one)
         template = (reqs, keep)
     reqs = template[0]
@@ -287,9 +314,9 @@ class Batch:
 
     def add(self, collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
             reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
-            keepalive=None, finish=None, device=None):
+            keepalive=None, finish=None, device=None, phase=0):
         self._ops.append((collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
-                          prescale, postscale, splits, device, keepalive, finish))
+                          prescale, postscale, splits, device, keepalive, finish, phase))
 
     def submit(self):
         ctx, handles, ops = self._enqueue()
@@ -310,7 +337,7 @@ class Batch:
         ctx = _context()
         n = len(self._ops)
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
-        c_splits = [_fill(reqs, i, *op[:12]) for i, op in enumerate(self._ops)]
+        c_splits = [_fill(reqs, i, *op[:12], phase=op[14]) for i, op in enumerate(self._ops)]
         handles = ffi.new("int64_t[]", max(n, 1))
         check(lib.fuseopt_enqueue_many(ctx, reqs, n, handles))
         del c_splits
@@ -326,7 +353,7 @@ def _context():
 
 
 def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
-          prescale, postscale, splits, device=None):
+          prescale, postscale, splits, device=None, phase=0):
     """Fills reqs[i]; returns what must stay alive until enqueued."""
     if type(shape) is not tuple:
         shape = tuple(shape)
@@ -335,6 +362,7 @@ def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce
     req = reqs[i]
     req.input = input_ptr
     req.output = output_ptr
+    req.phase = phase  # templates are phase 0
     if device is not None:  # templates are host requests
         req.device_type = device.kind
         req.device_id = device.index

@@ -7,8 +7,9 @@ import atexit
 import os
 import threading
 
-from . import _peer_watch
+from . import _launch_notes, _peer_watch
 from . import config as _config
+from .launcher import records as _records
 from ._native import ffi, lib
 from .errors import NotInitializedError, check
 
@@ -26,23 +27,61 @@ def init(**settings):
     Keyword arguments override ``FUSEOPT_*`` environment variables; see
     ``fuseopt.config.KNOBS`` (e.g. ``fusion_threshold=4 << 20``). Calling it
     again while initialized does nothing. Without a launcher the process is a
-    world of size 1.
+    world of size 1. If another rank fails before or during its init(), this
+    one raises RankFailedError naming it (under fuseoptrun, within a second;
+    otherwise after ``FUSEOPT_INIT_TIMEOUT_S``).
     """
     global _ctx, _info, _settings, _watch
     with _lock:
         if _ctx is not None:
             return
         cfg = _config.build_config(settings)
+        aborter = _Aborter()
+        watch = _peer_watch.start(aborter)
         out = ffi.new("fuseopt_ctx_t**")
-        check(lib.fuseopt_init(cfg, out))
+        try:
+            check(lib.fuseopt_init(cfg, out))
+        except BaseException:
+            if watch is not None:
+                watch.stop()
+            raise
         info = ffi.new("fuseopt_comm_info_t*")
         check(lib.fuseopt_comm_info(out[0], info))
-        _ctx, _settings = out[0], _config.describe(cfg)
+        _ctx, _settings, _watch = out[0], _config.describe(cfg), watch
         _info = {k: getattr(info, k) for k in
                  ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")}
-        _watch = _peer_watch.start(_info["rank"], _info["size"], _abort_with(out[0]))
+        _launch_notes.set_state(_records.RUNNING)
+        aborter.attach(out[0])
     from .timeline import start_from_environment
     start_from_environment()
+
+
+class _Aborter:
+    """What the peer watch calls with its news: it cancels an init() still
+    waiting for its peers, or aborts the running context. Under one lock, so
+    that news arriving just as init() returns is not lost between the two."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._ctx = None
+        self._message = None
+
+    def __call__(self, message):
+        with self._lock:
+            self._message = message
+            ctx = self._ctx
+        raw = message.encode("utf-8", "replace")
+        if ctx is None:
+            lib.fuseopt_cancel_init(lib.FUSEOPT_RANK_FAILED, raw)
+        else:
+            lib.fuseopt_abort(ctx, lib.FUSEOPT_RANK_FAILED, raw)
+
+    def attach(self, ctx):
+        with self._lock:
+            self._ctx = ctx
+            message = self._message
+        if message is not None:
+            lib.fuseopt_abort(ctx, lib.FUSEOPT_RANK_FAILED, message.encode("utf-8", "replace"))
 
 
 def shutdown():
@@ -57,7 +96,10 @@ def shutdown():
         if ctx is not None:
             _was_shut_down = True
             _leave_metrics(ctx)
-            check(lib.fuseopt_shutdown(ctx))
+            try:
+                check(lib.fuseopt_shutdown(ctx))
+            finally:
+                _launch_notes.set_state(_records.SHUT_DOWN)
             from .requests import forget_orphans
             forget_orphans()
 
@@ -77,12 +119,6 @@ def _leave_metrics(ctx):
                                                comm_in_waits_s=GRADIENTS.total_comm_in_waits_s))
     except Exception:
         pass
-
-
-def _abort_with(ctx):
-    def abort(message):
-        lib.fuseopt_abort(ctx, lib.FUSEOPT_RANK_FAILED, message.encode("utf-8", "replace"))
-    return abort
 
 
 def is_initialized():

@@ -21,6 +21,7 @@ import time
 
 from . import hosts as _hosts
 from . import metrics_summary as _metrics_summary
+from . import rank_wrapper, records, shm_litter
 from .records import read_records
 
 
@@ -146,14 +147,23 @@ def summarize(launch_dir, total_ranks, mpiexec_code, started):
     A rank whose fuseopt was shut down by another rank, or that reported a
     lost peer, only stopped because of it, so it is not blamed even if its
     process happened to end first."""
-    records = read_records(launch_dir, "rank-")
+    ends = read_records(launch_dir, "rank-")
+    starts = read_records(launch_dir, "start-")
     notes = read_records(launch_dir, "note-")
-    failed = sorted((r for r in records.values() if r["exit_code"] != 0),
+    failed = sorted((r for r in ends.values() if records.ended_badly(r)),
                     key=lambda r: r["end_time"])
+    # Started here, never recorded an end: killed together with its wrapper.
+    vanished = sorted(set(starts) - set(ends))
     if not failed:
-        if mpiexec_code != 0 and len(records) < total_ranks:
+        if vanished:
+            print("fuseoptrun: rank(s) %s ended without an exit record: killed together with "
+                  "their wrapper (by mpiexec after another rank's exit, or by the OOM killer); "
+                  "mpiexec exited with %d" % (", ".join(map(str, vanished)), mpiexec_code),
+                  file=sys.stderr)
+            return mpiexec_code or 1
+        if mpiexec_code != 0 and len(ends) < total_ranks:
             print("fuseoptrun: mpiexec exited with %d and only %d of %d ranks reported an "
-                  "exit; see the output above" % (mpiexec_code, len(records), total_ranks),
+                  "exit; see the output above" % (mpiexec_code, len(ends), total_ranks),
                   file=sys.stderr)
             return mpiexec_code
         return 0
@@ -164,22 +174,67 @@ def summarize(launch_dir, total_ranks, mpiexec_code, started):
             note["status"] == "SHUT_DOWN" and " by rank" in note["message"]))
 
     first = next((r for r in failed if not victim(r)), failed[0])
-    how = ("exit code %d" % first["exit_code"]) if first["exit_code"] is not None else \
-        ("signal %s" % signal.Signals(first["signal"]).name)
     # Only victims ended (say a frozen rank, killed by mpiexec without a record):
     # the first of them tells what happened, but is not to blame.
     verb = "stopped first, reporting a failed or stalled peer" if victim(first) else "failed first"
+    if first.get("signal"):
+        how = "signal %s" % signal.Signals(first["signal"]).name
+    elif first.get("unclean"):
+        how = "exit code 0 without fuseopt.shutdown(): os._exit?"
+    else:
+        how = "exit code %d" % first["exit_code"]
     print("fuseoptrun: rank %d on %s %s (%s, %.1f s after start); %d of %d ranks failed"
           % (first["rank"], first["host"], verb, how, first["end_time"] - started,
-             len(failed), total_ranks), file=sys.stderr)
+             len(failed) + len(vanished), total_ranks), file=sys.stderr)
     for rank in range(total_ranks):
         if rank in notes:
             print("fuseoptrun:   rank %d: %s" % (rank, notes[rank]["message"]), file=sys.stderr)
-        elif rank != first["rank"] and (rank not in records or records[rank]["signal"]):
+        elif rank != first["rank"] and (rank not in ends or ends[rank]["signal"]):
             print("fuseoptrun:   rank %d: stopped by mpiexec %s" % (rank, (
                 "(it had not exited: frozen, or cut off?)" if victim(first)
                 else "after rank %d failed" % first["rank"])), file=sys.stderr)
+    if first.get("unclean"):
+        return rank_wrapper.UNCLEAN_EXIT_CODE
     return first["exit_code"] if first["exit_code"] is not None else 128 + first["signal"]
+
+
+# After a rank has failed, how long the job may take to end on its own (the
+# failed rank's wrapper lingers LINGER_S so that the others can report; then
+# mpiexec stops them) before fuseoptrun stops it. mpiexec does not always:
+# ranks still inside MPI_Init when a rank fails are left waiting.
+FAILED_JOB_GRACE_S = 10.0
+KILL_AFTER_TERM_S = 5.0
+
+
+def wait_for_job(proc, launch_dir, stopping):
+    """Waits for mpiexec to end; ends the job itself when a rank has failed
+    and the job outlives FAILED_JOB_GRACE_S. Returns mpiexec's exit code."""
+    failed_at = terminated_at = None
+    while True:
+        try:
+            return proc.wait(timeout=0.25)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.time()
+        if stopping:
+            continue  # the signal handler is stopping the job
+        if failed_at is None:
+            if any(records.ended_badly(r) for r in read_records(launch_dir, "rank-").values()):
+                failed_at = now
+        elif terminated_at is None and now - failed_at > FAILED_JOB_GRACE_S:
+            print("fuseoptrun: a rank failed %.0f s ago and the job is still running: stopping "
+                  "it" % (now - failed_at), file=sys.stderr)
+            _signal_job(proc, signal.SIGTERM)
+            terminated_at = now
+        elif terminated_at is not None and now - terminated_at > KILL_AFTER_TERM_S:
+            _signal_job(proc, signal.SIGKILL)
+
+
+def _signal_job(proc, signum):
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def run(argv):
@@ -203,6 +258,7 @@ def run(argv):
         print(" ".join(shlex.quote(c) for c in cmd), file=sys.stdout if args.dry_run else sys.stderr)
         if args.dry_run:
             return 0
+    shm_before = shm_litter.snapshot()
     started = time.time()
     # Own process group, so that our signal handling decides how ranks stop.
     proc = subprocess.Popen(cmd, start_new_session=True)
@@ -210,23 +266,21 @@ def run(argv):
 
     def stop(signum, _frame):
         stopping.append(signum)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM if len(stopping) == 1 else signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _signal_job(proc, signal.SIGTERM if len(stopping) == 1 else signal.SIGKILL)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
-    code = proc.wait()
     try:
+        code = wait_for_job(proc, launch_dir, stopping)
         # Stopped on request, the ranks ended by our signal: nobody is to blame.
         result = None if stopping else summarize(launch_dir, total, code, started)
         if args.metrics_summary:
-            records = read_records(launch_dir, "metrics-")
-            if records:
-                print(_metrics_summary.format_table(records), file=sys.stderr)
+            metrics = read_records(launch_dir, "metrics-")
+            if metrics:
+                print(_metrics_summary.format_table(metrics), file=sys.stderr)
     finally:
         shutil.rmtree(launch_dir, ignore_errors=True)
+        shm_litter.remove_new(shm_before)
     if stopping:
         print("fuseoptrun: stopped by %s" % signal.Signals(stopping[0]).name, file=sys.stderr)
         return 128 + stopping[0]

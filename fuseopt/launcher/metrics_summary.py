@@ -2,10 +2,10 @@
 job's directory at shutdown (metrics-N.json), and fuseoptrun prints one table
 when the job ends. Ranks on other hosts write into their own host's copy of
 the directory, so only ranks on the launching host are listed."""
-import json
 import os
 
 from ..overlap import efficiency
+from . import records
 
 ENV = "FUSEOPT_METRICS_SUMMARY"
 
@@ -14,17 +14,10 @@ def write_rank_metrics(rank, metrics, environ=None):
     """Called by fuseopt.shutdown() with fuseopt.metrics() plus the overlap
     meter's totals; does nothing unless fuseoptrun asked."""
     environ = os.environ if environ is None else environ
-    directory = environ.get("FUSEOPT_LAUNCH_DIR")
+    directory = records.directory(environ)
     if environ.get(ENV) != "1" or not directory or not os.path.isdir(directory):
         return
-    record = dict(metrics, rank=rank)
-    path = os.path.join(directory, "metrics-%d.json" % rank)
-    try:
-        with open(path + ".tmp", "w") as f:
-            json.dump(record, f)
-        os.replace(path + ".tmp", path)  # the reader skips half-written files anyway
-    except OSError:
-        pass
+    records.write_record(directory, "metrics-", rank, dict(metrics, rank=rank))
 
 
 def format_table(records):

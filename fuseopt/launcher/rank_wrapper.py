@@ -2,8 +2,13 @@
 
 mpiexec starts ``python -m fuseopt.launcher.rank_wrapper CMD...`` per rank.
 The wrapper forwards termination signals to the command, makes sure the
-command dies with it (PR_SET_PDEATHSIG), and writes rank-N.json into
-$FUSEOPT_LAUNCH_DIR with the exit code or signal and the time it ended.
+command dies with it (PR_SET_PDEATHSIG), and writes start-N.json and
+rank-N.json into $FUSEOPT_LAUNCH_DIR (fuseopt/launcher/records.py).
+
+A command that exits 0 while fuseopt is still running in it (no shutdown():
+``os._exit(0)``, a library that ended the process) is a failure: the other
+ranks would wait for it in their next collective. The wrapper records it as
+unclean and exits 1, so that the job fails and says which rank it was.
 
 When the command failed, the wrapper lingers a moment before exiting: mpiexec
 kills the whole job as soon as one rank's process is gone, and the other ranks
@@ -11,7 +16,6 @@ need that moment to read the record and raise an error naming this rank
 (fuseopt/_peer_watch.py) rather than die silently.
 """
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -19,9 +23,13 @@ import subprocess
 import sys
 import time
 
+from . import records
+
 # Long enough for the survivors' watchers (polling every 0.2 s) to see the
 # record and report; short enough not to hold up the end of a failed job.
 LINGER_S = float(os.environ.get("FUSEOPT_LOST_RANK_LINGER_S", "5"))
+
+UNCLEAN_EXIT_CODE = 1
 
 
 def _die_with_parent():
@@ -32,11 +40,23 @@ def _die_with_parent():
         pass
 
 
+def exit_record(rank, pid, code, status_dir):
+    """How the command ended, as rank-N.json holds it."""
+    state = records.read_records(status_dir, "state-").get(rank, {}).get("fuseopt")
+    return {"rank": rank, "host": socket.gethostname(), "pid": pid,
+            "exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None,
+            "unclean": code == 0 and state == records.RUNNING, "end_time": time.time()}
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+    rank = records.env_rank()
+    status_dir = records.directory()
     # close_fds=False: the rank inherits the PMI connection (PMI_FD) from mpiexec.
     child = subprocess.Popen(argv, preexec_fn=_die_with_parent, close_fds=False)
+    if status_dir:
+        records.write_record(status_dir, "start-", rank, {
+            "rank": rank, "host": socket.gethostname(), "pid": child.pid})
 
     def forward(signum, _frame):
         child.send_signal(signum)
@@ -44,24 +64,19 @@ def main(argv=None):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     code = child.wait()
-    status_dir = os.environ.get("FUSEOPT_LAUNCH_DIR")
-    if status_dir:
-        record = {"rank": rank, "host": socket.gethostname(), "pid": child.pid,
-                  "exit_code": code if code >= 0 else None,
-                  "signal": -code if code < 0 else None, "end_time": time.time()}
-        try:
-            # On another host than fuseoptrun's the directory does not exist
-            # yet; ranks there still read each other's records.
-            os.makedirs(status_dir, exist_ok=True)
-            tmp = os.path.join(status_dir, ".rank-%d.json.tmp" % rank)
-            with open(tmp, "w") as f:
-                json.dump(record, f)
-            os.replace(tmp, os.path.join(status_dir, "rank-%d.json" % rank))
-        except OSError as e:
-            print("fuseoptrun: rank %d could not record its exit: %s" % (rank, e), file=sys.stderr)
-        else:
-            if code != 0:
-                _linger(status_dir, int(os.environ.get("PMI_SIZE", "0")))
+    if not status_dir:
+        return code if code >= 0 else 128 - code
+    record = exit_record(rank, child.pid, code, status_dir)
+    error = records.write_record(status_dir, "rank-", rank, record)
+    if error is not None:
+        print("fuseoptrun: rank %d could not record its exit: %s" % (rank, error),
+              file=sys.stderr)
+    if record["unclean"]:
+        print("fuseoptrun: rank %d %s" % (rank, records.describe_exit(record)), file=sys.stderr,
+              flush=True)
+        code = UNCLEAN_EXIT_CODE
+    if code != 0 and error is None:
+        _linger(status_dir, records.env_size())
     return code if code >= 0 else 128 - code
 
 
@@ -69,7 +84,7 @@ def _linger(status_dir, size):
     """Waits until every rank has a record, or LINGER_S."""
     deadline = time.time() + LINGER_S
     while time.time() < deadline:
-        if size and sum(n.startswith("rank-") for n in os.listdir(status_dir)) >= size:
+        if size and len(records.read_records(status_dir, "rank-")) >= size:
             return
         time.sleep(0.05)
 

@@ -1,10 +1,70 @@
-"""The exit records and notes a job leaves in $FUSEOPT_LAUNCH_DIR: rank-N.json
-written by the rank wrapper, note-N.json by fuseopt._launch_notes. Read by
-fuseoptrun's summary and by every rank's peer watcher (fuseopt._peer_watch).
-Its own module, so that importing fuseopt does not import the wrapper that
-``python -m fuseopt.launcher.rank_wrapper`` runs."""
+"""The launch directory: what a job's processes leave for each other and for
+fuseoptrun in $FUSEOPT_LAUNCH_DIR. Native-free, so that the rank wrapper and
+the launcher use it without loading the core.
+
+Files, one per rank N, each written whole (temporary file, then rename):
+
+- ``start-N.json``  the rank wrapper, before it starts the rank's command
+  (host, pid): a rank with a start record and no exit record was killed with
+  its wrapper (by mpiexec, or the OOM killer);
+- ``rank-N.json``   the rank wrapper, when the command has ended: exit code or
+  signal, end time, and ``unclean`` when the command exited 0 while fuseopt
+  was still running in it (``os._exit``, a crash in a C extension that
+  exited 0): the other ranks would otherwise wait for it forever;
+- ``state-N.json``  the fuseopt runtime: ``running`` after init(),
+  ``shut_down`` after shutdown() (what tells a clean exit from an unclean one);
+- ``note-N.json``   the runtime, about why it is failing (fuseopt._launch_notes);
+- ``metrics-N.json`` the runtime, for ``fuseoptrun --metrics-summary``.
+
+On another host than fuseoptrun's the directory exists only if the ranks there
+create it; ranks on one host still read each other's records.
+"""
 import json
 import os
+import signal
+
+RUNNING = "running"
+SHUT_DOWN = "shut_down"
+
+
+def directory(environ=None):
+    """The job's launch directory, or None outside fuseoptrun."""
+    environ = os.environ if environ is None else environ
+    return environ.get("FUSEOPT_LAUNCH_DIR") or None
+
+
+def env_rank(environ=None):
+    """This process's rank as the launcher told it (before fuseopt.init)."""
+    environ = os.environ if environ is None else environ
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    return 0
+
+
+def env_size(environ=None):
+    """The job's number of ranks as the launcher told it, or 0 if unknown."""
+    environ = os.environ if environ is None else environ
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"):
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    return 0
+
+
+def write_record(status_dir, prefix, rank, record):
+    """Writes ``<prefix>N.json`` whole (readers never see half a file).
+    Returns the OSError instead of raising: a record must never be what
+    fails a rank."""
+    path = os.path.join(status_dir, "%s%d.json" % (prefix, rank))
+    tmp = os.path.join(status_dir, ".%s%d.json.tmp" % (prefix, rank))
+    try:
+        os.makedirs(status_dir, exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+    except OSError as e:
+        return e
+    return None
 
 
 def read_records(status_dir, prefix="rank-"):
@@ -25,3 +85,23 @@ def read_records(status_dir, prefix="rank-"):
         except (OSError, ValueError):
             continue
     return out
+
+
+def ended_badly(record):
+    """Whether an exit record says the rank failed: a non-zero code, a
+    signal, or an exit 0 that left fuseopt running."""
+    return bool(record.get("exit_code") != 0 or record.get("signal") or record.get("unclean"))
+
+
+def describe_exit(record):
+    """'exited with code 1', 'was killed by SIGKILL', 'exited with code 0
+    without shutting fuseopt down (...)'."""
+    if record.get("signal"):
+        try:
+            return "was killed by %s" % signal.Signals(record["signal"]).name
+        except ValueError:
+            return "was killed by signal %d" % record["signal"]
+    if record.get("unclean"):
+        return ("exited with code 0 while fuseopt was still running in it (no shutdown(): "
+                "os._exit, or a library that ended the process)")
+    return "exited with code %d" % record["exit_code"]

@@ -19,7 +19,7 @@ import warnings
 import torch
 
 from .. import buckets, naming, overlap
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MismatchError
 from .. import requests as _rq
 from . import _tensors as _t
 from . import ops
@@ -34,6 +34,12 @@ DEFAULT_BUCKET_CAP_MB = buckets.DEFAULT_BUCKET_CAP_MB
 _IN_PLACE = object()
 
 _MAX_PLANS = 1024  # per optimizer; see _submit_plain
+
+_OUT_OF_PHASE = (
+    "steps out of phase across ranks: some ranks called optimizer.step() (or synchronize()) "
+    "with no backward pass since their previous step, and so resubmitted gradients that were "
+    "already averaged (phase=1), while other ranks computed new ones. Every rank must run the "
+    "same sequence of backward passes and steps. Detail: ")
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -123,6 +129,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._bucket_cap = buckets.cap_bytes(bucket_cap_mb)
         self._should_synchronize = True
         self._synchronized = False
+        self._phase = 0  # of the requests being submitted: see synchronize()
         self._hook_handles = [
             p.register_post_accumulate_grad_hook(functools.partial(self._on_grad_ready, i))
             for i, p in enumerate(self._params)]
@@ -284,7 +291,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 args, kwargs = ops.allreduce_op(payload.contiguous(),
                                                 name if k == 0 else "%s.%d" % (name, k), op,
                                                 scales[0], scales[1], True)
-                batch.add(*args, **kwargs)
+                batch.add(*args, phase=self._phase, **kwargs)
             started.append((i, len(payloads), ctx))
         # One handle per bucket: waiting on each gradient separately costs a
         # native call each (~0.6 ms per step for 200 small gradients).
@@ -298,7 +305,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """The common case (host gradients in place, no compression or shared
         layout) from a plan made once per bucket: a step checks each
         gradient's shape and dtype against it and passes one pointer each."""
-        plan_key = (tuple(indices), op, scales)
+        plan_key = (tuple(indices), op, scales, self._phase)
         plan = self._plans.get(plan_key)
         if plan is None or any(g.shape != shape or g.dtype != dtype
                                for g, shape, dtype in zip(grads, plan[3], plan[4])):
@@ -309,7 +316,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         ptrs = [_t.ptr(g) for g in grads]
         bucket = _rq.submit_group(_rq.ALLREDUCE, names, dtype_names, shapes, ptrs, ptrs,
                                   reduce_op=op, prescale=scales[0], postscale=scales[1],
-                                  keepalive=grads, key=key)
+                                  keepalive=grads, key=key, phase=self._phase)
         self._in_place_buckets.append(bucket)
         for i in indices:
             self._in_flight[i] = _IN_PLACE
@@ -325,12 +332,34 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's allreduce and writes the averages into
         ``p.grad``. Parameters whose gradient never arrived on this rank (an
-        unused branch) take part with zeros, so no rank waits forever."""
+        unused branch) take part with zeros, so no rank waits forever.
+
+        A rank that synchronizes with no backward pass since its last step
+        while gradients are still set would resubmit gradients already
+        averaged, to be mixed with the other ranks' next ones. Its requests
+        carry phase 1, so that this fails with MismatchError on every rank
+        (steps out of phase) unless every rank does the same."""
+        if not (self._in_flight or self._bucket or self._ready or any(self._passes)):
+            self._phase = int(any(p.grad is not None for p in self._params))
         for i in range(len(self._params)):  # late ones: unused parameters, incomplete groups
             if i not in self._in_flight:
                 self._bucket[i] = None
         self._ready.clear()
-        self._flush_bucket()
+        try:
+            self._flush_bucket()
+            self._wait_and_write_back()
+        except MismatchError as e:
+            if " phase=" not in str(e):
+                raise
+            raise MismatchError(_OUT_OF_PHASE + str(e)) from None
+        finally:
+            self._phase = 0
+            self._in_flight.clear()
+            self._in_place_buckets.clear()
+            self._passes = [0] * len(self._params)
+        self._synchronized = True
+
+    def _wait_and_write_back(self):
         plain = self._compression is Compression.none
         with overlap.GRADIENTS.waiting():
             for bucket in self._in_place_buckets:  # the averages are already in p.grad
@@ -347,10 +376,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 grad = self._params[i].grad
                 if result.data_ptr() != grad.data_ptr():  # decompressed, or copied on the way
                     grad.copy_(result)
-        self._in_flight.clear()
-        self._in_place_buckets.clear()
-        self._passes = [0] * len(self._params)
-        self._synchronized = True
 
     @contextlib.contextmanager
     def skip_synchronize(self):

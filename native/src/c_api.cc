@@ -3,6 +3,7 @@
 // status plus a thread-local detail string.
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -44,12 +45,23 @@ int guarded(F&& body) {
 #define REQUIRE_CTX(ctx) \
   if (!(ctx)) return fail(FUSEOPT_NOT_INITIALIZED, "fuseopt is not initialized (NULL context)")
 
+// A status that ends operations (abort, cancel): an error, and not TIMEOUT,
+// which means "not yet".
+bool is_failure(int status) {
+  return status > FUSEOPT_OK && status <= FUSEOPT_RANK_FAILED && status != FUSEOPT_TIMEOUT;
+}
+
+int failed_wait(fuseopt_ctx* ctx, const fuseopt::Outcome& outcome) {
+  if (outcome.status != FUSEOPT_TIMEOUT) ctx->context.note_error_delivered();
+  return fail(outcome.status, outcome.message);
+}
+
 int finish_wait(fuseopt_ctx* ctx, int64_t handle, int64_t timeout_ms, fuseopt_output_t* out) {
   fuseopt::Outcome outcome;
   fuseopt::OwnedOutput owned;
   int rc = guarded([&] { outcome = ctx->context.handles().wait(handle, timeout_ms, out ? &owned : nullptr); });
   if (rc != FUSEOPT_OK) return rc;
-  if (!outcome.ok()) return fail(outcome.status, outcome.message);
+  if (!outcome.ok()) return failed_wait(ctx, outcome);
   if (out) {
     std::memset(out, 0, sizeof(*out));
     out->data = owned.data;
@@ -81,7 +93,25 @@ int fuseopt_init(const fuseopt_config_t* cfg, fuseopt_ctx_t** out) {
   *out = nullptr;
   fuseopt_config_t defaults;
   fuseopt::default_config(&defaults);
-  return guarded([&] { *out = new fuseopt_ctx(cfg ? *cfg : defaults); });
+  return guarded([&] {
+    std::unique_ptr<fuseopt_ctx> ctx(new fuseopt_ctx(cfg ? *cfg : defaults));
+    try {
+      ctx->context.start();
+    } catch (...) {
+      if (ctx->context.abandoned()) ctx.release();  // its loop thread may still use it
+      throw;
+    }
+    *out = ctx.release();
+  });
+}
+
+int fuseopt_cancel_init(int status, const char* message) {
+  if (!is_failure(status))
+    return fail(FUSEOPT_INVALID_ARG, "cancel status must be an error status other than TIMEOUT");
+  if (!message) return fail(FUSEOPT_INVALID_ARG, "message is NULL");
+  return guarded([&] {
+    fuseopt::cancel_init(fuseopt::Outcome{static_cast<fuseopt_status_t>(status), message});
+  });
 }
 
 int fuseopt_shutdown(fuseopt_ctx_t* ctx) {
@@ -94,7 +124,7 @@ int fuseopt_shutdown(fuseopt_ctx_t* ctx) {
 
 int fuseopt_abort(fuseopt_ctx_t* ctx, int status, const char* message) {
   REQUIRE_CTX(ctx);
-  if (status <= FUSEOPT_OK || status > FUSEOPT_RANK_FAILED || status == FUSEOPT_TIMEOUT)
+  if (!is_failure(status))
     return fail(FUSEOPT_INVALID_ARG, "abort status must be an error status other than TIMEOUT");
   if (!message) return fail(FUSEOPT_INVALID_ARG, "message is NULL");
   return guarded([&] {
@@ -143,7 +173,7 @@ int fuseopt_wait_all(fuseopt_ctx_t* ctx, const int64_t* handles, int64_t count,
   fuseopt::Outcome outcome;
   int rc = guarded([&] { outcome = ctx->context.handles().wait_all(handles, count, timeout_ms); });
   if (rc != FUSEOPT_OK) return rc;
-  return outcome.ok() ? FUSEOPT_OK : fail(outcome.status, outcome.message);
+  return outcome.ok() ? FUSEOPT_OK : failed_wait(ctx, outcome);
 }
 
 int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,

@@ -33,6 +33,9 @@ void default_config(fuseopt_config_t* c) {
   // roughly 10-30 steps: long enough to average out this machine's jitter.
   c->autotune_window_rounds = 30;
   c->autotune_log = nullptr;
+  // Starting MPI on a busy cluster takes seconds; two minutes without every
+  // rank means one never came.
+  c->init_timeout_s = 120;
 }
 
 void validate_config(const fuseopt_config_t& c) {
@@ -53,6 +56,8 @@ void validate_config(const fuseopt_config_t& c) {
   if (c.autotune != 0 && c.autotune != 1) bad("autotune must be 0 or 1");
   if (c.autotune_window_rounds < 1) bad("autotune window must be >= 1 round");
   if (c.shm_min_bytes < -1) bad("shared-memory allreduce size must be >= 0 bytes, or -1 (off)");
+  if (!(c.init_timeout_s >= 0) || !std::isfinite(c.init_timeout_s))
+    bad("init timeout must be >= 0 seconds (0: wait forever)");
 }
 
 }  // namespace fuseopt

@@ -12,18 +12,61 @@
 
 namespace fuseopt {
 
+namespace {
+
+std::mutex g_cancel_mu;
+bool g_init_cancelled = false;
+Outcome g_cancel_reason;
+
+bool take_init_cancel(Outcome* reason) {
+  std::lock_guard<std::mutex> lock(g_cancel_mu);
+  if (!g_init_cancelled) return false;
+  *reason = g_cancel_reason;
+  return true;
+}
+
+}  // namespace
+
+void cancel_init(const Outcome& reason) {
+  std::lock_guard<std::mutex> lock(g_cancel_mu);
+  if (g_init_cancelled) return;  // the first news wins
+  g_init_cancelled = true;
+  g_cancel_reason = reason;
+}
+
 Context::Context(const fuseopt_config_t& config) : config_(config) {
   validate_config(config_);
   set_log_level(config_.log_level);
-  std::unique_ptr<MpiWorld> world(new MpiWorld(config_.emulated_local_size));
-  loop_.reset(new Loop(config_, inbox_, handles_, metrics_, timeline_, std::move(world)));
+  loop_.reset(new Loop(config_, inbox_, handles_, metrics_, timeline_));
   config_.autotune_log = nullptr;  // copied by the loop; the caller's string may go
-  std::promise<fuseopt_comm_info_t> started;
-  std::future<fuseopt_comm_info_t> info = started.get_future();
-  thread_ = std::thread([this, &started] {
-    loop_->run(&started);
+}
+
+void Context::start() {
+  std::future<fuseopt_comm_info_t> info = started_.get_future();
+  thread_ = std::thread([this] {
+    loop_->run(&started_);
     loop_exited_ = true;
   });
+  // Wait in slices: MPI_Init_thread and the first exchange block until every
+  // rank has come, and a rank that failed before init never will.
+  const double began = now_s();
+  Outcome why;
+  while (info.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    const double waited = now_s() - began;
+    if (!take_init_cancel(&why) && !(config_.init_timeout_s > 0 && waited > config_.init_timeout_s))
+      continue;
+    if (why.ok()) {
+      std::ostringstream m;
+      m << "fuseopt.init() waited " << static_cast<int64_t>(waited) << " s for the other ranks "
+        << "while " << loop_->busy().what << " (FUSEOPT_INIT_TIMEOUT_S=" << config_.init_timeout_s
+        << "): a rank failed before or during init(), or is stuck before calling it";
+      why = Outcome{FUSEOPT_RANK_FAILED, m.str()};
+    }
+    MpiWorld::abandon();
+    thread_.detach();
+    abandoned_ = true;
+    throw Error(why.status, why.message);
+  }
   try {
     info_ = info.get();
   } catch (...) {
@@ -31,6 +74,14 @@ Context::Context(const fuseopt_config_t& config) : config_(config) {
     throw;
   }
   if (config_.peer_timeout_s > 0 && info_.size > 1) watchdog_ = std::thread([this] { watch(); });
+}
+
+void Context::note_error_delivered() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    inbox_.error_delivered = true;
+  }
+  inbox_.wake.notify_all();
 }
 
 Context::~Context() { shutdown(); }
@@ -182,6 +233,8 @@ Entry Context::validate(const fuseopt_request_t& q) {
                   " is not divisible by the number of ranks; pass splits");
     }
   }
+  REQUIRE(q.phase >= 0, who() + ": negative phase");  // 0 for structs that predate it
+  s.phase = q.phase;
   e.input = q.input;
   e.output = q.output;
   take_device(q, &e);  // device_request.cc
@@ -191,7 +244,12 @@ Entry Context::validate(const fuseopt_request_t& q) {
 
 void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles) {
   std::unique_lock<std::mutex> lock(inbox_.mu);
-  if (inbox_.stopped) throw Error(inbox_.stop_reason.status, inbox_.stop_reason.message);
+  if (inbox_.stopped) {
+    const Outcome reason = inbox_.stop_reason;
+    lock.unlock();
+    note_error_delivered();
+    throw Error(reason.status, reason.message);
+  }
   if (inbox_.shutdown_requested) throw Error(FUSEOPT_SHUT_DOWN, "fuseopt is shutting down");
   // All or nothing: a refused request must not leave earlier ones of the same
   // call queued, nor advance the counters that name unnamed requests (other

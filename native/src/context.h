@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,12 +34,27 @@ struct Inbox {
   bool stopped = false;                       // the loop thread has exited
   Outcome stop_reason;                        // why enqueue now fails
   std::atomic<bool> aborted{false};           // see Context::abort; read without mu
+  // A framework thread was told that the runtime stopped (an enqueue or a
+  // wait failed since): it is not stuck outside fuseopt.
+  bool error_delivered = false;
 };
+
+// fuseopt_cancel_init: what a waiting or later fuseopt_init fails with.
+void cancel_init(const Outcome& reason);
 
 class Context {
  public:
   explicit Context(const fuseopt_config_t& config);  // throws Error
   ~Context();
+
+  // Starts the loop thread, which starts MPI, and waits until every rank has
+  // (FUSEOPT_INIT_TIMEOUT_S, fuseopt_cancel_init). Throws Error; after a
+  // timeout or a cancel, abandoned() is true: the loop thread may still be
+  // blocked in MPI with this context's members, so the context must leak.
+  void start();
+  bool abandoned() const { return abandoned_; }
+  // A framework thread received a failure: see Inbox::error_delivered.
+  void note_error_delivered();
 
   void shutdown();
   // Fails everything now and abandons the loop thread (fuseopt_abort).
@@ -66,6 +82,8 @@ class Context {
   Timeline timeline_;  // before loop_: the loop thread writes to it
   Inbox inbox_;
   std::unique_ptr<Loop> loop_;
+  std::promise<fuseopt_comm_info_t> started_;  // set by the loop thread, maybe late
+  bool abandoned_ = false;
   std::thread thread_;
   std::atomic<bool> loop_exited_{false};
   std::thread watchdog_;

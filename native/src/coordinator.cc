@@ -49,6 +49,7 @@ void Coordinator::add(const std::vector<Request>& requests, double now_s) {
       it = table_.emplace(q.spec.name, std::move(e)).first;
     }
     Entry& e = it->second;
+    e.first_seen_s = std::min(e.first_seen_s, now_s - std::max(0.0, q.waited_s));
     // A rank cannot have two requests for one name in flight (enqueue refuses
     // it), so a repeat here can only be a bug; keep the first.
     if (!e.present[q.rank]) {

@@ -29,7 +29,8 @@ class Coordinator {
  public:
   explicit Coordinator(int size) : size_(size) {}
 
-  // Records requests gathered this round. now_s stamps first arrival.
+  // Records requests gathered this round. A name's wait starts when the
+  // first rank enqueued it: now_s less that request's waited_s.
   void add(const std::vector<Request>& requests, double now_s);
 
   // Removes and returns every name that all ranks have now asked for.

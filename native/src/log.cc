@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <sstream>
 
 namespace fuseopt {
 namespace {
@@ -19,6 +20,13 @@ void log_line(int level, const std::string& message) {
   std::fprintf(stderr, "[fuseopt rank %d] %s: %s\n", g_rank.load(), kNames[level],
                message.c_str());
   std::fflush(stderr);
+}
+
+std::string join_names(const std::vector<std::string>& names, size_t max) {
+  std::ostringstream s;
+  for (size_t i = 0; i < names.size() && i < max; ++i) s << (i ? ", " : "") << names[i];
+  if (names.size() > max) s << ", ... (" << names.size() << " in all)";
+  return s.str();
 }
 
 }  // namespace fuseopt

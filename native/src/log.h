@@ -4,6 +4,7 @@
 
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace fuseopt {
 
@@ -13,6 +14,8 @@ void set_log_level(int level);
 void set_log_rank(int rank);
 bool log_enabled(int level);
 void log_line(int level, const std::string& message);
+// "a, b, c, ... (12 in all)": lists in messages stay one line at any scale.
+std::string join_names(const std::vector<std::string>& names, size_t max);
 
 }  // namespace fuseopt
 

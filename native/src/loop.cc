@@ -4,6 +4,8 @@
 #include <chrono>
 #include <sstream>
 
+#include <unistd.h>
+
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -30,13 +32,6 @@ void set_bit(std::vector<uint64_t>& w, int64_t base, int64_t i, bool on) {
   uint64_t m = uint64_t(1) << (i % 64);
   if (on) w[base + i / 64] |= m;
   else w[base + i / 64] &= ~m;
-}
-
-std::string join_names(const std::vector<std::string>& names, size_t max) {
-  std::ostringstream s;
-  for (size_t i = 0; i < names.size() && i < max; ++i) s << (i ? ", " : "") << names[i];
-  if (names.size() > max) s << ", ... (" << names.size() << " in all)";
-  return s.str();
 }
 
 }  // namespace
@@ -69,10 +64,14 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
   }
   if (!clean && !inbox_.aborted) FUSEOPT_LOG(kError, "runtime stopped: " << reason.message);
   stop(reason);
+  if (stalled_here_) end_process_if_stuck(reason);
   // After a failure an MPI request may still be outstanding, and a peer may be
   // gone: leave the communicators and the shared-memory window (whose free is
-  // collective) to process exit rather than free them under it.
+  // collective) to process exit rather than free them under it, and skip
+  // MPI_Finalize, which would wait at exit for a peer that may never come
+  // (a rank ended by a stall shutdown, say).
   if (!clean) {
+    MpiWorld::abandon();
     backend_.release();
     world_.release();
     executor_.release();  // device communicators, too, may wait for a lost peer
@@ -80,6 +79,9 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
 }
 
 void Loop::start() {
+  busy_what_ = "starting MPI";
+  world_.reset(new MpiWorld(config_.emulated_local_size));
+  busy_what_ = "agreeing on the configuration with rank 0";
   rank_ = world_->info().rank;
   size_ = world_->info().size;
   set_log_rank(rank_);
@@ -128,12 +130,13 @@ std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
   const double now = now_s();
   if (!stall_check_due(now)) flags |= kNoStallCheck;
   words[0] = flags;
+  const double stall_limit = stall_limit_s();
   for (auto& kv : pending_) {
     Entry& e = kv.second;
     if (e.state != Entry::State::kCached) continue;
-    if (config_.stall_check_s > 0 && now - e.enqueued_s > config_.stall_check_s &&
-        !stall_warned_.count(e.spec.name)) {
-      // Renegotiate in full so the coordinator can name the missing ranks.
+    if (stall_limit > 0 && now - e.enqueued_s >= stall_limit) {
+      // Renegotiate in full so the coordinator can time the stall and name
+      // the missing ranks (the request carries its age: Request::waited_s).
       invalid_slots_.insert(e.slot);
     } else {
       set_bit(words, 1, e.slot, true);
@@ -164,12 +167,17 @@ bool Loop::stall_check_due(double now) {
   // coordinator asks for one, at most once a second, while a name has waited
   // long enough to warn about or to fail.
   if (!coordinator_ || now < next_stall_check_s_) return false;
-  int64_t limit = config_.stall_check_s;
-  if (config_.stall_shutdown_s > 0 && (limit <= 0 || config_.stall_shutdown_s < limit))
-    limit = config_.stall_shutdown_s;
+  const double limit = stall_limit_s();
   if (limit <= 0 || coordinator_->oldest_wait_s(now) < limit) return false;
   next_stall_check_s_ = now + 1.0;
   return true;
+}
+
+double Loop::stall_limit_s() const {
+  int64_t limit = config_.stall_check_s;
+  if (config_.stall_shutdown_s > 0 && (limit <= 0 || config_.stall_shutdown_s < limit))
+    limit = config_.stall_shutdown_s;
+  return static_cast<double>(limit);
 }
 
 bool Loop::keep_waiting(double started_s) {
@@ -287,9 +295,13 @@ bool Loop::round() {
   busy_since_s_ = 0;
   // A tensor stalled past FUSEOPT_STALL_SHUTDOWN_S stops the runtime on every
   // rank (all received this response), not only on the ranks that submitted it.
-  for (const Work& w : work)
-    if (w.response.error == FUSEOPT_RANK_FAILED)
-      throw Error(FUSEOPT_RANK_FAILED, w.response.error_message);
+  const Work* stalled = nullptr;
+  for (const Work& w : work) {
+    if (w.response.error != FUSEOPT_RANK_FAILED) continue;
+    if (!stalled) stalled = &w;
+    stalled_here_ = stalled_here_ || w.entry == nullptr;  // this rank never submitted it
+  }
+  if (stalled) throw Error(FUSEOPT_RANK_FAILED, stalled->response.error_message);
   // Join completes once every rank has joined and no tensor is in flight
   // anywhere (a rank may have enqueued one just before joining).
   if ((flags & kJoined) && (flags & kNothingPending)) {
@@ -320,6 +332,30 @@ void Loop::finish(std::vector<Work>& work) {
   for (const Work& w : work)
     if (w.entry) done.push_back(w.entry->spec.name);
   for (const std::string& name : done) pending_.erase(name);
+}
+
+// How long a rank named by a stall shutdown may take to notice it. Its
+// framework thread has not called fuseopt for FUSEOPT_STALL_SHUTDOWN_S: it is
+// stuck elsewhere (a deadlock, a data loader that never returns) and would
+// hold the job, and its allocation, forever. If it reaches fuseopt in this
+// time it gets the error like every other rank; if not, the process ends, as
+// PyTorch's NCCL watchdog ends a process whose collective timed out.
+constexpr auto kStuckRankGrace = std::chrono::seconds(5);
+
+void Loop::end_process_if_stuck(const Outcome& reason) {
+  {
+    std::unique_lock<std::mutex> lock(inbox_.mu);
+    if (inbox_.wake.wait_for(lock, kStuckRankGrace,
+                             [&] { return inbox_.error_delivered || inbox_.shutdown_requested; }))
+      return;
+  }
+  FUSEOPT_LOG(kError, reason.message << "; this rank never submitted it, and its training thread "
+                                        "has not called fuseopt in the "
+                                     << kStuckRankGrace.count()
+                                     << " s since: it is stuck outside fuseopt. Ending the "
+                                        "process with exit code 1 so that the job stops");
+  std::fflush(nullptr);
+  _exit(1);
 }
 
 void Loop::stop(const Outcome& reason) {

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <future>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -43,13 +44,13 @@ namespace fuseopt {
 
 class Loop {
  public:
-  // world was initialised on the thread that called fuseopt_init (MPI wants
-  // MPI_Finalize, at process exit, on the thread that initialised it).
+  // MPI is started by the loop thread itself (run), so that the framework
+  // thread in fuseopt_init can stop waiting for a peer that never comes
+  // (Context::start); MPI_Init_thread would block it without a way out.
   Loop(const fuseopt_config_t& config, Inbox& inbox, HandleTable& handles, Metrics& metrics,
-       Timeline& timeline, std::unique_ptr<MpiWorld> world)
+       Timeline& timeline)
       : config_(config), inbox_(inbox), handles_(handles), metrics_(metrics),
-        timeline_(timeline), world_(std::move(world)),
-        autotune_log_(config.autotune_log ? config.autotune_log : "") {
+        timeline_(timeline), autotune_log_(config.autotune_log ? config.autotune_log : "") {
     config_.autotune_log = nullptr;  // the caller's string lives only through init
   }
   ~Loop() {
@@ -68,13 +69,19 @@ class Loop {
   Busy busy() const { return Busy{busy_since_s_.load(), busy_what_.load()}; }
 
  private:
-  void start();             // backend, agreed configuration
+  void start();             // MPI, backend, agreed configuration
+  // After a stall shutdown that names this rank: ends the process unless
+  // its framework thread hears of the failure soon (see loop.cc).
+  void end_process_if_stuck(const Outcome& reason);
   bool round();             // false once every rank agreed to shut down
   bool wait_for_work();     // returns whether this rank asked to shut down
   void drain(std::deque<Entry>* incoming);
   std::vector<uint64_t> build_round_vector(bool shutdown);
   bool keep_waiting(double started_s);
   bool stall_check_due(double now);  // rank 0: ask every rank for a full negotiation
+  // The earlier of the stall warning and shutdown limits in force (0: none).
+  double stall_limit_s() const;
+  void warn_stalls(double now);       // rank 0, in full negotiation
   void throw_if_aborted();  // throws the abort's reason (Context::abort)
   std::vector<Response> negotiate_full();
   void finish(std::vector<Work>& work);
@@ -117,7 +124,10 @@ class Loop {
   std::unordered_map<std::string, Entry> pending_;  // by name
   std::vector<std::string> new_order_;              // kNew names, enqueue order
   std::set<int64_t> invalid_slots_;                 // to report next round
-  std::set<std::string> stall_warned_;
+  // Stalled names already warned about, with when to warn again: a stall
+  // is repeated every FUSEOPT_STALL_CHECK_S while it lasts.
+  std::map<std::string, double> stall_next_warning_s_;
+  bool stalled_here_ = false;  // a stall shutdown named this rank as missing
   bool joined_ = false;
   int64_t join_handle_ = 0;
   int no_progress_rounds_ = 0;

@@ -2,6 +2,8 @@
 // coordinator, which answers every rank with the same ordered responses and
 // names stalled tensors; and the one-off exchange that says who asked to shut
 // down.
+#include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "log.h"
@@ -16,7 +18,7 @@ std::vector<Response> Loop::negotiate_full() {
     auto it = pending_.find(name);
     if (it == pending_.end() || it->second.state != Entry::State::kNew) continue;
     it->second.state = Entry::State::kSent;
-    mine.push_back(Request{rank_, it->second.spec});
+    mine.push_back(Request{rank_, it->second.spec, now_s() - it->second.enqueued_s});
   }
   new_order_.clear();
   metrics_.add(metrics_.full_negotiations, 1);
@@ -38,19 +40,7 @@ std::vector<Response> Loop::negotiate_full() {
       coordinator_->add(std::move(requests), now);
     }
     std::vector<Response> ready = coordinator_->take_ready(joined);
-    if (config_.stall_check_s > 0) {
-      for (const Stall& s : coordinator_->stalls(now, config_.stall_check_s)) {
-        if (stall_warned_.count(s.name)) continue;
-        stall_warned_.insert(s.name);
-        metrics_.add(metrics_.stalls, 1);
-        std::ostringstream ranks;
-        for (size_t i = 0; i < s.missing_ranks.size(); ++i)
-          ranks << (i ? ", " : "") << s.missing_ranks[i];
-        FUSEOPT_LOG(kWarning, "tensor '" << s.name << "' has waited " << int(s.waiting_s)
-                                         << " s: ranks " << ranks.str()
-                                         << " have not submitted it");
-      }
-    }
+    warn_stalls(now);
     if (config_.stall_shutdown_s > 0) {
       std::vector<Response> failed = coordinator_->take_stalled(now, config_.stall_shutdown_s);
       ready.insert(ready.end(), failed.begin(), failed.end());
@@ -59,6 +49,46 @@ std::vector<Response> Loop::negotiate_full() {
   }
   answer = control_->broadcast(std::move(answer));
   return decode_responses(answer.data(), answer.size());
+}
+
+void Loop::warn_stalls(double now) {
+  if (config_.stall_check_s <= 0) return;
+  // One line per set of missing ranks: 200 stalled gradients of one step are
+  // one fact ("rank 3 is not there"), not 200.
+  std::map<std::vector<int32_t>, std::vector<Stall>> due;
+  std::map<std::string, double> next;  // names no longer stalled are forgotten
+  for (Stall& s : coordinator_->stalls(now, config_.stall_check_s)) {
+    auto it = stall_next_warning_s_.find(s.name);
+    if (it != stall_next_warning_s_.end() && now < it->second) {
+      next.insert(*it);
+      continue;
+    }
+    next[s.name] = now + config_.stall_check_s;
+    due[s.missing_ranks].push_back(std::move(s));
+  }
+  stall_next_warning_s_.swap(next);
+  for (const auto& group : due) {
+    metrics_.add(metrics_.stalls, 1);
+    const std::vector<Stall>& stalls = group.second;
+    double longest = 0;
+    std::vector<std::string> names;
+    for (const Stall& s : stalls) {
+      longest = std::max(longest, s.waiting_s);
+      names.push_back("'" + s.name + "'");
+    }
+    std::ostringstream ranks;
+    for (size_t i = 0; i < group.first.size(); ++i) ranks << (i ? ", " : "") << group.first[i];
+    std::ostringstream m;
+    if (stalls.size() == 1)
+      m << "tensor " << names[0] << " has waited " << int(longest) << " s: ranks " << ranks.str()
+        << " have not submitted it";
+    else
+      m << stalls.size() << " tensors have waited up to " << int(longest) << " s: ranks "
+        << ranks.str() << " have not submitted them: " << join_names(names, 10);
+    m << " (FUSEOPT_STALL_CHECK_S=" << config_.stall_check_s << "; warned again every "
+      << config_.stall_check_s << " s while it lasts)";
+    FUSEOPT_LOG(kWarning, m.str());
+  }
 }
 
 Outcome Loop::shutdown_reason(bool requested_here) {

@@ -22,7 +22,7 @@ bool TensorSpec::first_dim_may_differ() const {
 
 bool TensorSpec::compatible_with(const TensorSpec& o) const {
   if (collective != o.collective || name != o.name || dtype != o.dtype) return false;
-  if (device != o.device) return false;
+  if (device != o.device || phase != o.phase) return false;
   if (shape.size() != o.shape.size()) return false;
   size_t first = (first_dim_may_differ() && !shape.empty()) ? 1 : 0;
   for (size_t i = first; i < shape.size(); ++i)
@@ -58,6 +58,7 @@ std::string TensorSpec::describe() const {
   // as they were; a device tensor names its kind.
   if (device == FUSEOPT_DEVICE_CUDA) s << " on cuda";
   if (device == FUSEOPT_DEVICE_NPU) s << " on npu";
+  if (phase != 0) s << " phase=" << phase;
   return s.str();
 }
 

@@ -26,6 +26,7 @@ struct TensorSpec {
   double prescale = 1.0;
   double postscale = 1.0;
   fuseopt_device_t device = FUSEOPT_DEVICE_HOST;  // kind of memory (not the index)
+  int32_t phase = 0;  // fuseopt_request_t::phase: must match across ranks
 
   int64_t num_elements() const;
   int64_t row_elements() const;  // elements per first-dimension row
@@ -39,6 +40,11 @@ struct TensorSpec {
 struct Request {
   int32_t rank = 0;
   TensorSpec spec;
+  // How long the tensor had waited on its rank when this request was sent: a
+  // tensor announced through the response cache first and renegotiated in
+  // full later (a stall check) keeps its age, so stalls are timed from the
+  // enqueue, not from the renegotiation.
+  double waited_s = 0;
 };
 
 struct Response {

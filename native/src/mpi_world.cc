@@ -87,6 +87,15 @@ static void exit_without_library_teardown(int status, void*) {
   std::fflush(nullptr);
   _exit(status);
 }
+
+// MPI_Finalize waits for every rank to finalize. A process that is failing
+// (non-zero exit status) must not wait there for peers that may never come,
+// say one stuck in user code: it leaves at once, and mpiexec (or fuseoptrun)
+// stops the rest of the job on seeing it fail.
+static void finalize_on_exit(int status, void*) {
+  if (status != 0) exit_without_library_teardown(status, nullptr);
+  finalize_at_exit();
+}
 #endif
 
 void MpiWorld::abandon() {
@@ -109,7 +118,11 @@ MpiWorld::MpiWorld(int emulated_local_size) {
               "MPI_Init_thread");
     // Finalize at process exit rather than at shutdown, so a process can
     // init -> shutdown -> init again (MPI cannot be initialised twice).
+#ifdef __GLIBC__
+    if (!g_we_initialized) on_exit(finalize_on_exit, nullptr);
+#else
     if (!g_we_initialized) std::atexit(finalize_at_exit);
+#endif
     g_we_initialized = true;
   } else {
     int provided = 0;

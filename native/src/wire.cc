@@ -76,6 +76,7 @@ void put_spec(Writer& w, const TensorSpec& s) {
   w.put(s.prescale);
   w.put(s.postscale);
   w.put<int32_t>(s.device);
+  w.put<int32_t>(s.phase);
 }
 
 TensorSpec get_spec(Reader& r) {
@@ -89,6 +90,7 @@ TensorSpec get_spec(Reader& r) {
   s.prescale = r.get<double>();
   s.postscale = r.get<double>();
   s.device = static_cast<fuseopt_device_t>(r.get<int32_t>());
+  s.phase = r.get<int32_t>();
   return s;
 }
 
@@ -100,6 +102,7 @@ std::vector<char> encode_requests(const std::vector<Request>& requests) {
   for (const auto& q : requests) {
     w.put(q.rank);
     put_spec(w, q.spec);
+    w.put(q.waited_s);
   }
   return w.take();
 }
@@ -110,6 +113,7 @@ std::vector<Request> decode_requests(const char* data, size_t size) {
   for (auto& q : out) {
     q.rank = r.get<int32_t>();
     q.spec = get_spec(r);
+    q.waited_s = r.get<double>();
   }
   return out;
 }

@@ -160,6 +160,23 @@ static void test_coordinator() {
   auto failed = c.take_stalled(100.0, 60.0);
   CHECK(failed.size() == 1 && failed[0].error == FUSEOPT_RANK_FAILED);
   CHECK(failed[0].error_message.find("0, 2") != std::string::npos && c.waiting() == 0);
+  // A request renegotiated after waiting in the cache keeps its age: its
+  // stall is timed from the enqueue (here 50 s before it reached the table).
+  Request aged = request(1, spec("aged", {1}));
+  aged.waited_s = 50.0;
+  c.add({aged}, 100.0);
+  CHECK(c.stalls(111.0, 60.0).size() == 1 && c.stalls(109.0, 60.0).empty());
+  CHECK(c.stalls(111.0, 60.0)[0].waiting_s > 60.0);
+  c.take_stalled(111.0, 60.0);
+  // Phases must agree like dtypes: fresh gradients (0) never reduce with
+  // resubmitted stale ones (1); the message names the phase.
+  auto stale = spec("p", {2});
+  stale.phase = 1;
+  c.add({request(0, spec("p", {2})), request(1, stale), request(2, spec("p", {2}))}, 0);
+  ready = c.take_ready(none);
+  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_MISMATCH);
+  CHECK(ready[0].error_message.find("rank 1 has allreduce float32[2] op=sum phase=1") !=
+        std::string::npos);
 }
 
 static void test_wire() {
@@ -170,10 +187,13 @@ static void test_wire() {
   s.prescale = 0.25;
   s.postscale = -2;
   s.device = FUSEOPT_DEVICE_NPU;
-  auto qs = decode_requests(encode_requests({request(5, s)}).data(),
-                            encode_requests({request(5, s)}).size());
+  s.phase = 7;
+  Request q = request(5, s);
+  q.waited_s = 12.5;
+  auto qs = decode_requests(encode_requests({q}).data(), encode_requests({q}).size());
   CHECK(qs.size() == 1 && qs[0].rank == 5 && qs[0].spec.name == s.name);
-  CHECK(qs[0].spec.device == FUSEOPT_DEVICE_NPU);
+  CHECK(qs[0].spec.device == FUSEOPT_DEVICE_NPU && qs[0].spec.phase == 7);
+  CHECK(qs[0].waited_s == 12.5);
   CHECK(qs[0].spec.shape == s.shape && qs[0].spec.prescale == 0.25 && qs[0].spec.root == 3);
   Response r;
   r.spec = s;

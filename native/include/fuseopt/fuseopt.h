@@ -114,6 +114,10 @@ typedef struct {
   int64_t autotune_window_rounds; /* rounds with collectives per autotune trial */
   const char* autotune_log;       /* rank 0 writes its trials here as CSV;
                                      NULL or "" for none (copied at init)      */
+  double init_timeout_s;          /* fuseopt_init fails with RANK_FAILED when the
+                                     other ranks have not all started within
+                                     this long (a rank died before or during
+                                     init); 0 waits forever                     */
 } fuseopt_config_t;
 
 typedef struct {
@@ -152,6 +156,12 @@ typedef struct {
   void* ready_event;              /* cudaEvent_t / aclrtEvent recorded after the
                                      input was produced; NULL: the runtime
                                      records one on stream when it runs the op  */
+  /* Added later still; shorter structs get 0. Negotiated like the dtype:
+   * requests for one name must carry the same phase on every rank, or the
+   * operation fails with FUSEOPT_MISMATCH on all of them. A binding marks
+   * with it what must not be mixed across ranks, e.g. gradients resubmitted
+   * without a new backward pass (1) against fresh ones (0). >= 0. */
+  int32_t phase;
 } fuseopt_request_t;
 
 /* A result whose size is decided by the other ranks (allgather, alltoall) is
@@ -189,6 +199,13 @@ int fuseopt_shutdown(fuseopt_ctx_t* ctx);
  * it, MPI is not finalised, and fuseopt_init cannot be called again in this
  * process. The first abort's message wins; later ones do nothing. */
 int fuseopt_abort(fuseopt_ctx_t* ctx, int status, const char* message);
+
+/* Local. Makes a fuseopt_init that is waiting for its peers in this process
+ * (now, or the next one to start) fail with status and message: for a
+ * launcher's news that a peer died before or during init. As after an abort,
+ * MPI is abandoned and fuseopt_init cannot succeed again in this process.
+ * Process-wide, because MPI is: there is no context yet to name. */
+int fuseopt_cancel_init(int status, const char* message);
 
 int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out);
 
