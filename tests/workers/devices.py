@@ -10,7 +10,6 @@ Usage: devices.py nccl|hccl [SCENARIO]
   bogus     FUSEOPT_CUDA_BACKEND / FUSEOPT_NPU_BACKEND name no backend
   abi       requests of the first ABI's struct size (host memory)
 """
-import os
 import sys
 
 import ml_dtypes
