@@ -35,17 +35,17 @@ def directory(environ=None):
 
 def env_rank(environ=None):
     """This process's rank as the launcher told it (before fuseopt.init)."""
-    environ = os.environ if environ is None else environ
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        if environ.get(name, "").isdigit():
-            return int(environ[name])
-    return 0
+    return _first_int(environ, ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"))
 
 
 def env_size(environ=None):
     """The job's number of ranks as the launcher told it, or 0 if unknown."""
+    return _first_int(environ, ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"))
+
+
+def _first_int(environ, names):
     environ = os.environ if environ is None else environ
-    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"):
+    for name in names:
         if environ.get(name, "").isdigit():
             return int(environ[name])
     return 0
