@@ -35,13 +35,12 @@ def lost_rank(directory, my_rank):
 
 class PeerWatch:
     """Polls the launch directory until stopped or a lost rank is found; then
-    calls ``abort(message)`` once. ``message`` says what was lost."""
+    calls ``abort(message)`` once."""
 
     def __init__(self, directory, my_rank, abort):
         self._directory = directory
         self._rank = my_rank
         self._abort = abort
-        self.message = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fuseopt-peer-watch", daemon=True)
         self._thread.start()
@@ -50,9 +49,8 @@ class PeerWatch:
         while not self._stop.wait(POLL_S):
             record = lost_rank(self._directory, self._rank)
             if record is not None:
-                self.message = (_describe(record) + "; fuseopt on this rank has stopped: restart "
-                                "the job, from a checkpoint")
-                self._abort(self.message)
+                self._abort(_describe(record) + "; fuseopt on this rank has stopped: restart "
+                            "the job, from a checkpoint")
                 return
 
     def stop(self):
