@@ -20,7 +20,34 @@ def _parse_log_level(text):
     text = str(text).strip().lower()
     if text in _LOG_LEVELS:
         return _LOG_LEVELS[text]
-    return int(text)
+    return _parse_int(text)
+
+
+def _parse_int(value):
+    """An int from a keyword (int, or a float with an integral value) or from
+    environment text ("1048576", "64e6"); nan, inf, fractions and bools raise."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    number = float(value)
+    if not number.is_integer():  # also nan and inf
+        raise ValueError(value)
+    return int(number)
+
+
+def _parse_float(value):
+    if isinstance(value, bool):
+        raise ValueError(value)
+    number = float(value)
+    if number != number or abs(number) == float("inf"):
+        raise ValueError(value)
+    return number
 
 
 def _parse_flag(value):
@@ -65,34 +92,37 @@ def _py_string(ptr):
 
 KNOBS = (
     Knob("fusion_threshold", "FUSEOPT_FUSION_THRESHOLD", "fusion_threshold_bytes",
-         int, int, _same,
+         _parse_int, int, _same,
          "Bytes per fused bucket. Tensors ready in the same round share one collective "
          "up to this size; 0 turns fusion off."),
     Knob("cycle_time_ms", "FUSEOPT_CYCLE_TIME_MS", "cycle_time_us",
-         float, lambda ms: int(round(ms * 1000)), lambda us: us / 1000.0,
+         _parse_float, lambda ms: int(round(ms * 1000)), lambda us: us / 1000.0,
          "Extra time the loop waits after a wake-up to collect more tensors before "
          "negotiating. 0 (no delay) is right for almost every job."),
-    Knob("cache_capacity", "FUSEOPT_CACHE_CAPACITY", "cache_capacity", int, int, _same,
+    Knob("cache_capacity", "FUSEOPT_CACHE_CAPACITY", "cache_capacity", _parse_int, int, _same,
          "Response-cache entries (tensor names negotiated by one bit in steady state); "
          "0 disables the cache."),
-    Knob("stall_check_s", "FUSEOPT_STALL_CHECK_S", "stall_check_s", int, int, _same,
+    Knob("stall_check_s", "FUSEOPT_STALL_CHECK_S", "stall_check_s", _parse_int, int, _same,
          "Seconds a tensor may wait for other ranks before a warning names it and the "
          "missing ranks; 0 disables."),
-    Knob("stall_shutdown_s", "FUSEOPT_STALL_SHUTDOWN_S", "stall_shutdown_s", int, int, _same,
+    Knob("stall_shutdown_s", "FUSEOPT_STALL_SHUTDOWN_S", "stall_shutdown_s", _parse_int, int,
+         _same,
          "Seconds after which a stalled tensor stops fuseopt on every rank with "
          "RankFailedError instead of waiting forever; 0 (default) waits."),
-    Knob("peer_timeout_s", "FUSEOPT_PEER_TIMEOUT_S", "peer_timeout_s", float, float, _same,
+    Knob("peer_timeout_s", "FUSEOPT_PEER_TIMEOUT_S", "peer_timeout_s", _parse_float, float,
+         _same,
          "Seconds a negotiation round or collective may wait on the other ranks before "
          "this rank decides a peer died or froze and fails every operation with "
          "RankFailedError; 0 waits forever."),
-    Knob("init_timeout_s", "FUSEOPT_INIT_TIMEOUT_S", "init_timeout_s", float, float, _same,
+    Knob("init_timeout_s", "FUSEOPT_INIT_TIMEOUT_S", "init_timeout_s", _parse_float, float,
+         _same,
          "Seconds init() waits for every rank to start before it fails with "
          "RankFailedError (a rank died before or during its init()); 0 waits forever. "
          "Under fuseoptrun a rank that failed is reported within a second anyway."),
     Knob("log_level", "FUSEOPT_LOG_LEVEL", "log_level", _parse_log_level, int,
          lambda v: [k for k, n in _LOG_LEVELS.items() if n == v][0],
          "trace, debug, info, warning (default) or error."),
-    Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", int, int, _same,
+    Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", _parse_int, int, _same,
          "Allreduces of at least this many bytes go through fuseopt's shared-memory "
          "path when every rank runs on one host (each rank reduces a slice of all "
          "ranks' data in place: ~2x MPICH's bandwidth here); -1 always uses MPI."),
@@ -106,12 +136,12 @@ KNOBS = (
          "(one window of rounds each, scored by bytes reduced per second), then hold the "
          "best; rank 0 decides and every rank switches at the same round."),
     Knob("autotune_window_rounds", "FUSEOPT_AUTOTUNE_WINDOW_ROUNDS", "autotune_window_rounds",
-         int, int, _same,
+         _parse_int, int, _same,
          "Rounds with collectives per autotune trial (a training step is one to a few)."),
     Knob("autotune_log", "FUSEOPT_AUTOTUNE_LOG", "autotune_log", str, _c_string, _py_string,
          "CSV file where rank 0 logs each autotune trial and the chosen setting."),
     Knob("emulated_local_size", "FUSEOPT_EMULATED_LOCAL_SIZE", "emulated_local_size",
-         int, int, _same,
+         _parse_int, int, _same,
          "Test knob: pretend each node holds this many consecutive ranks, to exercise "
          "local/cross topology on one machine; 0 uses the real topology.", test_only=True),
 )
@@ -138,10 +168,14 @@ def build_config(overrides=None, environ=None):
             continue
         try:
             value = knob.parse(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise InvalidArgumentError("%s: cannot read %r as a %s value"
                                        % (where, raw, knob.name)) from None
-        setattr(cfg, knob.field, knob.to_native(value))
+        try:
+            setattr(cfg, knob.field, knob.to_native(value))
+        except OverflowError:
+            raise InvalidArgumentError("%s: %r is out of range for %s"
+                                       % (where, raw, knob.name)) from None
     return cfg
 
 

@@ -33,9 +33,9 @@ def init(**settings):
     """
     global _ctx, _info, _settings, _watch
     with _lock:
+        cfg = _config.build_config(settings)  # a bad setting raises even when already running
         if _ctx is not None:
             return
-        cfg = _config.build_config(settings)
         aborter = _Aborter()
         watch = _peer_watch.start(aborter)
         out = ffi.new("fuseopt_ctx_t**")

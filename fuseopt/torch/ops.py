@@ -61,7 +61,7 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
         ctx.op, ctx.scales = op, (prescale_factor, postscale_factor)
-        ctx.name = None if name is None else name + ".grad"
+        ctx.name = _rq.derived_name(name, ".grad")
         return allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor).wait()
 
     @staticmethod
@@ -78,7 +78,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
         return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor)
     payloads, ctx = compression.compress(tensor, name)
     op = compression.reduce_op if compression.reduce_op is not None else op
-    reduced = [_Allreduce.apply(p, None if name is None else "%s.%d" % (name, i), op,
+    reduced = [_Allreduce.apply(p, _rq.derived_name(name, ".%d" % i), op,
                                 prescale_factor, postscale_factor)
                for i, p in enumerate(payloads)]
     return compression.decompress(reduced, ctx)
@@ -86,7 +86,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
 
 
 def _group_names(tensors, name):
-    return [None if name is None else "%s.%d" % (name, i) for i in range(len(tensors))]
+    return [_rq.derived_name(name, ".%d" % i) for i in range(len(tensors))]
 
 
 def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, in_place):
@@ -137,7 +137,7 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
         ctx.rows = tensor.shape[0]
-        ctx.name = None if name is None else name + ".grad"
+        ctx.name = _rq.derived_name(name, ".grad")
         out = allgather_async(tensor, name).wait()
         return out
 
@@ -146,7 +146,7 @@ class _Allgather(torch.autograd.Function):
         # Each rank's rows received gradient on every rank: sum them, keep ours.
         reduced = allreduce_async(grad, name=ctx.name, op=Sum).wait()
         rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
-                               None if ctx.name is None else ctx.name + ".rows").wait()
+                               _rq.derived_name(ctx.name, ".rows")).wait()
         offset = int(rows[:runtime.rank()].sum())
         return reduced[offset:offset + ctx.rows], None
 
@@ -182,7 +182,7 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name):
         ctx.root = root_rank
-        ctx.name = None if name is None else name + ".grad"
+        ctx.name = _rq.derived_name(name, ".grad")
         return broadcast_async(tensor, root_rank, name).wait()
 
     @staticmethod
@@ -205,7 +205,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     if src.dim() == 0:
         raise InvalidArgumentError("alltoall needs a tensor with at least one dimension")
     if splits is not None:
-        splits = [int(s) for s in torch.as_tensor(splits).reshape(-1).tolist()]
+        try:
+            splits = [int(s) for s in torch.as_tensor(splits).reshape(-1).tolist()]
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise InvalidArgumentError("alltoall splits must be integers: %s" % e) from None
 
     def finish(raw):
         return (_t.from_runtime_output(raw, src),

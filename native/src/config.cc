@@ -42,22 +42,22 @@ void validate_config(const fuseopt_config_t& c) {
   auto bad = [](const std::string& what) { throw Error(FUSEOPT_INVALID_ARG, what); };
   if (c.struct_size < sizeof(fuseopt_config_t))
     bad("config.struct_size is smaller than this library's fuseopt_config_t");
-  if (c.fusion_threshold_bytes < 0) bad("fusion threshold must be >= 0 bytes");
-  if (c.cycle_time_us < 0) bad("cycle time must be >= 0");
-  if (c.cache_capacity < 0) bad("cache capacity must be >= 0");
-  if (c.cache_capacity > (int64_t(1) << 20)) bad("cache capacity must be <= 1048576");
-  if (c.stall_check_s < 0 || c.stall_shutdown_s < 0) bad("stall timeouts must be >= 0");
-  if (c.log_level < 0 || c.log_level > 4) bad("log level must be 0 (trace) .. 4 (error)");
-  if (c.emulated_local_size < 0) bad("emulated local size must be >= 0");
+  if (c.fusion_threshold_bytes < 0) bad("fusion_threshold (FUSEOPT_FUSION_THRESHOLD) must be >= 0 bytes");
+  if (c.cycle_time_us < 0) bad("cycle_time_ms (FUSEOPT_CYCLE_TIME_MS) must be >= 0");
+  if (c.cache_capacity < 0) bad("cache_capacity (FUSEOPT_CACHE_CAPACITY) must be >= 0");
+  if (c.cache_capacity > (int64_t(1) << 20)) bad("cache_capacity (FUSEOPT_CACHE_CAPACITY) must be <= 1048576");
+  if (c.stall_check_s < 0 || c.stall_shutdown_s < 0) bad("stall_check_s and stall_shutdown_s (FUSEOPT_STALL_*_S) must be >= 0");
+  if (c.log_level < 0 || c.log_level > 4) bad("log_level (FUSEOPT_LOG_LEVEL) must be 0 (trace) .. 4 (error)");
+  if (c.emulated_local_size < 0) bad("emulated_local_size (FUSEOPT_EMULATED_LOCAL_SIZE) must be >= 0");
   if (!(c.peer_timeout_s >= 0) || !std::isfinite(c.peer_timeout_s))
-    bad("peer timeout must be >= 0 seconds (0: off)");
+    bad("peer_timeout_s (FUSEOPT_PEER_TIMEOUT_S) must be a finite number >= 0 (0: off)");
   if (c.hierarchical_allreduce != 0 && c.hierarchical_allreduce != 1)
-    bad("hierarchical allreduce must be 0 or 1");
-  if (c.autotune != 0 && c.autotune != 1) bad("autotune must be 0 or 1");
-  if (c.autotune_window_rounds < 1) bad("autotune window must be >= 1 round");
-  if (c.shm_min_bytes < -1) bad("shared-memory allreduce size must be >= 0 bytes, or -1 (off)");
+    bad("hierarchical_allreduce (FUSEOPT_HIERARCHICAL_ALLREDUCE) must be 0 or 1");
+  if (c.autotune != 0 && c.autotune != 1) bad("autotune (FUSEOPT_AUTOTUNE) must be 0 or 1");
+  if (c.autotune_window_rounds < 1) bad("autotune_window_rounds (FUSEOPT_AUTOTUNE_WINDOW_ROUNDS) must be >= 1");
+  if (c.shm_min_bytes < -1) bad("shm_min_bytes (FUSEOPT_SHM_MIN_BYTES) must be >= 0 bytes, or -1 (off)");
   if (!(c.init_timeout_s >= 0) || !std::isfinite(c.init_timeout_s))
-    bad("init timeout must be >= 0 seconds (0: wait forever)");
+    bad("init_timeout_s (FUSEOPT_INIT_TIMEOUT_S) must be a finite number >= 0 (0: wait forever)");
 }
 
 }  // namespace fuseopt
