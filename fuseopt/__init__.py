@@ -19,6 +19,7 @@ from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, a
                   grouped_allreduce_async_, join, poll, reducescatter,
                   reducescatter_async, synchronize)
 from .objects import allgather_object, broadcast_object
+from .checkpoint import CheckpointError
 from .naming import Shared
 from .timeline import start_timeline, stop_timeline
 

@@ -1,9 +1,17 @@
 """What every framework's checkpointing shares: atomic files, per-rank RNG
-state, and the rules for resuming on a different number of ranks.
+state, one outcome on every rank, and the rules for resuming on a different
+number of ranks.
 
 A checkpoint is written by one rank (the root) and read by it; the other
 ranks receive its contents through fuseopt broadcasts, so only the root needs
-the file system (a node-local disk is enough)."""
+the file system (a node-local disk is enough).
+
+Loading never runs code from the file: the PyTorch format is read with
+``torch.load(weights_only=True)`` and the Keras format is an ``.npz`` archive
+read with ``allow_pickle=False`` plus a JSON header. So everything saved,
+``extra`` included, must be plain data (:func:`check_plain`)."""
+import glob
+import json
 import os
 import random
 import tempfile
@@ -11,16 +19,24 @@ import tempfile
 import numpy as np
 
 from . import objects, runtime
+from .errors import FuseoptError, InvalidArgumentError
+
+
+class CheckpointError(FuseoptError, ValueError):
+    """A checkpoint file that cannot be used: truncated, corrupt, of another
+    format, or saved from a different model. Raised on every rank alike."""
+    status = "INVALID_ARG"
 
 
 def write_atomically(path, write):
     """Calls ``write(file)`` on a temporary file beside ``path``, makes it
     durable, then renames it over ``path``. A crash or kill at any point
-    leaves the previous checkpoint intact (at worst a stray temporary file)."""
+    leaves the previous checkpoint intact (at worst a stray temporary file,
+    which the next successful save removes)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp",
-                               dir=directory)
+    prefix = ".%s." % os.path.basename(path)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -38,15 +54,59 @@ def write_atomically(path, write):
         os.fsync(dir_fd)  # the rename itself must survive a power cut
     finally:
         os.close(dir_fd)
+    _remove_strays(directory, prefix)
+
+
+def _remove_strays(directory, prefix):
+    """Temporary files of writers that were killed before their rename. Only
+    the root writes a given path, so none of them belongs to a live save."""
+    for stray in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.tmp")):
+        try:
+            os.unlink(stray)
+        except OSError:
+            pass
+
+
+def check_plain(value, what, leaf_types=()):
+    """Raises InvalidArgumentError unless ``value`` is plain data: None, bool,
+    int, float, str, lists and tuples of plain data, dicts with str or int
+    keys, and ``leaf_types`` (e.g. torch.Tensor). Only plain data can be
+    loaded back without running code from the file."""
+    def walk(v, where):
+        if v is None or isinstance(v, (bool, int, float, str) + tuple(leaf_types)):
+            return
+        if isinstance(v, (list, tuple)):
+            for i, item in enumerate(v):
+                walk(item, "%s[%d]" % (where, i))
+            return
+        if isinstance(v, dict):
+            for k, item in v.items():
+                if not isinstance(k, (str, int)) or isinstance(k, bool):
+                    raise InvalidArgumentError("%s has a key of type %s; checkpoints keep "
+                                               "str and int keys only" % (where, type(k).__name__))
+                walk(item, "%s[%r]" % (where, k))
+            return
+        raise InvalidArgumentError(
+            "%s is a %s.%s; a checkpoint keeps plain data only (None, bool, int, float, str, "
+            "lists, tuples, dicts%s), so that loading it never runs code from the file"
+            % (where, type(v).__module__, type(v).__name__,
+               "".join(", " + t.__name__ for t in leaf_types)))
+    walk(value, what)
 
 
 def python_rng_state():
-    return {"python": random.getstate(), "numpy": np.random.get_state()}
+    """Python's and NumPy's global RNG state as plain data (lists and ints)."""
+    version, words, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": [version, list(words), gauss],
+            "numpy": [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]}
 
 
 def set_python_rng_state(state):
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, words, gauss = state["python"]
+    random.setstate((version, tuple(words), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
 def gather_rng_states(local_state):
@@ -62,6 +122,18 @@ def rng_state_for_this_rank(states, saved_world_size, reseed):
         return states[runtime.rank()]
     reseed(runtime.rank())
     return None
+
+
+# Added to the rank to seed every RNG after a resize (see rng_state_for_this_rank).
+RESEED_BASE = 0x5EED
+
+
+def encode_header(header):
+    """A JSON header as bytes (the Keras format's own metadata)."""
+    try:
+        return json.dumps(header, allow_nan=True).encode("utf-8")
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError("checkpoint metadata is not plain JSON data: %s" % e) from None
 
 
 def lr_scale(saved_world_size, world_size=None, keep="global_batch"):
@@ -113,15 +185,52 @@ class Checkpoint:
                                                                  self.extra)
 
 
-def raise_on_every_rank(failure, root_rank, error=OSError):
-    """Collective: raises error(failure) on every rank, with the root's
-    message, if the root had one."""
-    failure = objects.broadcast_object(failure, root_rank, name="checkpoint.outcome")
+def save_on_root(path, root_rank, write):
+    """Collective: the root calls ``write(file)`` through
+    :func:`write_atomically`; its failure is raised on every rank (OSError for
+    the file system, InvalidArgumentError for what cannot be saved), and no
+    rank returns before the file is complete."""
+    failure = None
+    if runtime.rank() == root_rank:
+        try:
+            write_atomically(path, write)
+        except (OSError, InvalidArgumentError) as e:
+            failure = (isinstance(e, OSError),
+                       "rank %d could not write checkpoint %r: %s" % (root_rank, path, e))
+    failure = objects.broadcast_object(failure, root_rank, name="checkpoint.saved")
     if failure:
-        raise error(failure)
+        raise (OSError if failure[0] else InvalidArgumentError)(failure[1])
 
 
-def root_has_file(path, root_rank):
-    """Whether the root rank can see ``path``; the same answer on every rank."""
-    return objects.broadcast_object(os.path.exists(path) if runtime.rank() == root_rank else None,
-                                    root_rank, name="checkpoint.exists")
+def load_on_root(path, root_rank, missing_ok, read):
+    """Collective. On the root, ``read()`` opens and checks the file and
+    returns what it restored. Any failure there (truncated, corrupt, foreign
+    or mismatched file) is raised as the same CheckpointError on every rank,
+    naming the file, so a ``try``/``except`` around the load followed by a
+    fresh start works on every rank alike. Returns ``(found, read() on the
+    root / None elsewhere)``; a missing file is ``(False, None)`` with
+    ``missing_ok``, FileNotFoundError on every rank otherwise."""
+    found, failure, result = None, None, None
+    if runtime.rank() == root_rank:
+        found = os.path.exists(path)
+        if found:
+            try:
+                result = read()
+            except Exception as e:  # whatever a hostile file makes the reader raise
+                failure = "cannot load checkpoint %r on rank %d: %s: %s" % (
+                    path, root_rank, type(e).__name__, e)
+    found, failure = objects.broadcast_object((found, failure), root_rank,
+                                              name="checkpoint.loaded")
+    if not found:
+        if missing_ok:
+            return False, None
+        raise FileNotFoundError("no checkpoint at %r on rank %d" % (path, root_rank))
+    if failure:
+        raise CheckpointError(failure)
+    return True, result
+
+
+def expect(condition, message):
+    """For readers: a file that is not what it should be."""
+    if not condition:
+        raise CheckpointError(message)

@@ -89,5 +89,20 @@ def test_keras_fit_killed_and_resumed_matches_an_uninterrupted_fit(run_ranks, tm
         assert np.array_equal(a[k], b[k]), "%s differs by %g" % (k, np.abs(a[k] - b[k]).max())
 
 
-def test_foreign_file_fails_on_every_rank(run_ranks, tmp_path):
-    run_ranks(2, "checkpoint_bad.py", tmp_path, timeout=120)
+@pytest.mark.parametrize("kind", ["torch", "keras"])
+def test_bad_files_fail_on_every_rank_and_run_no_code(run_ranks, tmp_path, kind):
+    r = run_ranks(2, "checkpoint_bad.py", tmp_path, kind, timeout=180)
+    assert r.output.count("checks, 0 failed") == 2, r
+    assert not (tmp_path / "payload-ran").exists()
+
+
+def test_next_save_removes_what_a_killed_writer_left(tmp_path):
+    path = tmp_path / "ckpt.bin"
+    write_atomically(str(path), lambda f: f.write(b"first"))
+    stray = tmp_path / ".ckpt.bin.k1ll3d.tmp"
+    stray.write_bytes(b"half a checkpoint")
+    unrelated = tmp_path / ".other.bin.abc.tmp"
+    unrelated.write_bytes(b"another file's writer")
+    write_atomically(str(path), lambda f: f.write(b"second"))
+    assert path.read_bytes() == b"second"
+    assert sorted(os.listdir(tmp_path)) == [".other.bin.abc.tmp", "ckpt.bin"]

@@ -12,6 +12,7 @@ from ..runtime import (cross_rank, cross_size, init, is_initialized, local_rank,
                        metrics, rank, shutdown, size)
 from ..timeline import start_timeline, stop_timeline
 from ..overlap import log_epoch as log_metrics
+from ..checkpoint import CheckpointError
 from .checkpoint import load_checkpoint, save_checkpoint
 from .compression import Compression, Compressor
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,

@@ -8,7 +8,10 @@
 Both are collective. The file holds the model and optimizer state dicts, the
 step, your ``extra`` object, the world size and every rank's RNG state
 (torch, numpy, Python), so a resumed job continues exactly where it stopped.
-See docs/reliability.md for resuming on a different number of ranks.
+It is read with ``torch.load(weights_only=True)``, which never runs code from
+the file; so ``extra`` must be plain data (numbers, strings, lists, tuples,
+dicts, tensors). See docs/reliability.md for resuming on a different number
+of ranks.
 """
 import io
 import random
@@ -20,7 +23,7 @@ from .. import checkpoint as _ckpt
 from .. import runtime
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
-FORMAT = "fuseopt.torch.checkpoint/1"
+FORMAT = "fuseopt.torch.checkpoint/2"
 
 
 def _rng_state():
@@ -35,7 +38,7 @@ def _set_rng_state(state):
 
 
 def _reseed(rank):
-    seed = 0x5EED + rank
+    seed = _ckpt.RESEED_BASE + rank
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
@@ -47,20 +50,46 @@ def _inner(optimizer):
 
 def save_checkpoint(path, model, optimizer=None, step=0, extra=None, root_rank=0):
     """Writes a checkpoint of ``model`` (and ``optimizer``) from root_rank,
-    atomically: an interrupted save leaves the previous file intact.
-    Collective (every rank's RNG state is gathered)."""
+    atomically: an interrupted save leaves the previous file intact, and the
+    next successful save removes what it left. Collective (every rank's RNG
+    state is gathered). ``extra`` must be plain data (see module docstring)."""
     rng = _ckpt.gather_rng_states(_rng_state())
-    failure = None
-    if runtime.rank() == root_rank:
-        payload = {"format": FORMAT, "model": model.state_dict(),
-                   "optimizer": _inner(optimizer).state_dict() if optimizer is not None else None,
-                   "step": step, "extra": extra, "world_size": runtime.size(), "rng": rng}
-        try:
-            _ckpt.write_atomically(path, lambda f: torch.save(payload, f))
-        except OSError as e:
-            failure = "rank %d could not write checkpoint %r: %s" % (root_rank, path, e)
-    # Nobody returns before the file is complete, and a failure is raised everywhere.
-    _ckpt.raise_on_every_rank(failure, root_rank)
+
+    def write(f):
+        _ckpt.check_plain(extra, "extra", (torch.Tensor,))
+        torch.save({"format": FORMAT, "model": model.state_dict(),
+                    "optimizer": _inner(optimizer).state_dict() if optimizer is not None else None,
+                    "step": step, "extra": extra, "world_size": runtime.size(), "rng": rng}, f)
+
+    _ckpt.save_on_root(path, root_rank, write)
+
+
+def _read(path, model, optimizer):
+    with open(path, "rb") as f:
+        payload = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+    _ckpt.expect(isinstance(payload, dict) and payload.get("format") == FORMAT,
+                 "%r is not a fuseopt.torch checkpoint (format %s)" % (path, FORMAT))
+    _check_fits(path, model.state_dict(), payload["model"])
+    # The optimizer checks its groups before it changes anything; the model
+    # was checked above: so a file that does not fit changes neither.
+    if optimizer is not None and payload["optimizer"] is not None:
+        _inner(optimizer).load_state_dict(payload["optimizer"])
+    model.load_state_dict(payload["model"])
+    return {k: payload[k] for k in ("step", "extra", "world_size", "rng")}
+
+
+def _check_fits(path, expected, saved):
+    """Before anything is copied: the same tensors with the same shapes, so a
+    mismatched file changes nothing (load_state_dict would copy the tensors
+    that fit before raising about the rest)."""
+    problems = ["%s missing from the file" % k for k in expected if k not in saved]
+    problems += ["%s not in the model" % k for k in saved if k not in expected]
+    problems += ["%s has shape %s in the file, %s in the model"
+                 % (k, list(saved[k].shape), list(v.shape))
+                 for k, v in expected.items()
+                 if k in saved and tuple(getattr(saved[k], "shape", ())) != tuple(v.shape)]
+    _ckpt.expect(not problems, "checkpoint %r was saved from a different model: %s"
+                 % (path, "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else "")))
 
 
 def load_checkpoint(path, model, optimizer=None, root_rank=0, missing_ok=False):
@@ -68,31 +97,17 @@ def load_checkpoint(path, model, optimizer=None, root_rank=0, missing_ok=False):
     file and returns a :class:`fuseopt.checkpoint.Checkpoint` with ``step``,
     ``extra`` and ``world_size``. Collective. With ``missing_ok`` a missing
     file returns None on every rank (a fresh start); otherwise every rank
-    raises FileNotFoundError."""
-    if not _ckpt.root_has_file(path, root_rank):
-        if missing_ok:
-            return None
-        raise FileNotFoundError("no checkpoint at %r on rank %d" % (path, root_rank))
-    payload = None
-    failure = None
-    if runtime.rank() == root_rank:
-        with open(path, "rb") as f:
-            payload = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=False)
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-            failure = "%r is not a fuseopt.torch checkpoint" % path
-        else:
-            model.load_state_dict(payload["model"])
-            if optimizer is not None and payload["optimizer"] is not None:
-                _inner(optimizer).load_state_dict(payload["optimizer"])
-    # A bad file fails on every rank, not only on the root (the others would
-    # wait in the broadcasts below until the root's exit shut them down).
-    _ckpt.raise_on_every_rank(failure, root_rank, ValueError)
+    raises FileNotFoundError. A truncated, corrupt, foreign or mismatched file
+    raises :class:`fuseopt.checkpoint.CheckpointError` on every rank and
+    leaves the model as it was."""
+    found, meta = _ckpt.load_on_root(path, root_rank, missing_ok,
+                                     lambda: _read(path, model, optimizer))
+    if not found:
+        return None
     broadcast_parameters(model.state_dict(), root_rank, prefix="checkpoint.model.")
     if optimizer is not None:
         broadcast_optimizer_state(optimizer, root_rank)
-    meta = broadcast_object(None if payload is None else
-                            {k: payload[k] for k in ("step", "extra", "world_size", "rng")},
-                            root_rank, name="checkpoint.meta")
+    meta = broadcast_object(meta, root_rank, name="checkpoint.meta")
     state = _ckpt.rng_state_for_this_rank(meta["rng"], meta["world_size"], _reseed)
     if state is not None:
         _set_rng_state(state)

@@ -9,9 +9,12 @@ Both functions are collective. The file holds the model's variables, the
 optimizer's (slots and iteration count), the step, your ``extra`` object, the
 world size and every rank's RNG state (Python, NumPy, and the model's own
 seed generators, e.g. Dropout's), so a resumed job continues where it
-stopped. See docs/reliability.md for resuming on a different number of ranks.
+stopped. It is an ``.npz`` archive of arrays with a JSON header, read with
+``allow_pickle=False``: loading never runs code from the file, and ``extra``
+must be JSON data. See docs/reliability.md for resuming on a different
+number of ranks.
 """
-import pickle
+import json
 import random
 
 import keras
@@ -21,7 +24,7 @@ from ... import checkpoint as _ckpt
 from ... import objects, runtime
 from ..functions import broadcast_variables
 
-FORMAT = "fuseopt.keras.checkpoint/1"
+FORMAT = "fuseopt.keras.checkpoint/2"
 
 
 def _split(model):
@@ -35,7 +38,7 @@ def _split(model):
 
 
 def _reseed(rank):
-    seed = 0x5EED + rank
+    seed = _ckpt.RESEED_BASE + rank
     random.seed(seed)
     np.random.seed(seed)
     keras.utils.set_random_seed(seed)
@@ -43,49 +46,65 @@ def _reseed(rank):
 
 def save_checkpoint(path, model, step=0, extra=None, root_rank=0):
     """Writes a checkpoint of ``model`` and its optimizer from root_rank,
-    atomically: an interrupted save leaves the previous file intact."""
+    atomically: an interrupted save leaves the previous file intact, and the
+    next successful save removes what it left. ``extra`` must be JSON data."""
     shared, seeds, opt_vars = _split(model)
-    local_rng = dict(_ckpt.python_rng_state(), seeds=[np.asarray(v) for v in seeds])
-    rng = _ckpt.gather_rng_states(local_rng)
-    failure = None
-    if runtime.rank() == root_rank:
-        payload = {"format": FORMAT, "model": [np.asarray(v) for v in shared],
-                   "model_paths": [v.path for v in shared],
-                   "optimizer": [np.asarray(v) for v in opt_vars], "step": step, "extra": extra,
-                   "world_size": runtime.size(), "rng": rng}
-        try:
-            _ckpt.write_atomically(path, lambda f: pickle.dump(payload, f, protocol=4))
-        except OSError as e:
-            failure = "rank %d could not write checkpoint %r: %s" % (root_rank, path, e)
-    _ckpt.raise_on_every_rank(failure, root_rank)
+    rng = _ckpt.gather_rng_states(dict(_ckpt.python_rng_state(),
+                                       seeds=[np.asarray(v) for v in seeds]))
+
+    def write(f):
+        arrays = {"model/%d" % i: np.asarray(v) for i, v in enumerate(shared)}
+        arrays.update({"optimizer/%d" % i: np.asarray(v) for i, v in enumerate(opt_vars)})
+        for r, state in enumerate(rng):
+            arrays.update({"seeds/%d/%d" % (r, i): s for i, s in enumerate(state.pop("seeds"))})
+        header = {"format": FORMAT, "model_paths": [v.path for v in shared],
+                  "optimizer_count": len(opt_vars), "step": step, "extra": extra,
+                  "world_size": runtime.size(), "rng": rng}
+        raw = _ckpt.encode_header(header)
+        np.savez(f, header=np.frombuffer(raw, dtype=np.uint8), **arrays)
+
+    _ckpt.save_on_root(path, root_rank, write)
+
+
+def _read(path, shared, opt_vars):
+    with np.load(path, allow_pickle=False) as archive:
+        _ckpt.expect("header" in archive.files,
+                     "%r is not a fuseopt Keras checkpoint (no header)" % path)
+        header = json.loads(archive["header"].tobytes().decode("utf-8"))
+        _ckpt.expect(isinstance(header, dict) and header.get("format") == FORMAT,
+                     "%r is not a fuseopt Keras checkpoint (format %s)" % (path, FORMAT))
+        _ckpt.expect([v.path for v in shared] == header["model_paths"] and
+                     len(opt_vars) == header["optimizer_count"],
+                     "checkpoint %r was saved from a different model or optimizer (variables "
+                     "differ)" % path)
+        values = [archive["model/%d" % i] for i in range(len(shared))] + \
+            [archive["optimizer/%d" % i] for i in range(len(opt_vars))]
+        wrong = ["%s: %s in the file, %s in the model" % (v.path, list(a.shape), list(v.shape))
+                 for v, a in zip(shared + opt_vars, values) if tuple(a.shape) != tuple(v.shape)]
+        _ckpt.expect(not wrong, "checkpoint %r was saved from a different model: %s"
+                     % (path, "; ".join(wrong[:8])))
+        for r, state in enumerate(header["rng"]):
+            state["seeds"] = [archive[k] for k in sorted(
+                (k for k in archive.files if k.startswith("seeds/%d/" % r)),
+                key=lambda k: int(k.rsplit("/", 1)[1]))]
+    for v, value in zip(shared + opt_vars, values):  # all checked: assign all
+        v.assign(value)
+    return {k: header[k] for k in ("step", "extra", "world_size", "rng")}
 
 
 def load_checkpoint(path, model, root_rank=0, missing_ok=False):
     """Restores ``model`` and its optimizer on every rank from root_rank's
     file; returns a :class:`fuseopt.checkpoint.Checkpoint` (``step``,
     ``extra``, ``world_size``), or None with ``missing_ok`` when there is no
-    file. The model must be built and compiled the same way as when saved."""
-    if not _ckpt.root_has_file(path, root_rank):
-        if missing_ok:
-            return None
-        raise FileNotFoundError("no checkpoint at %r on rank %d" % (path, root_rank))
+    file. The model must be built and compiled the same way as when saved.
+    A truncated, corrupt, foreign or mismatched file raises
+    :class:`fuseopt.checkpoint.CheckpointError` on every rank and leaves the
+    model as it was."""
     shared, seeds, opt_vars = _split(model)
-    meta = None
-    failure = None
-    if runtime.rank() == root_rank:
-        with open(path, "rb") as f:
-            payload = pickle.load(f)
-        if payload.get("format") != FORMAT:
-            failure = "%r is not a fuseopt Keras checkpoint" % path
-        elif [v.path for v in shared] != payload["model_paths"] or \
-                len(opt_vars) != len(payload["optimizer"]):
-            failure = ("checkpoint %r was saved from a different model or optimizer "
-                       "(variables differ)" % path)
-        else:
-            for v, value in zip(shared + opt_vars, payload["model"] + payload["optimizer"]):
-                v.assign(value)
-            meta = {k: payload[k] for k in ("step", "extra", "world_size", "rng")}
-    _ckpt.raise_on_every_rank(failure, root_rank, ValueError)
+    found, meta = _ckpt.load_on_root(path, root_rank, missing_ok,
+                                     lambda: _read(path, shared, opt_vars))
+    if not found:
+        return None
     broadcast_variables(shared + opt_vars, root_rank)
     meta = objects.broadcast_object(meta, root_rank, name="checkpoint.meta")
     state = _ckpt.rng_state_for_this_rank(meta["rng"], meta["world_size"], _reseed)
