@@ -73,7 +73,7 @@ def run_job(mode, env=None, timeout=90, launcher=FUSEOPTRUN):
     if launcher is not FUSEOPTRUN:
         shm_litter.remove_new(shm_before)  # plain mpiexec leaves it: not under test here
         return job
-    left = shm_litter.snapshot() - shm_before - shm_litter._in_use()
+    left = shm_litter.snapshot() - shm_before - shm_litter.in_use()
     assert not left, "%s left %s in /dev/shm\n%r" % (mode, sorted(left), job)
     return job
 

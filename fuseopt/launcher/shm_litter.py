@@ -17,7 +17,7 @@ def snapshot(pattern=PATTERN):
     return set(glob.glob(pattern))
 
 
-def _in_use():
+def in_use():
     """Paths that some process of this machine has open or mapped."""
     used = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -42,7 +42,7 @@ def remove_new(before, pattern=PATTERN):
     if not new:
         return []
     removed = []
-    for path in sorted(new - _in_use()):
+    for path in sorted(new - in_use()):
         try:
             if os.stat(path).st_uid == os.getuid():
                 os.unlink(path)
