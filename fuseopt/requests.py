@@ -355,6 +355,26 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
     return Handle(ctx, handle[0], keepalive, finish, _runtime_output(collective, device))
 
 
+class Then:
+    """A handle for a result made from other handles' results: ``wait()``
+    waits for ``inner`` (a handle, or a list of them) and returns
+    ``fn(result)`` (a list of results for a list)."""
+
+    __slots__ = ("_inner", "_fn")
+
+    def __init__(self, inner, fn):
+        self._inner, self._fn = inner, fn
+
+    def poll(self):
+        inner = self._inner if isinstance(self._inner, list) else [self._inner]
+        return all(h.poll() for h in inner)
+
+    def wait(self, timeout=None):
+        if isinstance(self._inner, list):
+            return self._fn([h.wait(timeout) for h in self._inner])
+        return self._fn(self._inner.wait(timeout))
+
+
 class Batch:
     """Operations submitted in one native call, all or none: they reach the
     loop thread together, so they are negotiated in one round and fused.

@@ -142,7 +142,7 @@ def test_rank_that_fails_before_or_in_init_stops_the_others_init(mode, cause):
     waited = caught(job, 0, "RankFailedError", "rank 1 (host", cause)
     assert waited < 10, job
     if mode == "bad_knob":
-        caught(job, 1, "InvalidArgumentError", "fusion threshold")
+        caught(job, 1, "InvalidArgumentError", "fusion_threshold", "FUSEOPT_FUSION_THRESHOLD")
     assert "rank 1 on" in job.output and "failed first" in job.output, job
     assert job.elapsed < 40, job
 

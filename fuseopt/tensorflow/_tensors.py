@@ -17,7 +17,7 @@ from tensorflow.python.ops import control_flow_util
 
 from ..errors import InvalidArgumentError, UnsupportedError
 
-_SUPPORTED = {"uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64"}
+_SUPPORTED = {"uint8", "int8", "int16", "uint16", "int32", "int64", "float16", "bfloat16", "float32", "float64"}
 _trace_names = itertools.count()
 _last_op = weakref.WeakKeyDictionary()  # graph -> last fuseopt op created in it
 

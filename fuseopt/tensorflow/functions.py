@@ -5,6 +5,7 @@ import tensorflow as tf
 from .. import naming
 from .. import ops as _np
 from ..errors import InvalidArgumentError
+from .. import process_sets as _ps
 from . import ops
 
 
@@ -22,6 +23,7 @@ def broadcast_variables(variables, root_rank=0, process_set=None, name_map=None)
     PyTorch rank's ``broadcast_parameters(..., name_map=...)`` can be the root
     or a receiver. Eager only; the ranks first check together that they agree
     on every shared tensor."""
+    _ps.require_global(process_set)
     variables = list(variables)
     if name_map is not None:
         return _broadcast_mapped(variables, root_rank, name_map)

@@ -5,6 +5,7 @@ import tensorflow as tf
 from .. import buckets, naming, overlap
 from . import ops
 from .functions import variable_path
+from .. import process_sets as _ps
 from .compression import Compression
 
 
@@ -80,6 +81,7 @@ class DistributedGradientTape:
                  sparse_as_dense=False, op=ops.Average, gradient_predivide_factor=1.0,
                  num_groups=0, groups=None, process_set=None, name_map=None,
                  bucket_cap_mb=None):
+        _ps.require_global(process_set)
         self._tape = gradtape
         self._bucket_cap = buckets.cap_bytes(bucket_cap_mb)
         self._name_map = name_map

@@ -18,6 +18,7 @@ from .. import requests as _rq
 from .. import runtime
 from ..errors import FuseoptError, InvalidArgumentError
 from . import _tensors as _t
+from .. import process_sets as _ps
 from .compression import NoneCompressor
 
 Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
@@ -156,6 +157,7 @@ def _names(n, name, kind):
 def grouped_allreduce(tensors, average=None, compression=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, name=None, process_set=None):
     """Allreduces a list of tensors together (one negotiation, fused)."""
+    _ps.require_global(process_set)
     tensors = list(tensors)
     return allreduce_named(tensors, _names(len(tensors), name, "grouped_allreduce"),
                            _np.resolve_op(average, op), compression, prescale_factor,
@@ -201,6 +203,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
               ignore_name_scope=False):
     """Reduces ``tensor`` across ranks (Average by default). IndexedSlices are
     allgathered (values and indices) as in Horovod."""
+    _ps.require_global(process_set)
     if isinstance(tensor, tf.IndexedSlices):
         op = _np.resolve_op(average, op)
         values = allgather(tensor.values, name=_rq.derived_name(name, ".values"))
@@ -223,6 +226,7 @@ def _allgather_raw(tensor, name):
 
 def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
     """Concatenates every rank's tensor along the first dimension."""
+    _ps.require_global(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     if tensor.shape.rank == 0:
@@ -257,6 +261,7 @@ def _broadcast_raw(tensor, root_rank, name):
 def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
     """Every rank receives root_rank's tensor (differentiable: the root's
     gradient is the sum over ranks)."""
+    _ps.require_global(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     name = _names(1, name, "broadcast")[0]
@@ -276,6 +281,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
 
 def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
     """Sends splits[r] rows to rank r; returns (received, received_splits)."""
+    _ps.require_global(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     name = _names(1, name, "alltoall")[0]
@@ -293,6 +299,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope
 
 def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False):
     """Reduces across ranks; this rank gets its slice of the first dimension."""
+    _ps.require_global(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     name = _names(1, name, "reducescatter")[0]
@@ -306,6 +313,7 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_s
 
 
 def barrier(process_set=None):
+    _ps.require_global(process_set)
     if tf.executing_eagerly():
         return _np.barrier()
     return _t.run(lambda: [np.int32(_np.barrier() or 0)], [], [tf.int32], "barrier")[0]
@@ -322,8 +330,10 @@ def join():
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    _ps.require_global(process_set)
     return _objects.broadcast_object(obj, root_rank, name=name)
 
 
 def allgather_object(obj, name=None, process_set=None):
+    _ps.require_global(process_set)
     return _objects.allgather_object(obj, name=name)

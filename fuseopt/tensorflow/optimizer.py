@@ -22,6 +22,7 @@ from .. import buckets, naming
 from ..errors import InvalidArgumentError, UnsupportedError
 from . import ops
 from .compression import Compression
+from .. import process_sets as _ps
 from .gradient_tape import reduce_gradients
 
 _COMPRESSION_NAMES = {"none": lambda: Compression.none, "fp16": lambda: Compression.fp16,
@@ -207,6 +208,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     ``bucket_cap_mb`` MiB (default 4, or ``FUSEOPT_BUCKET_CAP_MB``; ``inf``
     for one allreduce after backward) as soon as backward has produced them.
     """
+    _ps.require_global(process_set)
     kwargs = dict(compression=compression, backward_passes_per_step=backward_passes_per_step,
                   average_aggregated_gradients=average_aggregated_gradients, op=op,
                   gradient_predivide_factor=gradient_predivide_factor,

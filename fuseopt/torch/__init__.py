@@ -20,8 +20,12 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
 from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
                   allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
                   broadcast, broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
-                  grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, join,
-                  poll, reducescatter, reducescatter_async, synchronize)
+                  grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+                  grouped_allgather, grouped_allgather_async, grouped_reducescatter,
+                  grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
+                  synchronize)
+from ..process_sets import (ProcessSet, add_process_set, global_process_set,
+                            remove_process_set)
 from .optimizer import DistributedOptimizer
 from ..naming import Shared
 from .sync_batch_norm import SyncBatchNorm, recompute_bn_stats

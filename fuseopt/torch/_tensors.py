@@ -12,7 +12,8 @@ from ..errors import InvalidArgumentError, UnsupportedError
 _devices.locate_wheel_libraries()
 
 _DTYPE_NAMES = {
-    torch.uint8: "uint8", torch.int8: "int8", torch.int32: "int32", torch.int64: "int64",
+    torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.uint16: "uint16",
+    torch.int32: "int32", torch.int64: "int64",
     torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
     torch.float64: "float64",
 }
@@ -75,7 +76,8 @@ def writable(tensor, what):
 
 
 # CUDA array interface type strings; bfloat16 has none, so it travels as int16.
-_TYPESTR = {torch.uint8: "|u1", torch.int8: "|i1", torch.int32: "<i4", torch.int64: "<i8",
+_TYPESTR = {torch.uint8: "|u1", torch.int8: "|i1", torch.int16: "<i2", torch.uint16: "<u2",
+            torch.int32: "<i4", torch.int64: "<i8",
             torch.float16: "<f2", torch.bfloat16: "<i2", torch.float32: "<f4",
             torch.float64: "<f8"}
 

@@ -10,6 +10,7 @@ from .. import ops as _np_ops
 from .. import requests as _rq
 from .. import runtime
 from ..errors import InvalidArgumentError
+from .. import process_sets as _ps
 from . import _tensors as _t
 
 Sum = _np_ops.Sum
@@ -39,6 +40,7 @@ def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place):
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None):
+    _ps.require_global(process_set)
     args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
                                  postscale_factor, False)
     return _rq.enqueue(*args, **kwargs)
@@ -46,6 +48,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
+    _ps.require_global(process_set)
     args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
                                  postscale_factor, True)
     return _rq.enqueue(*args, **kwargs)
@@ -53,6 +56,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None):
+    _ps.require_global(process_set)
     allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor).wait()
     return tensor
 
@@ -73,6 +77,7 @@ class _Allreduce(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """Reduces ``tensor`` across ranks (Average by default) into a new tensor."""
+    _ps.require_global(process_set)
     op = _np_ops.resolve_op(average, op)
     if compression is None:
         return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor)
@@ -83,6 +88,18 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
                for i, p in enumerate(payloads)]
     return compression.decompress(reduced, ctx)
 
+
+
+def _compressed(compression, tensors, name):
+    """Horovod's compression around a collective: one payload per tensor."""
+    if compression is None:
+        return list(tensors), [None] * len(tensors), lambda t, ctx: t
+    packed = [compression.compress(t, n) for t, n in zip(tensors, _group_names(tensors, name))]
+    if any(len(payloads) != 1 for payloads, _ in packed):
+        raise InvalidArgumentError("%s sends several payloads per tensor; only allreduce and "
+                                   "DistributedOptimizer take it" % type(compression).__name__)
+    return ([payloads[0] for payloads, _ in packed], [ctx for _, ctx in packed],
+            lambda t, ctx: compression.decompress([t], ctx))
 
 
 def _group_names(tensors, name):
@@ -102,28 +119,54 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=None):
     """Allreduces a list of tensors: submitted in one call, negotiated in one
     round and fused."""
+    _ps.require_global(process_set)
     return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, False)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
+    _ps.require_global(process_set)
     return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, True)
 
 
-def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=None):
-    return grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                   postscale_factor).wait()
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+        ctx.name, ctx.op, ctx.scales = _rq.derived_name(name, ".grad"), op, \
+            (prescale_factor, postscale_factor)
+        return tuple(_grouped(tensors, None, name, op, prescale_factor, postscale_factor,
+                              False).wait())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # As Horovod: the gradient is reduced with the forward's op and scales.
+        return (None, None, None, None) + tuple(
+            _grouped(grads, None, ctx.name, ctx.op, *ctx.scales, False).wait())
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    """Allreduces a list of tensors together (one negotiation, fused);
+    differentiable, with optional compression, as Horovod's."""
+    _ps.require_global(process_set)
+    op = _np_ops.resolve_op(average, op)
+    payloads, ctxs, restore = _compressed(compression, tensors, name)
+    if compression is not None and getattr(compression, "reduce_op", None) is not None:
+        op = compression.reduce_op
+    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, *payloads)
+    return [restore(t, c) for t, c in zip(reduced, ctxs)]
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=None):
+    _ps.require_global(process_set)
     grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                              postscale_factor).wait()
     return tensors
 
 
 def allgather_async(tensor, name=None, process_set=None):
+    _ps.require_global(process_set)
     src = _t.contiguous(tensor.detach())
     if src.dim() == 0:
         raise InvalidArgumentError("allgather needs a tensor with at least one dimension")
@@ -143,8 +186,8 @@ class _Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        # Each rank's rows received gradient on every rank: sum them, keep ours.
-        reduced = allreduce_async(grad, name=ctx.name, op=Sum).wait()
+        # Horovod's definition: the gradient averaged over ranks, this rank's rows.
+        reduced = allreduce_async(grad, name=ctx.name, op=Average).wait()
         rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
                                _rq.derived_name(ctx.name, ".rows")).wait()
         offset = int(rows[:runtime.rank()].sum())
@@ -154,10 +197,12 @@ class _Allgather(torch.autograd.Function):
 def allgather(tensor, name=None, process_set=None):
     """Concatenates every rank's tensor along the first dimension (which may
     differ per rank)."""
+    _ps.require_global(process_set)
     return _Allgather.apply(tensor, name)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    _ps.require_global(process_set)
     src = _t.contiguous(tensor.detach())
     out = torch.empty_like(src)
     device, ready = _t.device_of(src)
@@ -167,6 +212,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=None):
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    _ps.require_global(process_set)
     buf = _t.writable(tensor.detach(), "broadcast_ tensor")
     device, ready = _t.device_of(buf)
     return _rq.enqueue(_rq.BROADCAST, name, _t.dtype_name(buf), tuple(buf.shape), _t.ptr(buf),
@@ -175,6 +221,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
+    _ps.require_global(process_set)
     return broadcast_async_(tensor, root_rank, name).wait()
 
 
@@ -187,9 +234,9 @@ class _Broadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        # Every rank's output came from the root's input: the root's gradient
-        # is the sum over ranks; the others' inputs did not matter.
-        reduced = allreduce_async(grad, name=ctx.name, op=Sum).wait()
+        # Horovod's definition: the gradient averaged over ranks on the root,
+        # zero elsewhere (the other ranks' inputs did not matter).
+        reduced = allreduce_async(grad, name=ctx.name, op=Average).wait()
         if runtime.rank() != ctx.root:
             reduced.zero_()
         return reduced, None, None
@@ -197,10 +244,12 @@ class _Broadcast(torch.autograd.Function):
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """Every rank receives root_rank's tensor (a new tensor; differentiable)."""
+    _ps.require_global(process_set)
     return _Broadcast.apply(tensor, root_rank, name)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    _ps.require_global(process_set)
     src = _t.contiguous(tensor.detach())
     if src.dim() == 0:
         raise InvalidArgumentError("alltoall needs a tensor with at least one dimension")
@@ -219,30 +268,136 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
                        splits=splits, keepalive=(src, ready), finish=finish, device=device)
 
 
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        ctx.name = _rq.derived_name(name, ".grad")
+        out, received = alltoall_async(tensor, splits, name).wait()
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _received_grad):
+        # The rows go back where they came from.
+        return alltoall_async(grad, ctx.received, ctx.name).wait()[0], None, None
+
+
 def alltoall(tensor, splits=None, name=None, process_set=None):
-    """Sends splits[r] rows to rank r (even split if None). Returns
-    ``(received, received_splits)``."""
-    return alltoall_async(tensor, splits, name).wait()
+    """Sends splits[r] rows to rank r (an even split if None); differentiable.
+    As in Horovod: returns the received tensor, and with ``splits`` given the
+    tuple ``(received, received_splits)``."""
+    _ps.require_global(process_set)
+    out, received = _Alltoall.apply(tensor, splits, name)
+    return out if splits is None else (out, received)
 
 
-def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
-                        postscale_factor=1.0, process_set=None):
-    src = _t.contiguous(tensor.detach())
-    if src.dim() == 0:
-        raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
-    rows = _np_ops.reducescatter_rows(src.shape[0], runtime.rank(), runtime.size())
-    out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
-    device, ready = _t.device_of(src)
-    return _rq.enqueue(_rq.REDUCESCATTER, name, _t.dtype_name(src), tuple(src.shape),
-                       _t.ptr(src), _t.ptr(out), reduce_op=op, prescale=prescale_factor,
-                       postscale=postscale_factor, keepalive=(src, out, ready),
-                       finish=lambda _: out, device=device)
+def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Horovod's argument order (process_set before the scale factors)."""
+    _ps.require_global(process_set)
+    return _grouped_reducescatter([tensor], name, op, prescale_factor, postscale_factor,
+                                  single=True)
 
 
-def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                  process_set=None):
-    """Reduces across ranks; this rank gets its slice of the first dimension."""
-    return reducescatter_async(tensor, name, op, prescale_factor, postscale_factor).wait()
+def _grouped_reducescatter(tensors, name, op, prescale_factor, postscale_factor, single=False):
+    batch = _rq.Batch()
+    outs = []
+    for t, n in zip(tensors, [name] if single else _group_names(tensors, name)):
+        src = _t.contiguous(t.detach())
+        if src.dim() == 0:
+            raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
+        rows = _np_ops.reducescatter_rows(src.shape[0], runtime.rank(), runtime.size())
+        out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
+        device, ready = _t.device_of(src)
+        batch.add(_rq.REDUCESCATTER, n, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
+                  _t.ptr(out), reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
+                  keepalive=(src, out, ready), device=device)
+        outs.append(out)
+    if single:
+        handle = batch.submit()[0]
+        return _rq.Then(handle, lambda _: outs[0])
+    return _rq.Then(batch.submit_group(), lambda _: outs)
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+        ctx.name, ctx.factor = _rq.derived_name(name, ".grad"), prescale_factor * postscale_factor
+        if op == Sum:
+            ctx.factor *= runtime.size()
+        return tuple(_grouped_reducescatter(tensors, name, op, prescale_factor,
+                                            postscale_factor).wait())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # Horovod's definition: the gathered gradient, times size for Sum and
+        # times the scale factors.
+        scaled = [g * ctx.factor if ctx.factor != 1.0 else g for g in grads]
+        return (None, None, None, None) + tuple(grouped_allgather(scaled, ctx.name))
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces across ranks; this rank gets its slice of the first dimension
+    (the first rows % size ranks get one row more). Differentiable."""
+    return grouped_reducescatter([tensor], name, compression, op, process_set, prescale_factor,
+                                 postscale_factor)[0]
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    _ps.require_global(process_set)
+    return _grouped_reducescatter(list(tensors), name, op, prescale_factor, postscale_factor)
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=None,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter of a list of tensors in one negotiation; differentiable."""
+    _ps.require_global(process_set)
+    payloads, ctxs, restore = _compressed(compression, list(tensors), name)
+    out = _Reducescatter.apply(name, op, prescale_factor, postscale_factor, *payloads)
+    return [restore(t, c) for t, c in zip(out, ctxs)]
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    """allgather of a list of tensors, submitted in one call."""
+    _ps.require_global(process_set)
+    batch = _rq.Batch()
+    for t, n in zip(tensors, _group_names(tensors, name)):
+        src = _t.contiguous(t.detach())
+        if src.dim() == 0:
+            raise InvalidArgumentError("allgather needs a tensor with at least one dimension")
+        device, ready = _t.device_of(src)
+        batch.add(_rq.ALLGATHER, n, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
+                  keepalive=(src, ready),
+                  finish=lambda raw, src=src: _t.from_runtime_output(raw, src), device=device)
+    handles = batch.submit()
+    return _rq.Then(handles, lambda results: results)
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, *tensors):
+        ctx.rows = [t.shape[0] for t in tensors]
+        ctx.name = _rq.derived_name(name, ".grad")
+        return tuple(grouped_allgather_async(tensors, name).wait())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # As allgather's, per tensor: averaged, then this rank's rows.
+        reduced = _grouped(grads, None, ctx.name, Average, 1.0, 1.0, False).wait()
+        rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
+                               _rq.derived_name(ctx.name, ".rows")).wait()
+        offsets = rows[:runtime.rank()].sum(dim=0)
+        return (None,) + tuple(r[int(o):int(o) + n]
+                               for r, o, n in zip(reduced, offsets, ctx.rows))
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    """allgather of a list of tensors in one negotiation; differentiable."""
+    _ps.require_global(process_set)
+    return list(_GroupedAllgather.apply(name, *tensors))
 
 
 def synchronize(handle):

@@ -23,6 +23,7 @@ from ..errors import InvalidArgumentError, MismatchError
 from .. import requests as _rq
 from . import _tensors as _t
 from . import ops
+from .. import process_sets as _ps
 from .compression import Compression
 
 
@@ -84,6 +85,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  num_groups=0, groups=None, sparse_as_dense=False, process_set=None,
                  name_map=None, bucket_cap_mb=None):
         # No Optimizer.__init__: the wrapped optimizer owns parameters and state.
+        _ps.require_global(process_set)
         self._optimizer = optimizer
         self._compression = compression
         if backward_passes_per_step < 1:

@@ -13,6 +13,8 @@ size_t dtype_size(fuseopt_dtype_t dtype) {
   switch (dtype) {
     case FUSEOPT_UINT8:
     case FUSEOPT_INT8: return 1;
+    case FUSEOPT_INT16:
+    case FUSEOPT_UINT16:
     case FUSEOPT_FLOAT16:
     case FUSEOPT_BFLOAT16: return 2;
     case FUSEOPT_INT32:
@@ -159,6 +161,8 @@ void divide_integers(fuseopt_dtype_t dtype, void* buf, int64_t count, int64_t di
   switch (dtype) {
     case FUSEOPT_UINT8: return divide_typed<uint8_t>(buf, count, divisor);
     case FUSEOPT_INT8: return divide_typed<int8_t>(buf, count, divisor);
+    case FUSEOPT_INT16: return divide_typed<int16_t>(buf, count, divisor);
+    case FUSEOPT_UINT16: return divide_typed<uint16_t>(buf, count, divisor);
     case FUSEOPT_INT32: return divide_typed<int32_t>(buf, count, divisor);
     case FUSEOPT_INT64: return divide_typed<int64_t>(buf, count, divisor);
     default: throw Error(FUSEOPT_INTERNAL, "divide_integers: not an integer dtype");
@@ -174,6 +178,8 @@ void scale_copy(fuseopt_dtype_t dtype, const void* src, void* dst, int64_t count
   switch (dtype) {
     case FUSEOPT_UINT8: return scale_typed<uint8_t>(src, dst, count, factor);
     case FUSEOPT_INT8: return scale_typed<int8_t>(src, dst, count, factor);
+    case FUSEOPT_INT16: return scale_typed<int16_t>(src, dst, count, factor);
+    case FUSEOPT_UINT16: return scale_typed<uint16_t>(src, dst, count, factor);
     case FUSEOPT_INT32: return scale_typed<int32_t>(src, dst, count, factor);
     case FUSEOPT_INT64: return scale_typed<int64_t>(src, dst, count, factor);
     case FUSEOPT_FLOAT16: return scale_16<half_to_float, float_to_half>(src, dst, count, factor);
@@ -189,6 +195,8 @@ void fill_identity(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, void* buf, int
   switch (dtype) {
     case FUSEOPT_UINT8: return fill_typed<uint8_t>(buf, count, identity_of<uint8_t>(op));
     case FUSEOPT_INT8: return fill_typed<int8_t>(buf, count, identity_of<int8_t>(op));
+    case FUSEOPT_INT16: return fill_typed<int16_t>(buf, count, identity_of<int16_t>(op));
+    case FUSEOPT_UINT16: return fill_typed<uint16_t>(buf, count, identity_of<uint16_t>(op));
     case FUSEOPT_INT32: return fill_typed<int32_t>(buf, count, identity_of<int32_t>(op));
     case FUSEOPT_INT64: return fill_typed<int64_t>(buf, count, identity_of<int64_t>(op));
     case FUSEOPT_FLOAT16:

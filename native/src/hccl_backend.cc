@@ -29,6 +29,8 @@ int hccl_dtype(fuseopt_dtype_t d) {
   switch (d) {
     case FUSEOPT_UINT8: return hccl::kUint8;
     case FUSEOPT_INT8: return hccl::kInt8;
+    case FUSEOPT_INT16: return hccl::kInt16;
+    case FUSEOPT_UINT16: return hccl::kUint16;
     case FUSEOPT_INT32: return hccl::kInt32;
     case FUSEOPT_INT64: return hccl::kInt64;
     case FUSEOPT_FLOAT16: return hccl::kFp16;

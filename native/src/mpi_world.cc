@@ -188,6 +188,8 @@ MPI_Datatype MpiWorld::datatype(fuseopt_dtype_t dtype) {
   switch (dtype) {
     case FUSEOPT_UINT8: return MPI_UINT8_T;
     case FUSEOPT_INT8: return MPI_INT8_T;
+    case FUSEOPT_INT16: return MPI_INT16_T;
+    case FUSEOPT_UINT16: return MPI_UINT16_T;
     case FUSEOPT_INT32: return MPI_INT32_T;
     case FUSEOPT_INT64: return MPI_INT64_T;
     case FUSEOPT_FLOAT16:

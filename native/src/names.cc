@@ -14,7 +14,8 @@ const char* fuseopt_status_string(int status) {
 
 const char* fuseopt_dtype_name(int dtype) {
   static const char* names[] = {"uint8",    "int8",     "int32",   "int64",
-                                "float16",  "bfloat16", "float32", "float64"};
+                                "float16",  "bfloat16", "float32", "float64",
+                                "int16",    "uint16"};
   return fuseopt::is_valid_dtype(dtype) ? names[dtype] : "unknown_dtype";
 }
 

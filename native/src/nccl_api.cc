@@ -17,6 +17,10 @@ DataType data_type(fuseopt_dtype_t d) {
     case FUSEOPT_BFLOAT16: return kBfloat16;
     case FUSEOPT_FLOAT32: return kFloat32;
     case FUSEOPT_FLOAT64: return kFloat64;
+    case FUSEOPT_INT16:
+    case FUSEOPT_UINT16:
+      throw Error(FUSEOPT_UNSUPPORTED, "NCCL has no 16-bit integer type: reduce int16/uint16 "
+                                       "tensors on the host, or cast them to int32");
     default: throw Error(FUSEOPT_INTERNAL, "nccl: unknown dtype");
   }
 }

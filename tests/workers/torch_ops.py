@@ -52,13 +52,14 @@ def check_allgather_broadcast_autograd():
     (g * torch.arange(len(g)).unsqueeze(1)).sum().backward()
     offset = sum(k + 1 for k in range(r))
     rows = torch.arange(offset, offset + r + 1, dtype=torch.float32).unsqueeze(1).expand(-1, 2)
-    close(x.grad, rows * n, "allgather grad (every rank's use of my rows, summed)")
+    # Horovod's definition: every rank's use of my rows, averaged over ranks.
+    close(x.grad, rows, "allgather grad")
     root = n - 1
     b = torch.full((3,), float(r), requires_grad=True)
     out = hvd.broadcast(b, root, name="bcast")
     close(out, torch.full((3,), float(root)), "broadcast")
     (out * (r + 1)).sum().backward()
-    expected_grad = float(sum(range(1, n + 1))) if r == root else 0.0
+    expected_grad = sum(range(1, n + 1)) / n if r == root else 0.0  # averaged, as Horovod
     close(b.grad, torch.full((3,), expected_grad), "broadcast grad")
     c = torch.full((2, 2), float(r))
     hvd.broadcast_(c, 0, name="bcast_")
@@ -68,7 +69,10 @@ def check_allgather_broadcast_autograd():
 def check_alltoall_reducescatter_objects():
     r, n = hvd.rank(), hvd.size()
     data = torch.arange(n * 2, dtype=torch.float32) + 100 * r
-    out, splits = hvd.alltoall(data, name="a2a")
+    out = hvd.alltoall(data, name="a2a")  # Horovod: no splits given, a tensor back
+    assert torch.is_tensor(out), type(out)
+    same, splits = hvd.alltoall(data, splits=[2] * n, name="a2a.s")
+    close(same, out, "alltoall with splits")
     expected = torch.cat([torch.arange(2 * r, 2 * r + 2, dtype=torch.float32) + 100 * k
                           for k in range(n)])
     close(out, expected, "alltoall")
@@ -96,7 +100,65 @@ def check_clear_errors():
                                                name="both"), "either")
 
 
+def check_horovod_gradients_and_forms():
+    """Gradients as Horovod defines them (horovod/torch/mpi_ops.py backward
+    methods), written out as formulas here."""
+    r, n = hvd.rank(), hvd.size()
+    # alltoall: a row sent to rank k is weighted by k + 1 there.
+    x = (torch.arange(2 * n, dtype=torch.float32) + r).requires_grad_()
+    (hvd.alltoall(x, name="g.a2a") * (r + 1)).sum().backward()
+    close(x.grad, torch.arange(n).repeat_interleave(2).float() + 1, "alltoall grad")
+    # reducescatter: Average -> allgather of the gradient; Sum -> times size.
+    for op, factor in ((hvd.Average, 1.0), (hvd.Sum, float(n))):
+        y = torch.ones(2 * n, 3, requires_grad=True)
+        (hvd.reducescatter(y, name="g.rs.%d" % op, op=op) * (r + 1)).sum().backward()
+        close(y.grad, (torch.arange(n).repeat_interleave(2).float() + 1).unsqueeze(1)
+              .expand(-1, 3) * factor, "reducescatter grad, op %d" % op)
+    # grouped forms: values and gradients per tensor, as their single forms.
+    a, b = torch.full((2,), r + 1.0, requires_grad=True), torch.full((3, 1), 2.0 * r,
+                                                                       requires_grad=True)
+    outs = hvd.grouped_allreduce([a, b], name="g.grp")
+    close(outs[0], torch.full((2,), (n + 1) / 2), "grouped allreduce")
+    (outs[0].sum() * (r + 1) + outs[1].sum()).backward()
+    close(a.grad, torch.full((2,), (n + 1) / 2), "grouped allreduce grad")
+    gathered = hvd.grouped_allgather([a.detach()[:1] + r, b.detach()], name="g.ga")
+    close(gathered[0], torch.arange(n, dtype=torch.float32) * 2 + 1, "grouped allgather")
+    assert gathered[1].shape == (3 * n, 1)
+    rs = hvd.grouped_reducescatter([torch.ones(n, 2) * (r + 1), torch.ones(2 * n)],
+                                   name="g.grs", op=hvd.Sum)
+    close(rs[0], torch.full((1, 2), n * (n + 1) / 2), "grouped reducescatter")
+    close(rs[1], torch.full((2,), float(n)), "grouped reducescatter 2")
+    # compression= on grouped_allreduce and reducescatter, as Horovod's signatures.
+    half = hvd.grouped_allreduce([torch.full((4,), r + 0.5)], None, "g.c",
+                                 hvd.Compression.fp16, hvd.Sum)
+    assert half[0].dtype == torch.float32
+    close(half[0], torch.full((4,), n * n / 2), "grouped allreduce fp16")
+    close(hvd.reducescatter(torch.ones(n, 2), "g.rsc", hvd.Compression.fp16, hvd.Sum),
+          torch.full((1, 2), float(n)), "reducescatter fp16")
+    for dtype in (torch.int16, torch.uint16):  # Horovod reduces them
+        v = torch.full((3,), r + 1, dtype=dtype)
+        close(hvd.allreduce(v, name="dt16.%s" % dtype, op=hvd.Sum),
+              torch.full((3,), n * (n + 1) // 2, dtype=dtype), "dtype %s" % dtype)
+
+
+def check_process_set_is_never_ignored():
+    r, n = hvd.rank(), hvd.size()
+    close(hvd.allreduce(torch.ones(2), name="ps.g", op=hvd.Sum,
+                        process_set=hvd.global_process_set), torch.full((2,), float(n)), "global")
+    assert hvd.global_process_set.size() == n and hvd.global_process_set.rank() == r
+    harness.expect_error(hvd.InvalidArgumentError,
+                         lambda: hvd.allreduce(torch.ones(2), process_set=object()), "ProcessSet")
+    if n > 1:
+        subset = hvd.ProcessSet([0])
+        harness.expect_error(hvd.UnsupportedError,
+                             lambda: hvd.allreduce(torch.ones(2), process_set=subset),
+                             "ProcessSet([0])", "not implemented")
+        harness.expect_error(hvd.UnsupportedError, lambda: hvd.add_process_set([0]),
+                             "not implemented")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     harness.run([check_allreduce_forms_and_autograd, check_allgather_broadcast_autograd,
-                 check_alltoall_reducescatter_objects, check_clear_errors])
+                 check_alltoall_reducescatter_objects, check_clear_errors,
+                 check_horovod_gradients_and_forms, check_process_set_is_never_ignored])

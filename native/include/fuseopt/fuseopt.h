@@ -55,7 +55,9 @@ typedef enum {
   FUSEOPT_BFLOAT16 = 5,
   FUSEOPT_FLOAT32 = 6,
   FUSEOPT_FLOAT64 = 7,
-  FUSEOPT_DTYPE_COUNT = 8
+  FUSEOPT_INT16 = 8,          /* appended after ABI 1's first release */
+  FUSEOPT_UINT16 = 9,
+  FUSEOPT_DTYPE_COUNT = 10
 } fuseopt_dtype_t;
 
 typedef enum {
