@@ -79,14 +79,16 @@ def remove_process_set(process_set):
     raise UnsupportedError("the global process set cannot be removed")
 
 
-def init_process_sets(process_sets):
-    """``init(process_sets=...)``: None, or sets that are each the global one."""
-    if process_sets is None:
-        return
+def init(comm=None, process_sets=None, **settings):
+    """Horovod's ``init(comm=None, process_sets=None)`` plus fuseopt's knobs
+    (see :func:`fuseopt.init`). ``comm`` (an mpi4py communicator or a list of
+    ranks) is not supported: fuseopt runs on MPI_COMM_WORLD; ``process_sets``
+    may only name the global set."""
+    if comm is not None:
+        raise UnsupportedError("init(comm=...): fuseopt runs on all ranks of the job "
+                               "(MPI_COMM_WORLD); start a separate job for a subset")
     if process_sets == "dynamic":
         raise UnsupportedError("init(process_sets='dynamic'): " + _NOT_YET)
-    for ps in process_sets:
-        if not isinstance(ps, ProcessSet):
-            ps = ProcessSet(ps)
-        if ps.ranks is not None and ps.ranks != list(range(runtime.size())):
-            raise UnsupportedError("init(process_sets=[%r]): %s" % (ps, _NOT_YET))
+    runtime.init(**settings)
+    for ps in process_sets or ():
+        require_global(ps if isinstance(ps, ProcessSet) else ProcessSet(ps))

@@ -54,6 +54,16 @@ def init(**settings):
         aborter.attach(out[0])
     from .timeline import start_from_environment
     start_from_environment()
+    _info["homogeneous"] = _agree_homogeneous()
+
+
+def _agree_homogeneous():
+    """Collective, once per init: whether every node runs as many ranks."""
+    if _info["size"] == 1:
+        return True
+    from .objects import allgather_object
+    counts = allgather_object(_info["local_size"], name="fuseopt.init.local_sizes")
+    return len(set(counts)) == 1
 
 
 class _Aborter:
@@ -168,6 +178,11 @@ def cross_rank():
 def cross_size():
     """Number of nodes."""
     return _topology("cross_size")
+
+
+def homogeneous():
+    """Whether every node runs the same number of ranks (see is_homogeneous)."""
+    return _topology("homogeneous")
 
 
 def settings():

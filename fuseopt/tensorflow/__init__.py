@@ -12,8 +12,13 @@ Keras ``fit``: see ``fuseopt.tensorflow.keras``.
 """
 from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
                       RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
-from ..runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                       metrics, rank, shutdown, size)
+from ..runtime import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
+                       rank, shutdown, size)
+from ..process_sets import (ProcessSet, add_process_set, global_process_set, init,
+                            remove_process_set)
+from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
+                            is_homogeneous,
+                            mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from ..timeline import start_timeline, stop_timeline
 from ..overlap import log_epoch as log_metrics
 from .compression import Compression, Compressor

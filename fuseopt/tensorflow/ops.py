@@ -238,8 +238,9 @@ def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
         out = _allgather_raw(x, name)
 
         def grad(dy):
+            # Horovod's definition: averaged over ranks, then this rank's rows.
             reduced = _grouped_allreduce_raw([dy], [_rq.derived_name(name, ".grad")],
-                                             Sum, 1.0, 1.0)[0]
+                                             Average, 1.0, 1.0)[0]
             rows = _allgather_raw(tf.shape(x, out_type=tf.int64)[:1],
                                   _rq.derived_name(name, ".rows"))
             offset = tf.reduce_sum(rows[:runtime.rank()])
@@ -259,8 +260,8 @@ def _broadcast_raw(tensor, root_rank, name):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
-    """Every rank receives root_rank's tensor (differentiable: the root's
-    gradient is the sum over ranks)."""
+    """Every rank receives root_rank's tensor (differentiable, as Horovod's:
+    the root's gradient is the average over ranks, the others' zero)."""
     _ps.require_global(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
@@ -272,7 +273,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
 
         def grad(dy):
             reduced = _grouped_allreduce_raw([dy], [_rq.derived_name(name, ".grad")],
-                                             Sum, 1.0, 1.0)[0]
+                                             Average, 1.0, 1.0)[0]
             return reduced if runtime.rank() == root_rank else tf.zeros_like(reduced)
         return out, grad
 
@@ -280,7 +281,9 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
-    """Sends splits[r] rows to rank r; returns (received, received_splits)."""
+    """Sends splits[r] rows to rank r (an even split if None). As in Horovod:
+    returns the received tensor, and ``(received, received_splits)`` when
+    ``splits`` is given."""
     _ps.require_global(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
@@ -294,7 +297,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope
     out, recv = _t.run(fn, inputs, [tensor.dtype, tf.int32], "alltoall")
     out.set_shape([None] + tensor.shape.as_list()[1:])
     recv.set_shape([runtime.size()])
-    return out, recv
+    return out if splits is None else (out, recv)
 
 
 def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False):

@@ -87,7 +87,7 @@ class DistributedKerasOptimizer(_Reducer, keras.optimizers.Optimizer):
     """See module docstring; create through :func:`DistributedOptimizer`."""
 
     def __init__(self, inner_optimizer, compression=Compression.none, backward_passes_per_step=1,
-                 average_aggregated_gradients=True, op=ops.Average, gradient_predivide_factor=1.0,
+                 average_aggregated_gradients=False, op=ops.Average, gradient_predivide_factor=1.0,
                  sparse_as_dense=False, name=None, name_map=None, bucket_cap_mb=None, **kwargs):
         super().__init__(learning_rate=0.0, name=name or "distributed_" + inner_optimizer.name)
         self.inner_optimizer = inner_optimizer
@@ -170,7 +170,7 @@ class DistributedLossScaleOptimizer(_Reducer, LossScaleOptimizer):
     before checking them for inf/nan; create through :func:`DistributedOptimizer`."""
 
     def __init__(self, inner_optimizer, compression=Compression.none, backward_passes_per_step=1,
-                 average_aggregated_gradients=True, op=ops.Average, gradient_predivide_factor=1.0,
+                 average_aggregated_gradients=False, op=ops.Average, gradient_predivide_factor=1.0,
                  sparse_as_dense=False, initial_scale=2.0 ** 15, dynamic_growth_steps=2000,
                  name=None, name_map=None, bucket_cap_mb=None, **kwargs):
         if backward_passes_per_step != 1:
@@ -191,17 +191,18 @@ class DistributedLossScaleOptimizer(_Reducer, LossScaleOptimizer):
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False,
-                         backward_passes_per_step=1, op=ops.Average,
-                         gradient_predivide_factor=1.0, average_aggregated_gradients=True,
+                         gradient_predivide_factor=1.0, op=ops.Average,
+                         backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=None, name_map=None,
                          bucket_cap_mb=None):
     """Wraps a Keras 3 optimizer so that gradients are averaged across ranks.
 
     Works in ``model.compile(optimizer=...)`` + ``fit`` and in custom loops
     (``apply_gradients`` / ``apply``). ``backward_passes_per_step=N``
-    accumulates N local steps and communicates once; with
-    ``average_aggregated_gradients`` (default) the accumulated gradient is
-    divided by N, which equals one step on the concatenated micro-batches.
+    accumulates N local steps and communicates once. As in Horovod (and in
+    its argument order), the update then uses the sum of the N averaged
+    gradients; ``average_aggregated_gradients=True`` divides it by N, which
+    equals one step on the concatenated micro-batches.
     ``name_map`` (mixed PyTorch/TensorFlow jobs, see docs/mixed.md) maps
     variable paths to shared names or ``fuseopt.Shared(name, perm)``.
     Inside ``fit`` / ``tf.function``, gradients start reducing in buckets of

@@ -8,8 +8,8 @@
 """
 from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
                       RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
-from ..runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                       metrics, rank, shutdown, size)
+from ..runtime import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
+                       rank, shutdown, size)
 from ..timeline import start_timeline, stop_timeline
 from ..overlap import log_epoch as log_metrics
 from ..checkpoint import CheckpointError
@@ -24,8 +24,11 @@ from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, a
                   grouped_allgather, grouped_allgather_async, grouped_reducescatter,
                   grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
                   synchronize)
-from ..process_sets import (ProcessSet, add_process_set, global_process_set,
+from ..process_sets import (ProcessSet, add_process_set, global_process_set, init,
                             remove_process_set)
+from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
+                            is_homogeneous,
+                            mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from .optimizer import DistributedOptimizer
 from ..naming import Shared
 from .sync_batch_norm import SyncBatchNorm, recompute_bn_stats
@@ -34,26 +37,3 @@ from .local_sgd import AdaptiveLocalSGD, LocalSGD
 # Horovod compatibility: capabilities of this build.
 HorovodInternalError = FuseoptError
 
-
-def mpi_enabled():
-    return True
-
-
-def mpi_built():
-    return True
-
-
-def gloo_enabled():
-    return False
-
-
-def gloo_built():
-    return False
-
-
-def nccl_built():
-    return False
-
-
-def mpi_threads_supported():
-    return True

@@ -17,7 +17,7 @@ def check_ops_eager_and_graph():
                 hvd.alltoall(tf.reshape(tf.range(2 * n, dtype=tf.float32), [2 * n, 1]) + 100.0 * r))
 
     for mode, fn in (("eager", body), ("graph", tf.function(body))):
-        s, avg, grp, gat, bc, rs, (a2a, splits) = fn(x)
+        s, avg, grp, gat, bc, rs, a2a = fn(x)  # no splits given: a tensor, as Horovod
         close(s, [[total, 2 * total]], mode + " sum")
         close(avg, [[total / n, 2 * total / n]], mode + " average")
         close(grp[1], [[2 * total, 4 * total]], mode + " grouped")
@@ -26,8 +26,12 @@ def check_ops_eager_and_graph():
         close(rs, np.full((2, 2), total), mode + " reducescatter")
         expected = np.concatenate([np.arange(2 * r, 2 * r + 2) + 100.0 * k for k in range(n)])
         close(a2a[:, 0], expected, mode + " alltoall")
+        same, splits = hvd.alltoall(tf.reshape(tf.range(2 * n, dtype=tf.float32), [2 * n, 1])
+                                    + 100.0 * r, splits=[2] * n)
+        close(same, a2a, mode + " alltoall with splits")
         assert splits.numpy().tolist() == [2] * n
-    for dtype in (tf.float16, tf.bfloat16, tf.int32, tf.int64, tf.uint8, tf.float64):
+    for dtype in (tf.float16, tf.bfloat16, tf.int32, tf.int64, tf.uint8, tf.float64, tf.int16,
+                  tf.uint16):
         v = tf.cast(tf.fill([3], r + 1), dtype)
         close(tf.cast(hvd.allreduce(v, op=hvd.Sum), tf.float64), np.full(3, total), str(dtype))
     assert hvd.broadcast_object({"r": r}, root_rank=n - 1) == {"r": n - 1}
@@ -44,8 +48,31 @@ def check_gradients_through_collectives():
         b = tf.reduce_sum(g * tf.reshape(tf.range(n, dtype=tf.float32), [n, 1]))
         c = tf.reduce_sum(hvd.broadcast(w, 0, name="g.bc") * (r + 1))
     close(tape.gradient(a, w), np.full(3, total_of(n) / n), "allreduce grad")
-    close(tape.gradient(b, w), np.full(3, r * n), "allgather grad")
-    close(tape.gradient(c, w), np.full(3, total_of(n) if r == 0 else 0.0), "broadcast grad")
+    # Horovod's definitions: averaged over ranks (then my rows / the root only).
+    close(tape.gradient(b, w), np.full(3, float(r)), "allgather grad")
+    close(tape.gradient(c, w), np.full(3, total_of(n) / n if r == 0 else 0.0), "broadcast grad")
+
+
+def check_keras_module_signatures():
+    """horovod.tensorflow.keras's own argument orders and refusals."""
+    r, n = hvd.rank(), hvd.size()
+    # allreduce(value, name, average): average=False is a sum, name positional.
+    close(hvd.allreduce(np.full(2, r + 1.0, np.float32), "k.sum", False), np.full(2, total_of(n)),
+          "keras allreduce positional")
+    close(hvd.reducescatter(np.ones((n, 2), np.float32), "k.rs", hvd.Sum), np.full((1, 2), n),
+          "keras reducescatter")
+    harness.expect_error(RuntimeError, lambda: hvd.broadcast_global_variables(0),
+                         "broadcast_variables")
+    import fuseopt.tensorflow as tf_hvd  # horovod.tensorflow's names take process_set=
+    harness.expect_error(hvd.InvalidArgumentError,
+                         lambda: tf_hvd.allreduce(np.ones(2), process_set=object()), "ProcessSet")
+    assert hvd.mpi_built() and not hvd.gloo_built() and not hvd.mpi_threads_supported()
+    assert hvd.nccl_built() == 0 and hvd.is_homogeneous()
+    if n > 1:
+        harness.expect_error(hvd.UnsupportedError,
+                             lambda: tf_hvd.allgather(np.ones((1, 2)),
+                                                      process_set=hvd.ProcessSet([1])),
+                             "not implemented")
 
 
 def total_of(n):
@@ -89,5 +116,6 @@ def check_errors():
 
 
 if __name__ == "__main__":
-    harness.run([check_ops_eager_and_graph, check_gradients_through_collectives,
+    harness.run([check_keras_module_signatures, check_ops_eager_and_graph,
+                 check_gradients_through_collectives,
                  check_abandoned_bucket_is_finished_by_the_next_start, check_errors])

@@ -42,9 +42,18 @@ def check_fit_equals_single_process_sgd_adam():
 
 
 def check_accumulation_equals_concatenated_batch():
-    model, ref = fit_pair(lambda: keras.optimizers.SGD(0.1, momentum=0.9), passes=2)
+    # average_aggregated_gradients=True: the mean of the 2 micro-batches'
+    # averaged gradients, i.e. the gradient of the concatenated batch.
+    model, ref = fit_pair(lambda: keras.optimizers.SGD(0.1, momentum=0.9), passes=2,
+                          average_aggregated_gradients=True)
     for w, v in zip(model.get_weights(), ref.get_weights()):
-        close(w, v, "backward_passes_per_step=2")
+        close(w, v, "backward_passes_per_step=2, averaged")
+    # Horovod's default (False): their sum, i.e. twice that gradient, which
+    # SGD with momentum turns into the step of twice the learning rate.
+    model, _ = fit_pair(lambda: keras.optimizers.SGD(0.02, momentum=0.9), passes=2)
+    _, ref = fit_pair(lambda: keras.optimizers.SGD(0.04, momentum=0.9), passes=2)
+    for w, v in zip(model.get_weights(), ref.get_weights()):
+        close(w, v, "backward_passes_per_step=2, summed as in Horovod")
 
 
 def check_custom_loop_tape_and_apply_gradients():
@@ -143,8 +152,8 @@ def check_callbacks():
 
     class Capture(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch, logs=None):
-            if batch == 0 and "w0" not in seen:
-                seen["w0"] = self.model.get_weights()[0].copy()
+            if batch == 1 and "w1" not in seen:  # Horovod broadcasts after the first batch
+                seen["w1"] = self.model.get_weights()[0].copy()
 
         def on_epoch_end(self, epoch, logs=None):
             seen.setdefault("loss", []).append(logs["loss"])
@@ -156,12 +165,23 @@ def check_callbacks():
                                 hvd.callbacks.MetricAverageCallback(),
                                 hvd.callbacks.LearningRateWarmupCallback(0.01, warmup_epochs=2),
                                 Capture()])
-    close(seen["w0"], make_model(seed=n - 1).get_weights()[0], "broadcast initial weights", 0)
+    w1 = hvd.allgather_object(seen["w1"])
+    for k in range(n):
+        close(w1[k], w1[n - 1], "rank %d's weights after the first batch's broadcast" % k, 0)
     weights_equal_across_ranks(model, "after broadcast + fit")
     losses = hvd.allgather_object(seen["loss"])
     assert all(l == losses[0] for l in losses), "MetricAverageCallback: ranks differ %s" % losses
     assert np.isclose(seen["lr"][0], 0.01 / n) and np.isclose(seen["lr"][-1], 0.01), seen["lr"]
     del hist
+    # A model built lazily (no keras.Input) has no variables before fit: the
+    # broadcast after the first batch, as in Horovod, finds them.
+    lazy = keras.Sequential([keras.layers.Dense(4, kernel_initializer=keras.initializers.
+                                                GlorotUniform(seed=r)), keras.layers.Dense(3)])
+    lazy.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+                 loss="sparse_categorical_crossentropy")
+    lazy.fit(rank_rows(x, B, STEPS), rank_rows(y, B, STEPS), batch_size=B, verbose=0,
+             callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    weights_equal_across_ranks(lazy, "lazily built Sequential")
     sched = make_model()
     sched.compile(optimizer=keras.optimizers.SGD(1.0), loss="sparse_categorical_crossentropy")
     lrs = []

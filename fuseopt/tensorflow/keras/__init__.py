@@ -12,3 +12,41 @@ from .. import DistributedOptimizer  # noqa: F401
 from . import callbacks  # noqa: F401
 from ...checkpoint import CheckpointError  # noqa: F401
 from .checkpoint import load_checkpoint, save_checkpoint  # noqa: F401
+
+# Horovod's Keras module has its own collectives, with other argument orders
+# than horovod.tensorflow's (``hvd.allreduce(value, "name")`` names the
+# reduction here), so they are restated, not re-exported.
+from .. import ops as _tf_ops  # noqa: E402
+from ..compression import Compression as _Compression  # noqa: E402
+
+
+def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
+              op=None, compression=_Compression.none):
+    """Reduces ``value`` (a tensor, array or number) across ranks: Average by
+    default. Horovod's Keras signature: ``name`` is the second argument."""
+    return _tf_ops.allreduce(value, average=average, compression=compression, op=op,
+                             prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                             name=name)
+
+
+def allgather(value, name=None):
+    """Concatenates every rank's ``value`` along the first dimension."""
+    return _tf_ops.allgather(value, name=name)
+
+
+def broadcast(value, root_rank, name=None):
+    """root_rank's ``value`` on every rank."""
+    return _tf_ops.broadcast(value, root_rank, name=name)
+
+
+def reducescatter(value, name=None, op=_tf_ops.Average):
+    """Reduces across ranks; this rank gets its slice of the first dimension."""
+    return _tf_ops.reducescatter(value, op=op, name=name)
+
+
+def broadcast_global_variables(root_rank):
+    """Horovod's TF1 call. As in Horovod under TF2 (eager), it cannot work:
+    there are no global variables to collect."""
+    raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution; use "
+                       "hvd.broadcast_variables(model.variables + optimizer.variables, root_rank) "
+                       "or hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")

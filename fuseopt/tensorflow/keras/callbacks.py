@@ -10,33 +10,47 @@ from .checkpoint import save_checkpoint
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-    """At the start of training, copies root_rank's model weights and optimizer
-    state to every rank. The optimizer is built first, so its slots (which
-    Keras creates lazily) exist and are broadcast too.
+    """At the end of the first batch, as in Horovod, copies root_rank's model
+    weights and optimizer state to every rank (so a model built lazily, a
+    ``Sequential`` without ``keras.Input``, has its variables by then).
+    ``local_variables``: variables (or a list of them) that stay per rank.
+    With ``name_map`` (mixed jobs) it broadcasts at the start of training,
+    when the PyTorch ranks do.
 
     With ``name_map`` (a mixed PyTorch/TensorFlow job, see docs/mixed.md) the
     model's variables travel under their shared names, so the root may be a
     PyTorch rank; optimizer state, which the frameworks lay out differently,
     is then not broadcast (fresh optimizers start equal anyway)."""
 
-    def __init__(self, root_rank=0, device="", name_map=None):
+    def __init__(self, root_rank=0, device="", local_variables=None, name_map=None):
         super().__init__()
         self.root_rank = root_rank
         self.name_map = name_map
         self.broadcast_done = False
+        if local_variables is not None and not isinstance(local_variables, (list, tuple)):
+            local_variables = [local_variables]
+        self._local = {id(v) for v in local_variables or ()}
+
+    def register_local_var(self, var):
+        """Keeps ``var`` out of the broadcast (Horovod's name)."""
+        self._local.add(id(var))
 
     def on_train_begin(self, logs=None):
+        # A mixed job's PyTorch ranks broadcast before their first step, so
+        # with a name_map the Keras ranks must too (Horovod has no name_map).
+        if self.name_map is not None and not self.broadcast_done:
+            broadcast_variables([v for v in self.model.variables if id(v) not in self._local],
+                                self.root_rank, name_map=self.name_map)
+            self.broadcast_done = True
+
+    def on_batch_end(self, batch, logs=None):
         if self.broadcast_done:
             return
         model = self.model
-        if self.name_map is not None:
-            broadcast_variables(model.variables, self.root_rank, name_map=self.name_map)
-            self.broadcast_done = True
-            return
         optimizer = model.optimizer
         if optimizer is not None and not optimizer.built:
             optimizer.build(model.trainable_variables)
-        variables = list(model.variables)
+        variables = [v for v in model.variables if id(v) not in self._local]
         if optimizer is not None:
             variables += list(optimizer.variables)
         broadcast_variables(variables, self.root_rank)

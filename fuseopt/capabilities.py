@@ -1,0 +1,84 @@
+"""Horovod's build and capability queries, answered truthfully for this build.
+
+fuseopt always runs MPI (the ``mpich`` wheel, or a site MPI chosen at build
+time) and never Gloo, oneCCL or DDL. NCCL and HCCL are not built in: the core
+loads them at run time (see docs/devices.md), so ``nccl_built()`` looks for
+the library the core would load.
+"""
+import ctypes
+import os
+
+from . import runtime
+
+
+def mpi_built():
+    """True: MPI is the host-memory engine and the control plane."""
+    return True
+
+
+def mpi_enabled():
+    """True: fuseopt always runs over MPI."""
+    return True
+
+
+def gloo_built():
+    """False: there is no Gloo controller (MPI does its job)."""
+    return False
+
+
+def gloo_enabled():
+    """False: there is no Gloo controller (MPI does its job)."""
+    return False
+
+
+def ccl_built():
+    """False: oneCCL is not supported."""
+    return False
+
+
+def ddl_built():
+    """False: IBM DDL is not supported."""
+    return False
+
+
+def rocm_built():
+    """False: ROCm (RCCL) is not supported."""
+    return False
+
+
+def mpi_threads_supported():
+    """Whether other threads of this process may call MPI while fuseopt runs
+    (Horovod: MPI_THREAD_MULTIPLE). False: fuseopt asks for
+    MPI_THREAD_SERIALIZED and only its loop thread calls MPI, which measured
+    2-5x faster here than MULTIPLE. Requires init(), as in Horovod."""
+    runtime.context()
+    return False
+
+
+def nccl_built():
+    """NCCL's version code (e.g. 21903 for 2.19.3) when the library the core
+    would load for CUDA tensors is there (``FUSEOPT_NCCL_LIBRARY``, else
+    ``libnccl.so.2`` on the loader's path or from the nvidia-nccl-cu12
+    wheel), else 0."""
+    from .devices import locate_wheel_libraries
+    locate_wheel_libraries()
+    path = os.environ.get("FUSEOPT_NCCL_LIBRARY") or "libnccl.so.2"
+    try:
+        nccl = ctypes.CDLL(path)
+        version = ctypes.c_int(0)
+        if nccl.ncclGetVersion(ctypes.byref(version)) != 0:
+            return 0
+    except (OSError, AttributeError):
+        return 0
+    return int(version.value)
+
+
+def cuda_built():
+    """Whether CUDA tensors can be reduced: NCCL can be loaded (see nccl_built)."""
+    return nccl_built() != 0
+
+
+def is_homogeneous():
+    """Whether every node runs the same number of ranks."""
+    runtime.context()
+    return runtime.homogeneous()
