@@ -17,6 +17,7 @@ Average = lib.FUSEOPT_AVERAGE
 Min = lib.FUSEOPT_MIN
 Max = lib.FUSEOPT_MAX
 Product = lib.FUSEOPT_PRODUCT
+Adasum = lib.FUSEOPT_ADASUM  # allreduce of float tensors on a power-of-two number of ranks
 
 
 _dtype_names = {}  # np.dtype -> name; dtype.name is slow enough to matter per tensor
@@ -214,8 +215,13 @@ def barrier():
 def join():
     """Declares this rank out of data. Until every rank has joined, it keeps
     taking part in the others' collectives with neutral values (zeros for
-    sums, so averages still divide by size()). Returns when all have joined."""
-    _rq.enqueue_control(_rq.JOIN, "join").wait()
+    sums, so averages still divide by size()). Returns, once all have joined,
+    the rank that joined last (of several joining in the same negotiation
+    round, the highest), as Horovod's join does."""
+    last = np.full(1, -1, dtype=np.int32)
+    _rq.enqueue(_rq.JOIN, "join", "uint8", (), output_ptr=_rq.ffi.from_buffer(last),
+                keepalive=(last,)).wait()
+    return int(last[0])
 
 
 def poll(handle):

@@ -24,7 +24,7 @@ from ..overlap import log_epoch as log_metrics
 from .compression import Compression, Compressor
 from .functions import broadcast_variables
 from .gradient_tape import DistributedGradientTape
-from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
+from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
                   alltoall, barrier, broadcast, broadcast_object, grouped_allreduce, join,
                   reducescatter)
 from .optimizer import DistributedOptimizer

@@ -22,6 +22,7 @@ from .. import process_sets as _ps
 from .compression import NoneCompressor
 
 Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
+Adasum = _np.Adasum
 
 
 
@@ -324,12 +325,11 @@ def barrier(process_set=None):
 
 def join():
     """This rank is out of data; it keeps serving the others' collectives
-    until every rank has joined. Returns -1 (fuseopt does not track the last
-    rank to join)."""
+    until every rank has joined. Returns the rank that joined last, as
+    Horovod's."""
     if tf.executing_eagerly():
-        _np.join()
-        return -1
-    return _t.run(lambda: [np.int32(_np.join() or -1)], [], [tf.int32], "join")[0]
+        return _np.join()
+    return _t.run(lambda: [np.int32(_np.join())], [], [tf.int32], "join")[0]
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):

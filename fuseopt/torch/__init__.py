@@ -17,7 +17,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .compression import Compression, Compressor
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
-from .ops import (Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
+from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
                   allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
                   broadcast, broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
                   grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,

@@ -18,6 +18,7 @@ Average = _np_ops.Average
 Min = _np_ops.Min
 Max = _np_ops.Max
 Product = _np_ops.Product
+Adasum = _np_ops.Adasum
 
 
 
@@ -415,7 +416,7 @@ barrier = _np_ops.barrier
 
 def join(device=-1):
     """This rank is out of data; it keeps serving the others' collectives with
-    neutral values until every rank has joined. Returns -1 (Horovod returns
-    the last rank to join; fuseopt does not track it)."""
-    _np_ops.join()
-    return -1
+    neutral values until every rank has joined. Returns the rank that joined
+    last, as Horovod's. ``device`` is accepted for Horovod's signature: the
+    stand-in values live where each tensor does."""
+    return _np_ops.join()

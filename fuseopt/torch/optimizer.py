@@ -18,12 +18,13 @@ import warnings
 
 import torch
 
-from .. import buckets, naming, overlap
+from .. import buckets, naming, overlap, runtime
 from ..errors import InvalidArgumentError, MismatchError
 from .. import requests as _rq
 from . import _tensors as _t
 from . import ops
 from .. import process_sets as _ps
+from .adasum import AdasumOptimizer
 from .compression import Compression
 
 
@@ -58,7 +59,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             one allreduce. As in Horovod, gradients are summed over passes;
             scale each micro-batch loss by 1/N to get the gradient of the
             whole batch.
-        op: ``Average`` (default) or ``Sum``.
+        op: ``Average`` (default), ``Sum``, or ``Adasum``: each rank then
+            steps locally and the ranks combine the parameter changes with
+            Adasum, as Horovod does (fuseopt/torch/adasum.py).
         gradient_predivide_factor: divide by this before the sum and by
             size()/factor after (guards float16 sums against overflow).
         num_groups / groups: submit these parameters together (once all of a
@@ -79,6 +82,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
             faster when compute already uses every core (see
             docs/benchmarks.md). Default: ``FUSEOPT_BUCKET_CAP_MB`` or 4.
     """
+
+    def __new__(cls, optimizer, named_parameters=None, compression=Compression.none,
+                backward_passes_per_step=1, op=ops.Average, *args, **kwargs):
+        # As Horovod: Adasum combines updates, not gradients (fuseopt/torch/adasum.py);
+        # on one rank there is nothing to combine.
+        if op == ops.Adasum and cls is DistributedOptimizer and runtime.size() > 1:
+            _ps.require_global(kwargs.get("process_set"))
+            return AdasumOptimizer(optimizer, named_parameters, compression,
+                                   backward_passes_per_step)
+        return super().__new__(cls)
 
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
                  backward_passes_per_step=1, op=ops.Average, gradient_predivide_factor=1.0,

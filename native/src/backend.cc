@@ -28,6 +28,9 @@ void Backend::reducescatter(const void*, void*, const std::vector<int64_t>&, fus
   unsupported("reducescatter");
 }
 void Backend::barrier() { unsupported("barrier"); }
+void Backend::adasum(void*, const std::vector<int64_t>&, fuseopt_dtype_t) {
+  unsupported("Adasum (reduce Adasum tensors in host memory)");
+}
 bool Backend::all_ok(bool) { unsupported("agreement"); }
 
 }  // namespace fuseopt

@@ -54,6 +54,9 @@ class Backend {
   virtual void reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                              fuseopt_dtype_t dtype, fuseopt_reduce_op_t op);
   virtual void barrier();
+  // Adasum (adasum.h) of a bucket of tensor_counts tensors laid end to end, in place.
+  virtual void adasum(void* buf, const std::vector<int64_t>& tensor_counts,
+                      fuseopt_dtype_t dtype);
   // True on every rank iff ok is true on every rank. Used before a collective
   // that a rank may be unable to run (buffer too large, out of memory), so
   // that all ranks skip it together instead of some waiting forever.

@@ -169,7 +169,10 @@ Entry Context::validate(const fuseopt_request_t& q) {
   if (q.collective == FUSEOPT_BARRIER || q.collective == FUSEOPT_JOIN) {
     s.dtype = FUSEOPT_UINT8;
     s.shape = {0};
-    if (q.collective == FUSEOPT_JOIN) s.name = "join";
+    if (q.collective == FUSEOPT_JOIN) {
+      s.name = "join";
+      e.output = q.output;  // NULL, or an int32 for the last rank to join
+    }
     else s.name = q.name ? q.name : "barrier.noname." + std::to_string(auto_name_counter_[q.collective]++);
     return e;  // nothing left to refuse, so the counter may advance
   }
@@ -238,6 +241,15 @@ Entry Context::validate(const fuseopt_request_t& q) {
   e.input = q.input;
   e.output = q.output;
   take_device(q, &e);  // device_request.cc
+  if (s.reduce_op == FUSEOPT_ADASUM) {
+    REQUIRE(q.collective == FUSEOPT_ALLREDUCE, who() + ": Adasum is an allreduce op only");
+    REQUIRE(s.dtype == FUSEOPT_FLOAT16 || s.dtype == FUSEOPT_FLOAT32 || s.dtype == FUSEOPT_FLOAT64,
+            who() + ": Adasum reduces float16, float32 and float64 tensors only, not " +
+                fuseopt_dtype_name(s.dtype));
+    if (s.device != FUSEOPT_DEVICE_HOST)
+      throw Error(FUSEOPT_UNSUPPORTED, who() + ": Adasum runs on host memory only; copy the "
+                                               "tensor to the CPU (NCCL/HCCL Adasum is not built)");
+  }
   if (!q.name) ++auto_name_counter_[q.collective];
   return e;
 }

@@ -82,6 +82,13 @@ std::vector<char> ControlPlane::allgather_flag(bool mine) {
   return all;
 }
 
+std::vector<int64_t> ControlPlane::allgather_value(int64_t mine) {
+  std::vector<int64_t> all(world_.info().size);
+  mpi_check(MPI_Allgather(&mine, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, world_.comm()),
+            "MPI_Allgather(value)");
+  return all;
+}
+
 std::vector<char> ControlPlane::broadcast(std::vector<char> blob) {
   int64_t n = static_cast<int64_t>(blob.size());
   broadcast_value(&n);

@@ -37,6 +37,9 @@ class ControlPlane {
   // Every rank's flag, indexed by rank.
   std::vector<char> allgather_flag(bool mine);
 
+  // Every rank's value, indexed by rank.
+  std::vector<int64_t> allgather_value(int64_t mine);
+
   // The coordinator's blob, on every rank.
   std::vector<char> broadcast(std::vector<char> blob);
 

@@ -1,5 +1,7 @@
 #include "executor.h"
 
+#include "adasum.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -185,8 +187,37 @@ void Executor::run_bucket(std::vector<Work*>& bucket) {
   }
 }
 
+void Executor::adasum(std::vector<Work*>& bucket) {
+  const TensorSpec& s = bucket.front()->response.spec;
+  const char* why = nullptr;
+  if (!adasum_supported(size_, s.dtype, &why)) {  // the same answer on every rank
+    for (Work* w : bucket)
+      fail(*w, FUSEOPT_UNSUPPORTED, std::string(why) + " (allreduce '" + w->response.spec.name +
+                                        "' on " + std::to_string(size_) + " ranks, dtype " +
+                                        fuseopt_dtype_name(s.dtype) + ")");
+    return;
+  }
+  std::vector<int64_t> counts;
+  char* buf = fusion_buffer(bucket_bytes(bucket));
+  lay_out(bucket, [&](Work& w, int64_t at) {  // Adasum is not linear: prescale first
+    const TensorSpec& t = w.response.spec;
+    scale_copy(t.dtype, w.entry->input, buf + at, t.num_elements(),
+               w.entry->stand_in ? 1.0 : t.prescale);
+    counts.push_back(t.num_elements());
+  });
+  mark_copied_in();
+  backend_.adasum(buf, counts, s.dtype);
+  mark_reduced();
+  lay_out(bucket, [&](Work& w, int64_t at) {
+    const TensorSpec& t = w.response.spec;
+    scale_copy(t.dtype, buf + at, w.entry->output, t.num_elements(), t.postscale);
+    complete(w);
+  });
+}
+
 void Executor::allreduce(std::vector<Work*>& bucket) {
   const TensorSpec& s = bucket.front()->response.spec;
+  if (s.reduce_op == FUSEOPT_ADASUM) return adasum(bucket);
   const double post = postscale_of(s);
   std::vector<Segment> segments;
   segments.reserve(bucket.size());

@@ -76,6 +76,7 @@ class Executor {
   void mark_copied_in() { copied_in_s_ = now_s(); }
   void mark_reduced() { reduced_s_ = now_s(); }
   void allreduce(std::vector<Work*>& bucket);
+  void adasum(std::vector<Work*>& bucket);
   void broadcast(std::vector<Work*>& bucket);
   void allgather(Work& w);
   void alltoall(Work& w);

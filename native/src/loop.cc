@@ -238,6 +238,7 @@ bool Loop::round() {
                     std::to_string(config_.stall_shutdown_s) +
                     " s (FUSEOPT_STALL_SHUTDOWN_S); a rank has died or stalled");
   }
+  ++round_number_;
   const uint64_t flags = words[0];
   if (!(flags & kNoShutdown)) {
     stop_reason_ = shutdown_reason(shutdown);
@@ -305,6 +306,9 @@ bool Loop::round() {
   // Join completes once every rank has joined and no tensor is in flight
   // anywhere (a rank may have enqueued one just before joining).
   if ((flags & kJoined) && (flags & kNothingPending)) {
+    const int last = last_to_join();
+    if (join_output_) *join_output_ = last;
+    join_output_ = nullptr;
     if (join_handle_) handles_.complete(join_handle_, Outcome());
     joined_ = false;
     join_handle_ = 0;
@@ -312,6 +316,16 @@ bool Loop::round() {
   }
   no_progress_rounds_ = progress ? 0 : no_progress_rounds_ + 1;
   return true;
+}
+
+int Loop::last_to_join() {
+  // Among ranks that joined in the same round the highest wins, as in
+  // Horovod, whose coordinator counts ranks in ascending order.
+  const std::vector<int64_t> rounds = control_->allgather_value(join_round_);
+  int last = 0;
+  for (int r = 1; r < static_cast<int>(rounds.size()); ++r)
+    if (rounds[r] >= rounds[last]) last = r;
+  return last;
 }
 
 Entry* Loop::own_entry(const Response& r) {

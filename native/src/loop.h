@@ -85,6 +85,7 @@ class Loop {
   void throw_if_aborted();  // throws the abort's reason (Context::abort)
   std::vector<Response> negotiate_full();
   void finish(std::vector<Work>& work);
+  int last_to_join();  // collective: every rank, in the round join completes
   void stop(const Outcome& reason);
   Outcome shutdown_reason(bool requested_here);
 
@@ -130,6 +131,11 @@ class Loop {
   bool stalled_here_ = false;  // a stall shutdown named this rank as missing
   bool joined_ = false;
   int64_t join_handle_ = 0;
+  // Rounds run in lock-step, so their numbers compare across ranks: the
+  // round in which this rank joined tells who joined last (last_to_join).
+  int64_t round_number_ = 0;
+  int64_t join_round_ = -1;
+  int32_t* join_output_ = nullptr;
   int no_progress_rounds_ = 0;
   // Burst detection (loop_intake.cc): enqueue calls taken in so far, and
   // whether the last quiet-gap wait caught another arrival.

@@ -80,6 +80,8 @@ void Loop::drain(std::deque<Entry>* incoming) {
     if (e.spec.collective == FUSEOPT_JOIN) {
       joined_ = true;
       join_handle_ = e.handle;
+      join_round_ = round_number_;
+      join_output_ = static_cast<int32_t*>(e.output);
       // Our own tensors still in flight go to the coordinator in full, so it
       // sees us as present (with our real spec) for them, not as joined.
       for (auto& kv : pending_) {

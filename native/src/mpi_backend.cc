@@ -180,4 +180,12 @@ bool MpiBackend::all_ok(bool ok) {
   return all == 1;
 }
 
+void MpiBackend::adasum(void* buf, const std::vector<int64_t>& tensor_counts,
+                        fuseopt_dtype_t dtype) {
+  // Every rank runs the same buckets in the same order, so the first Adasum
+  // bucket is a safe place for the collective set-up.
+  if (!adasum_comms_) adasum_comms_.reset(new AdasumComms(world_.comm()));
+  adasum_allreduce(*adasum_comms_, buf, tensor_counts, dtype);
+}
+
 }  // namespace fuseopt

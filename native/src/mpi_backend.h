@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "adasum.h"
 #include "backend.h"
 #include "mpi_world.h"
 #include "shm_allreduce.h"
@@ -31,6 +32,8 @@ class MpiBackend : public Backend {
   void reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                      fuseopt_dtype_t dtype, fuseopt_reduce_op_t op) override;
   void barrier() override;
+  void adasum(void* buf, const std::vector<int64_t>& tensor_counts,
+              fuseopt_dtype_t dtype) override;
   bool all_ok(bool ok) override;
   // MPI-3 counts and displacements are int.
   bool fits(const std::vector<int64_t>& send_bytes,
@@ -43,6 +46,7 @@ class MpiBackend : public Backend {
   bool hierarchical_ = false;
   int64_t shm_min_bytes_;
   std::unique_ptr<ShmAllreduce> shm_;  // null unless every rank shares this host
+  std::unique_ptr<AdasumComms> adasum_comms_;  // made by the first Adasum bucket
 };
 
 }  // namespace fuseopt

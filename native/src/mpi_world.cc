@@ -201,6 +201,7 @@ MPI_Datatype MpiWorld::datatype(fuseopt_dtype_t dtype) {
 }
 
 MPI_Op MpiWorld::op(fuseopt_reduce_op_t op, fuseopt_dtype_t dtype) {
+  if (op == FUSEOPT_ADASUM) throw Error(FUSEOPT_INTERNAL, "Adasum is no MPI op (adasum.h)");
   if (dtype == FUSEOPT_FLOAT16) return g_ops16.half[op];
   if (dtype == FUSEOPT_BFLOAT16) return g_ops16.bfloat[op];
   switch (op) {

@@ -32,7 +32,7 @@ const char* fuseopt_collective_name(int c) {
 }
 
 const char* fuseopt_reduce_op_name(int op) {
-  static const char* names[] = {"sum", "average", "min", "max", "product"};
+  static const char* names[] = {"sum", "average", "min", "max", "product", "adasum"};
   return op >= 0 && op < FUSEOPT_REDUCE_OP_COUNT ? names[op] : "unknown_op";
 }
 

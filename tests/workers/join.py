@@ -25,7 +25,10 @@ def check_uneven_steps_with_join():
         root = active[-1]
         b = fuseopt.broadcast(np.full(3, r, np.int64), root, name="bcast")
         assert_close(b, np.full(3, root, np.int64), "broadcast step %d" % step)
-    fuseopt.join()
+    # The last rank has the most steps, so it joins last: join() says so
+    # on every rank, as Horovod's does.
+    last = fuseopt.join()
+    assert last == n - 1, "join() returned %r, expected the last rank to join, %d" % (last, n - 1)
     # Everyone has joined; the runtime is back to normal.
     out = fuseopt.allreduce(np.ones(4, np.float32), name="after.join", op=fuseopt.Sum)
     assert_close(out, np.full(4, n, np.float32), "after join")
@@ -35,7 +38,8 @@ def check_uneven_steps_with_join():
 def check_joined_rank_contributes_identity_even_with_prescale():
     r, n = fuseopt.rank(), fuseopt.size()
     if r == n - 1:
-        fuseopt.join()  # the last rank has no data at all
+        last = fuseopt.join()  # the last rank has no data at all: it joins first
+        assert n > 2 or last == 0, last
         return
     active = n - 1
     x = np.array([5, -7, 100], np.int32) * (r + 1)

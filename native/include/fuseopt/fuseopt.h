@@ -77,7 +77,9 @@ typedef enum {
   FUSEOPT_MIN = 2,
   FUSEOPT_MAX = 3,
   FUSEOPT_PRODUCT = 4,
-  FUSEOPT_REDUCE_OP_COUNT = 5
+  FUSEOPT_ADASUM = 5,          /* allreduce of float tensors on host memory, on a
+                                  power-of-two number of ranks (adasum.h) */
+  FUSEOPT_REDUCE_OP_COUNT = 6
 } fuseopt_reduce_op_t;
 
 /* Where a request's buffers live. Each device kind has its own backend
@@ -139,7 +141,9 @@ typedef struct {
   int32_t ndim;
   const int64_t* shape;           /* ndim entries                                */
   const void* input;              /* may equal output (in place)                 */
-  void* output;                   /* NULL for allgather/alltoall: see below      */
+  void* output;                   /* NULL for allgather/alltoall: see below; for
+                                     join, NULL or an int32_t that receives the
+                                     last rank to join                          */
   int32_t root;                   /* broadcast                                   */
   double prescale;                /* applied to the input before reducing        */
   double postscale;               /* applied to the result after reducing        */

@@ -1,0 +1,56 @@
+// Adasum: adaptive summation of gradients (Maleki et al., "Scaling Distributed
+// Training with Adaptive Summation", MLSys 2021), as Horovod runs it on host
+// memory over MPI.
+//
+// Vocabulary. The pairwise operator combines two gradients a and b of one
+// tensor into
+//     adasum(a, b) = (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b,
+// with a coefficient of 1 for a vector whose squared norm is below 1e-8.
+// Orthogonal gradients add (a.b = 0); parallel equal ones average (a = b
+// gives a). Over P ranks (a power of two) the result is the binary tree of
+// pairwise combinations: at *level* L = 1, 2, 4, ... the *left* group (the L
+// ranks whose bit L is clear) holds the combination A of its ranks, the
+// *right* group the combination B, and the 2L ranks become adasum(A, B).
+//
+// The algorithm is vector halving, distance doubling: at each level a rank
+// swaps half of its current slice with its partner (rank ^ L) and keeps the
+// other half, so that the 2L ranks of a group hold disjoint slices of both A
+// and B. Dot products and norms are summed per slice, then over the group
+// (an MPI allreduce of 3 doubles per tensor on the group's communicator), so
+// each tensor of a fused bucket gets its own coefficients: fused Adasum is
+// per-tensor Adasum. Afterwards each rank holds 1/P of the result, and the
+// levels run backwards to gather the whole vector everywhere.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "fuseopt/fuseopt.h"
+
+namespace fuseopt {
+
+class AdasumComms {
+ public:
+  // Collective over comm (the first Adasum bucket of a job creates them).
+  explicit AdasumComms(MPI_Comm comm);
+  ~AdasumComms();
+  MPI_Comm comm() const { return comm_; }
+  // The communicator of the 2L ranks that combine at level L = 1 << index.
+  MPI_Comm group(int index) const { return groups_[index]; }
+
+ private:
+  MPI_Comm comm_;
+  std::vector<MPI_Comm> groups_;
+};
+
+// Whether fuseopt can run Adasum on size ranks and on dtype; sets *why if not.
+bool adasum_supported(int size, fuseopt_dtype_t dtype, const char** why);
+
+// In place: buf holds the tensors of one bucket end to end (tensor_counts
+// elements each); every rank ends with the same Adasum of all ranks' buffers.
+void adasum_allreduce(const AdasumComms& comms, void* buf,
+                      const std::vector<int64_t>& tensor_counts, fuseopt_dtype_t dtype);
+
+}  // namespace fuseopt
