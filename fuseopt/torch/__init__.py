@@ -23,7 +23,7 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
                   grouped_allgather, grouped_allgather_async, grouped_reducescatter,
                   grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
-                  synchronize)
+                  sparse_allreduce_async, synchronize)
 from ..process_sets import (ProcessSet, add_process_set, global_process_set, init,
                             remove_process_set)
 from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,

@@ -5,6 +5,7 @@ import torch
 
 from .. import naming
 from .. import objects as _objects
+from .. import process_sets as _ps
 from .. import runtime
 from ..errors import InvalidArgumentError
 from . import _tensors, ops
@@ -48,8 +49,9 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.param.", name_ma
             target.copy_(result if s.perm is None else result.permute(s.inverse))
 
 
-def broadcast_object(obj, root_rank=0, name=None):
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """root_rank's picklable object (tensors included) on every rank."""
+    _ps.require_global(process_set)
     if runtime.rank() == root_rank:
         buf = io.BytesIO()
         torch.save(obj, buf)
@@ -61,8 +63,9 @@ def broadcast_object(obj, root_rank=0, name=None):
                                                               weights_only=False)
 
 
-def allgather_object(obj, name=None):
+def allgather_object(obj, name=None, process_set=None):
     """A list of every rank's picklable object, in rank order."""
+    _ps.require_global(process_set)
     return _objects.allgather_object(obj, name=name)
 
 

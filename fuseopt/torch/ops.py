@@ -402,8 +402,30 @@ def grouped_allgather(tensors, name=None, process_set=None):
 
 
 def synchronize(handle):
-    """Waits for an async operation and returns its result."""
-    return handle.wait()
+    """Waits for an async operation and returns its result (a callable handle,
+    as sparse_allreduce_async returns, is called)."""
+    return handle() if callable(handle) else handle.wait()
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=None):
+    """Horovod's reduction of a sparse COO tensor: every rank's indices and
+    values are allgathered, so the result holds all ranks' entries,
+    uncoalesced (duplicates add up when it is coalesced or densified);
+    ``op=Average`` divides the values by size(). Returns a callable handle:
+    ``synchronize(handle)`` or ``handle()`` gives the sparse result."""
+    _ps.require_global(process_set)
+    if not tensor.is_sparse:
+        raise InvalidArgumentError("sparse_allreduce_async needs a sparse COO tensor")
+    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(),
+                              name=_rq.derived_name(name, ".indices"))
+    values = allgather_async(tensor._values(), name=_rq.derived_name(name, ".values"))
+
+    def handle():
+        v, i = values.wait(), indices.wait()
+        if op == Average:
+            v = v / runtime.size()
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size())
+    return handle
 
 
 def poll(handle):
@@ -411,7 +433,10 @@ def poll(handle):
     return handle.poll()
 
 
-barrier = _np_ops.barrier
+def barrier(process_set=None):
+    """Returns once every rank has called barrier()."""
+    _ps.require_global(process_set)
+    _np_ops.barrier()
 
 
 def join(device=-1):

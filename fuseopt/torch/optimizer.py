@@ -235,6 +235,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _parameter_groups(self, num_groups, groups):
         """The group of each parameter index (None: not grouped)."""
         n = len(self._params)
+        if isinstance(groups, int) and not isinstance(groups, bool):
+            if groups <= 0:
+                raise InvalidArgumentError("groups should be a positive integer or a list of "
+                                           "lists of parameters, not %d" % groups)
+            num_groups, groups = groups, None
         if groups is not None:
             index_of = {p: i for i, p in enumerate(self._params)}
             group_of = [None] * n
@@ -243,9 +248,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     group_of[index_of[p]] = gi
             return group_of
         if num_groups and num_groups > 0:
-            per = -(-n // num_groups)
-            return [i // per for i in range(n)]
+            # Horovod's split: near-equal runs in order, the first n % k one longer.
+            per, extra = divmod(n, num_groups)
+            return [g for g in range(num_groups) for _ in range(per + (1 if g < extra else 0))]
         return [None] * n
+
+    def set_backward_passes_per_step(self, passes):
+        """Horovod's setter: local passes per allreduce from the next step on."""
+        if passes < 1:
+            raise InvalidArgumentError("backward_passes_per_step must be >= 1")
+        self.backward_passes_per_step = passes
+        self._passes = [0] * len(self._params)
 
     # -- communication -----------------------------------------------------------
     def _on_grad_ready(self, i, p):

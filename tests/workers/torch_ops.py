@@ -141,6 +141,31 @@ def check_horovod_gradients_and_forms():
               torch.full((3,), n * (n + 1) // 2, dtype=dtype), "dtype %s" % dtype)
 
 
+def check_sparse_groups_and_signatures():
+    r, n = hvd.rank(), hvd.size()
+    dense = torch.zeros(5, 3)
+    dense[r % 5] = r + 1.0
+    dense[4] = 1.0
+    for op, divide in ((hvd.Sum, 1), (hvd.Average, n)):
+        out = hvd.synchronize(hvd.sparse_allreduce_async(dense.to_sparse(), "sp.%d" % op, op))
+        expected = sum(torch.zeros(5, 3).index_fill_(0, torch.tensor([k % 5]), k + 1.0)
+                       for k in range(n)) / divide
+        expected[4] = n / divide
+        assert out.is_sparse
+        close(out.to_dense(), expected, "sparse_allreduce_async op %d" % op)
+    hvd.barrier(process_set=hvd.global_process_set)
+    assert hvd.broadcast_object(r, 0, process_set=hvd.global_process_set) == 0
+    model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(5)])  # 10 parameters
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), groups=4)
+    # Horovod's split of 10 into 4 groups: 3, 3, 2, 2 (the first n % k one longer).
+    assert opt._group_of == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3], opt._group_of
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    opt.set_backward_passes_per_step(2)
+    assert opt.backward_passes_per_step == 2
+
+
 def check_process_set_is_never_ignored():
     r, n = hvd.rank(), hvd.size()
     close(hvd.allreduce(torch.ones(2), name="ps.g", op=hvd.Sum,
@@ -161,4 +186,5 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     harness.run([check_allreduce_forms_and_autograd, check_allgather_broadcast_autograd,
                  check_alltoall_reducescatter_objects, check_clear_errors,
-                 check_horovod_gradients_and_forms, check_process_set_is_never_ignored])
+                 check_horovod_gradients_and_forms, check_sparse_groups_and_signatures,
+                 check_process_set_is_never_ignored])
