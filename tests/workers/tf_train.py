@@ -221,6 +221,28 @@ def check_save_and_load_model():
     x, y = global_data(7, 2 * hvd.size() * B)
     loaded.fit(rank_rows(x, B, 2), rank_rows(y, B, 2), batch_size=B, verbose=0, shuffle=False)
     weights_equal_across_ranks(loaded, "training after load")
+    # Horovod's hvd.load_model: a model saved with a plain optimizer comes back
+    # with it wrapped (and trains in step across ranks).
+    plain = make_model(seed=hvd.rank())
+    plain.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    plain.fit(x[:B], y[:B], batch_size=B, verbose=0)
+    plain_path = "/tmp/fuseopt_test_plain_rank%d.keras" % hvd.rank()
+    plain.save(plain_path)
+    rewrapped = hvd.load_model(plain_path, compression=hvd.Compression.fp16)
+    assert type(rewrapped.optimizer).__name__ == "DistributedKerasOptimizer"
+    rewrapped.fit(rank_rows(x, B, 2), rank_rows(y, B, 2), batch_size=B, verbose=0, shuffle=False,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                             hvd.callbacks.MetricAverageCallback(device="/cpu:0")])
+    weights_equal_across_ranks(rewrapped, "training after hvd.load_model")
+    best = hvd.callbacks.BestModelCheckpoint(monitor="loss")
+    try:
+        rewrapped.fit(x[:B], y[:B], batch_size=B, verbose=0, callbacks=[best])
+        raise AssertionError("BestModelCheckpoint without a filepath did not raise")
+    except ValueError as e:
+        assert "filepath" in str(e), e
+    best.filepath = "/tmp/fuseopt_test_best_rank%d.keras" % hvd.rank()
+    rewrapped.fit(x[:B], y[:B], batch_size=B, epochs=2, verbose=0, callbacks=[best])
+    assert keras.models.load_model(best.filepath) is not None
 
 
 def check_jit_compile_true_is_a_clear_error():

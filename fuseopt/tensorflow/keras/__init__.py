@@ -17,6 +17,11 @@ from .checkpoint import load_checkpoint, save_checkpoint  # noqa: F401
 # than horovod.tensorflow's (``hvd.allreduce(value, "name")`` names the
 # reduction here), so they are restated, not re-exported.
 from .. import ops as _tf_ops  # noqa: E402
+from ..optimizer import (DistributedKerasOptimizer as _DistKeras,  # noqa: E402
+                         DistributedLossScaleOptimizer as _DistLoss)
+from ...errors import UnsupportedError  # noqa: E402
+
+_DISTRIBUTED = (_DistKeras, _DistLoss)
 from ..compression import Compression as _Compression  # noqa: E402
 
 
@@ -50,3 +55,21 @@ def broadcast_global_variables(root_rank):
     raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution; use "
                        "hvd.broadcast_variables(model.variables + optimizer.variables, root_rank) "
                        "or hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None,
+               compression=_Compression.none, legacy_opts=False):
+    """Horovod's: loads a saved Keras model and wraps its optimizer in a
+    DistributedOptimizer with ``compression`` (one saved with a
+    DistributedOptimizer comes back wrapped already). ``custom_optimizers``:
+    optimizer classes the file refers to by name."""
+    import keras
+    if legacy_opts:
+        raise UnsupportedError("load_model(legacy_opts=True): Keras 3 has no legacy optimizers")
+    objects = dict(custom_objects or {})
+    objects.update({cls.__name__: cls for cls in custom_optimizers or ()})
+    model = keras.models.load_model(filepath, custom_objects=objects)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and not isinstance(optimizer, _DISTRIBUTED):
+        model.optimizer = DistributedOptimizer(optimizer, compression=compression)
+    return model

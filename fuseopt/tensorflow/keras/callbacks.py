@@ -59,7 +59,13 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
 class MetricAverageCallback(keras.callbacks.Callback):
     """Averages epoch metrics across ranks before later callbacks see them.
-    Put it before callbacks that read metrics (checkpointing, early stopping)."""
+    Put it before callbacks that read metrics (checkpointing, early stopping).
+    ``device`` is Horovod's op placement; the metrics are host scalars here,
+    averaged in one host allreduce whatever it says."""
+
+    def __init__(self, device=""):
+        super().__init__()
+        self.device = device
 
     def on_epoch_end(self, epoch, logs=None):
         if not logs:
@@ -227,3 +233,23 @@ class CheckpointCallback(keras.callbacks.Callback):
         if (epoch + 1) % self.every_epochs == 0:
             save_checkpoint(self.path, self.model, step=epoch, root_rank=self.root_rank)
 
+
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's: a ``ModelCheckpoint`` that keeps only the best model
+    (``save_best_only=True``). As in Horovod, it has no file path of its own:
+    set ``callback.filepath`` before ``fit`` (``.keras``, or ``.weights.h5``
+    with ``save_weights_only``), and add it on one rank only."""
+
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto",
+                 save_freq="epoch"):
+        # Keras 3 checks the suffix at construction; the real path comes later.
+        super().__init__("unset.weights.h5" if save_weights_only else "unset.keras",
+                         monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
+        self.filepath = None
+
+    def on_train_begin(self, logs=None):
+        if not self.filepath:
+            raise ValueError("BestModelCheckpoint: set its filepath before fit (Horovod leaves "
+                             "the path to the caller)")
+        super().on_train_begin(logs)
