@@ -11,18 +11,22 @@ buckets (per-tensor coefficients are kept inside a bucket).
 import torch
 
 from .. import runtime
+from ..compression import NoneCompressor
 from ..errors import UnsupportedError
 from . import ops
+from ._wrapper import OptimizerWrapper
 
 
-class AdasumOptimizer(torch.optim.Optimizer):
+class AdasumOptimizer(OptimizerWrapper):
     """Steps ``optimizer`` locally, then makes every rank's parameters the
     start of the step plus the Adasum of all ranks' changes. Needs a
-    power-of-two number of ranks and float parameters on the CPU."""
+    power-of-two number of ranks and float parameters on the CPU.
+    Parameters are matched across ranks by their order in ``param_groups``
+    (``named_parameters`` is accepted for Horovod's signature)."""
 
     def __init__(self, optimizer, named_parameters=None, compression=None,
                  backward_passes_per_step=1):
-        if compression is not None and type(compression).__name__ != "NoneCompressor":
+        if compression is not None and not isinstance(compression, NoneCompressor):
             raise UnsupportedError("DistributedOptimizer(op=Adasum) does not take compression")
         if backward_passes_per_step != 1:
             raise UnsupportedError("DistributedOptimizer(op=Adasum) does not take "
@@ -32,21 +36,6 @@ class AdasumOptimizer(torch.optim.Optimizer):
         # changes travel under fixed names so the response cache knows them.
         self._params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
         self._starts = [p.detach().clone() for p in self._params]
-
-    # The wrapped optimizer owns parameters, state and hyper-parameters.
-    param_groups = property(lambda self: self._optimizer.param_groups)
-    state = property(lambda self: self._optimizer.state)
-    defaults = property(lambda self: self._optimizer.defaults)
-
-    @property
-    def optimizer(self):
-        return self._optimizer
-
-    def state_dict(self):
-        return self._optimizer.state_dict()
-
-    def load_state_dict(self, state_dict):
-        self._optimizer.load_state_dict(state_dict)
 
     def zero_grad(self, set_to_none=True):
         self._optimizer.zero_grad(set_to_none=set_to_none)

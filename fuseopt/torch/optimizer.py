@@ -24,6 +24,7 @@ from .. import requests as _rq
 from . import _tensors as _t
 from . import ops
 from .. import process_sets as _ps
+from ._wrapper import OptimizerWrapper
 from .adasum import AdasumOptimizer
 from .compression import Compression
 
@@ -44,7 +45,7 @@ _OUT_OF_PHASE = (
     "same sequence of backward passes and steps. Detail: ")
 
 
-class DistributedOptimizer(torch.optim.Optimizer):
+class DistributedOptimizer(OptimizerWrapper):
     """Wraps ``optimizer`` so that ``step()`` uses gradients averaged over ranks.
 
     Args:
@@ -89,6 +90,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # on one rank there is nothing to combine.
         if op == ops.Adasum and cls is DistributedOptimizer and runtime.size() > 1:
             _ps.require_global(kwargs.get("process_set"))
+            if kwargs.get("gradient_predivide_factor", args[0] if args else 1.0) != 1.0:
+                raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
             return AdasumOptimizer(optimizer, named_parameters, compression,
                                    backward_passes_per_step)
         return super().__new__(cls)
@@ -148,42 +151,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._hook_handles = [
             p.register_post_accumulate_grad_hook(functools.partial(self._on_grad_ready, i))
             for i, p in enumerate(self._params)]
-
-    # -- the wrapped optimizer's state, shared ---------------------------------
-    @property
-    def param_groups(self):
-        return self._optimizer.param_groups
-
-    @param_groups.setter
-    def param_groups(self, value):
-        self._optimizer.param_groups = value
-
-    @property
-    def state(self):
-        return self._optimizer.state
-
-    @state.setter
-    def state(self, value):
-        self._optimizer.state = value
-
-    @property
-    def defaults(self):
-        return self._optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, value):
-        self._optimizer.defaults = value
-
-    @property
-    def optimizer(self):
-        """The wrapped optimizer."""
-        return self._optimizer
-
-    def state_dict(self):
-        return self._optimizer.state_dict()
-
-    def load_state_dict(self, state_dict):
-        return self._optimizer.load_state_dict(state_dict)
 
     def add_param_group(self, param_group):
         self._optimizer.add_param_group(param_group)
