@@ -69,12 +69,31 @@ def allgather_object(obj, name=None, process_set=None):
     return _objects.allgather_object(obj, name=name)
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0):
+def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
     """Makes every rank's optimizer state (buffers such as momentum, step
     counts, and hyper-parameters like lr in param_groups) equal root_rank's.
-    Works whether or not the state has been created yet."""
+
+    As Horovod does, an optimizer with no state yet first takes one local
+    step on zero gradients, so that its state exists (Adam then counts that
+    step: a script gets Horovod's numbers, step for step). LBFGS, whose step
+    needs a closure, is copied as it is."""
+    _ps.require_global(process_set)
     inner = getattr(optimizer, "optimizer", optimizer)
+    if not inner.state_dict()["state"] and not isinstance(inner, torch.optim.LBFGS):
+        _create_state(inner)
     state = broadcast_object(inner.state_dict() if runtime.rank() == root_rank else None,
                              root_rank, name="broadcast.optimizer_state")
     if runtime.rank() != root_rank:
         inner.load_state_dict(state)
+
+
+def _create_state(optimizer):
+    """Horovod's initialising step: zero gradients, one local step (the
+    wrapped optimizer's own, so nothing is communicated)."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam):
+                    p.grad = p.grad.to_sparse()
+    optimizer.step()

@@ -166,6 +166,30 @@ def check_sparse_groups_and_signatures():
     assert opt.backward_passes_per_step == 2
 
 
+def check_fresh_optimizer_state_is_created_as_horovod_does():
+    # Horovod's broadcast_optimizer_state steps a fresh optimizer once on zero
+    # gradients: Adam's first real step is then its second.
+    torch.manual_seed(3)
+    model = torch.nn.Linear(3, 2)
+    reference = torch.nn.Linear(3, 2)
+    reference.load_state_dict(model.state_dict())
+    opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    ref_opt = torch.optim.Adam(reference.parameters(), lr=0.1)
+    for p in reference.parameters():
+        p.grad = torch.zeros_like(p)
+    ref_opt.step()
+    x = torch.ones(4, 3)
+    for m, o in ((model, opt), (reference, ref_opt)):
+        o.zero_grad()
+        m(x).sum().backward()
+        o.step()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        close(a.detach(), b.detach(), "Adam after broadcast_optimizer_state")
+    assert int(opt.state_dict()["state"][0]["step"]) == 2
+
+
 def check_process_set_is_never_ignored():
     r, n = hvd.rank(), hvd.size()
     close(hvd.allreduce(torch.ones(2), name="ps.g", op=hvd.Sum,
@@ -187,4 +211,5 @@ if __name__ == "__main__":
     harness.run([check_allreduce_forms_and_autograd, check_allgather_broadcast_autograd,
                  check_alltoall_reducescatter_objects, check_clear_errors,
                  check_horovod_gradients_and_forms, check_sparse_groups_and_signatures,
+                 check_fresh_optimizer_state_is_created_as_horovod_does,
                  check_process_set_is_never_ignored])

@@ -264,7 +264,7 @@ def check_broadcast_parameters_and_optimizer_state():
     root = hvd.size() - 1
     model = make_model(seed=hvd.rank())  # different on every rank
     opt = torch.optim.Adam(model.parameters(), lr=0.01 * (hvd.rank() + 1))
-    hvd.broadcast_optimizer_state(opt, root)  # empty state: hyper-parameters only
+    hvd.broadcast_optimizer_state(opt, root)  # empty state: a zero-gradient step creates it
     assert opt.param_groups[0]["lr"] == 0.01 * (root + 1)
     hvd.broadcast_parameters(model.state_dict(), root)
     assert_same_params(model, make_model(seed=root), "broadcast_parameters", 0)
@@ -275,7 +275,7 @@ def check_broadcast_parameters_and_optimizer_state():
     gathered = hvd.allgather(opt.state[p0]["exp_avg"].reshape(1, -1), name="exp_avg")
     for k in range(hvd.size()):
         close(gathered[k], gathered[root], "exp_avg rank %d" % k, 0)
-    assert int(opt.state[p0]["step"]) == 1
+    assert int(opt.state[p0]["step"]) == 2  # Horovod's initialising step, then ours
     hvd.broadcast_parameters(list(model.named_parameters()), 0, prefix="bp2.")
 
 
