@@ -171,7 +171,10 @@ def check_callbacks():
     weights_equal_across_ranks(model, "after broadcast + fit")
     losses = hvd.allgather_object(seen["loss"])
     assert all(l == losses[0] for l in losses), "MetricAverageCallback: ranks differ %s" % losses
-    assert np.isclose(seen["lr"][0], 0.01 / n) and np.isclose(seen["lr"][-1], 0.01), seen["lr"]
+    # Horovod's per-batch warm-up (steps counted by Keras): epoch 0 ends at
+    # e = 1, i.e. initial / n * ((n - 1) / 2 + 1); the warm-up ends at 0.01.
+    assert np.isclose(seen["lr"][0], 0.01 / n * ((n - 1) / 2 + 1)), seen["lr"]
+    assert np.isclose(seen["lr"][-1], 0.01), seen["lr"]
     del hist
     # A model built lazily (no keras.Input) has no variables before fit: the
     # broadcast after the first batch, as in Horovod, finds them.
@@ -190,6 +193,13 @@ def check_callbacks():
         keras.callbacks.LambdaCallback(on_epoch_end=lambda e, l: lrs.append(
             float(sched.optimizer.learning_rate.numpy())))])
     close(lrs, [1.0, 0.05, 0.005], "LearningRateScheduleCallback", 1e-6)
+    # A constant multiplier is exponential decay, as in Horovod; "lr" is logged.
+    logged = []
+    sched.optimizer.learning_rate.assign(1.0)
+    sched.fit(x[:4 * B], y[:4 * B], batch_size=B, epochs=3, verbose=0, callbacks=[
+        hvd.callbacks.LearningRateScheduleCallback(0.5, 0.1, start_epoch=1),
+        keras.callbacks.LambdaCallback(on_epoch_end=lambda e, l: logged.append(l["lr"]))])
+    close(logged, [1.0, 0.5, 0.05], "constant multiplier", 1e-6)
 
 
 def check_local_sgd_callback():

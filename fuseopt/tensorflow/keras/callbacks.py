@@ -1,4 +1,6 @@
 """Keras callbacks for data-parallel training (Horovod's names)."""
+import logging
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -7,6 +9,8 @@ from ... import ops as _np
 from ... import overlap, runtime
 from ..functions import broadcast_variables
 from .checkpoint import save_checkpoint
+
+logger = logging.getLogger("fuseopt")
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -110,62 +114,95 @@ def _set_lr(optimizer, value):
 
 
 class LearningRateScheduleCallback(keras.callbacks.Callback):
-    """lr = initial_lr * multiplier(epoch) for start_epoch <= epoch < end_epoch.
+    """Horovod's schedule: ``lr = initial_lr * multiplier(epoch)`` for
+    ``start_epoch <= epoch < end_epoch``, set at the first batch of each epoch
+    (``staircase``) or at every batch with a fractional epoch (``steps_per_epoch``,
+    else Keras's own count of steps). A constant ``multiplier`` is exponential
+    decay, ``multiplier ** (epoch - start_epoch)``. The rate is written to
+    ``logs["lr"]`` at each epoch's end.
 
-    ``multiplier`` is a number or a function of the (fractional, if
-    ``staircase=False``) epoch. ``steps_per_epoch`` is needed for fractional
-    epochs."""
+    ``momentum_correction`` cannot act in Keras 3, whose optimizers compile
+    their momentum into the update; a warning says so when it would matter."""
 
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                  momentum_correction=True, steps_per_epoch=None):
         super().__init__()
+        if initial_lr is None:
+            raise ValueError("Parameter `initial_lr` is required")
+        if not callable(multiplier):
+            factor = multiplier
+            multiplier = lambda epoch: factor ** (epoch - start_epoch)  # noqa: E731
         self.initial_lr = initial_lr
-        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        self.multiplier = multiplier
         self.start_epoch = start_epoch
         self.end_epoch = end_epoch
         self.staircase = staircase
+        self.momentum_correction = momentum_correction
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = 0
 
-    def _active(self, epoch):
-        return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
+    def on_train_begin(self, logs=None):
+        if not self.staircase and not self.steps_per_epoch:
+            self.steps_per_epoch = self._autodetect_steps_per_epoch()
+        if self.momentum_correction and float(getattr(self.model.optimizer, "momentum", 0) or 0):
+            logger.warning("%s: momentum_correction has no effect on Keras 3 optimizers (their "
+                           "momentum is compiled into the update)", type(self).__name__)
+
+    def _autodetect_steps_per_epoch(self):
+        params = self.params or {}
+        if params.get("steps"):
+            return params["steps"]
+        if params.get("samples") and params.get("batch_size"):
+            return params["samples"] // params["batch_size"]
+        raise ValueError("Could not autodetect the number of steps per epoch; pass "
+                         "steps_per_epoch to %s()" % type(self).__name__)
+
+    def _active(self):
+        return self.current_epoch >= self.start_epoch and \
+            (self.end_epoch is None or self.current_epoch < self.end_epoch)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.current_epoch = epoch
-        if self.staircase and self._active(epoch):
-            _set_lr(self.model.optimizer, self.initial_lr * self.multiplier(epoch))
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self.staircase or not self.steps_per_epoch:
+        if not self._active():
             return
-        epoch = self.current_epoch + batch / float(self.steps_per_epoch)
-        if self._active(epoch):
+        if self.staircase and batch == 0:
+            _set_lr(self.model.optimizer, self.initial_lr * self.multiplier(self.current_epoch))
+        elif not self.staircase:
+            epoch = self.current_epoch + float(batch) / self.steps_per_epoch
             _set_lr(self.model.optimizer, self.initial_lr * self.multiplier(epoch))
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["lr"] = float(np.asarray(self.model.optimizer.learning_rate))
 
 
 class LearningRateWarmupCallback(LearningRateScheduleCallback):
-    """Ramps the learning rate from initial_lr / size() to initial_lr over
-    ``warmup_epochs`` (Goyal et al., "Accurate, Large Minibatch SGD"), per
-    batch when ``steps_per_epoch`` is known."""
+    """Horovod's warm-up (Goyal et al., "Accurate, Large Minibatch SGD"): at
+    every batch of the first ``warmup_epochs``, ``lr = initial_lr / size *
+    (e * (size - 1) / warmup_epochs + 1)`` with ``e`` the fractional epoch
+    plus one step, so the last batch of the warm-up runs at ``initial_lr``."""
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
                  steps_per_epoch=None, verbose=0):
         size = runtime.size()
 
         def multiplier(epoch):
+            epoch += 1.0 / self.steps_per_epoch  # round numbers at each epoch's end, as Horovod
             return 1.0 / size * (epoch * (size - 1) / warmup_epochs + 1)
 
         super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
-                         staircase=steps_per_epoch is None, steps_per_epoch=steps_per_epoch)
+                         staircase=False, momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch)
         self.verbose = verbose
         self.warmup_epochs = warmup_epochs
 
     def on_epoch_end(self, epoch, logs=None):
-        if epoch == self.warmup_epochs - 1:
-            _set_lr(self.model.optimizer, self.initial_lr)
-            if self.verbose and runtime.rank() == 0:
-                print("Epoch %d: finished gradual learning rate warmup to %g."
-                      % (epoch + 1, self.initial_lr))
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.end_epoch - 1 and self.verbose > 0 and runtime.rank() == 0:
+            print("\nEpoch %d: finished gradual learning rate warmup to %g."
+                  % (epoch + 1, float(np.asarray(self.model.optimizer.learning_rate))))
 
 
 class LocalSGDCallback(keras.callbacks.Callback):
