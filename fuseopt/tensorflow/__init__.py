@@ -27,7 +27,7 @@ from .gradient_tape import DistributedGradientTape
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
                   alltoall, barrier, broadcast, broadcast_object, grouped_allreduce, join,
                   reducescatter)
-from .optimizer import DistributedOptimizer
+from .optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from ..naming import Shared
 from .sync_batch_norm import SyncBatchNormalization
 

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
-from .. import buckets, naming
+from .. import buckets, naming, runtime
 from ..errors import InvalidArgumentError, UnsupportedError
 from . import ops
 from .compression import Compression
@@ -58,6 +58,13 @@ class _Reducer:
         # Saved config holds a dict map as plain data (a function cannot be saved).
         self.name_map = naming.map_from_config(name_map) if isinstance(name_map, dict) \
             else name_map
+        self._local_vars = set()  # ids of variables whose gradients stay on this rank
+        self.scale_local_gradients = True
+
+    def register_local_var(self, var):
+        """Horovod's: ``var``'s gradient is not averaged across ranks; each rank
+        applies its own (divided by size() with ``scale_local_gradients``)."""
+        self._local_vars.add(id(var))
 
     def _reducer_config(self):
         return {"compression": _compression_name(self.compression) or "none",
@@ -77,9 +84,19 @@ class _Reducer:
             else self.inner_optimizer._trainable_variables
 
     def _reduce(self, grads, variables):
-        return reduce_gradients(list(grads), list(variables), self.compression, self.op,
-                                self.gradient_predivide_factor, self.sparse_as_dense,
-                                self.name_map, self._bucket_cap)
+        grads, variables = list(grads), list(variables)
+        shared = [i for i, v in enumerate(variables) if id(v) not in self._local_vars]
+        reduced = reduce_gradients([grads[i] for i in shared], [variables[i] for i in shared],
+                                   self.compression, self.op, self.gradient_predivide_factor,
+                                   self.sparse_as_dense, self.name_map, self._bucket_cap)
+        if len(shared) == len(grads):
+            return reduced
+        # Local gradients, scaled as Horovod does (its pull 3695).
+        out = [g / runtime.size() if self.scale_local_gradients and g is not None else g
+               for g in grads]
+        for i, g in zip(shared, reduced):
+            out[i] = g
+        return out
 
 
 @keras.saving.register_keras_serializable(package="fuseopt")
@@ -193,8 +210,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=ops.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=None, name_map=None,
-                         bucket_cap_mb=None):
+                         num_groups=0, groups=None, process_set=None,
+                         scale_local_gradients=True, name_map=None, bucket_cap_mb=None):
     """Wraps a Keras 3 optimizer so that gradients are averaged across ranks.
 
     Works in ``model.compile(optimizer=...)`` + ``fit`` and in custom loops
@@ -218,10 +235,33 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if isinstance(optimizer, (DistributedKerasOptimizer, DistributedLossScaleOptimizer)):
         raise InvalidArgumentError("optimizer is already a fuseopt DistributedOptimizer")
     if isinstance(optimizer, LossScaleOptimizer):
-        return DistributedLossScaleOptimizer(optimizer.inner_optimizer,
-                                             initial_scale=optimizer.initial_scale,
-                                             dynamic_growth_steps=optimizer.dynamic_growth_steps,
-                                             **kwargs)
-    if keras.mixed_precision.dtype_policy().name == "mixed_float16":
-        return DistributedLossScaleOptimizer(optimizer, **kwargs)
-    return DistributedKerasOptimizer(optimizer, **kwargs)
+        wrapped = DistributedLossScaleOptimizer(
+            optimizer.inner_optimizer, initial_scale=optimizer.initial_scale,
+            dynamic_growth_steps=optimizer.dynamic_growth_steps, **kwargs)
+    elif keras.mixed_precision.dtype_policy().name == "mixed_float16":
+        wrapped = DistributedLossScaleOptimizer(optimizer, **kwargs)
+    else:
+        wrapped = DistributedKerasOptimizer(optimizer, **kwargs)
+    wrapped.scale_local_gradients = scale_local_gradients
+    return wrapped
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=ops.Average, groups=None,
+                                process_set=None, local_layers=None, scale_local_gradients=True):
+    """Horovod's: a DistributedOptimizer whose ``local_layers`` (a Keras layer
+    or a list of them) keep their gradients on each rank: their trainable
+    weights are registered with ``register_local_var``."""
+    wrapped = DistributedOptimizer(optimizer, name=name, device_dense=device_dense,
+                                   device_sparse=device_sparse, compression=compression,
+                                   sparse_as_dense=sparse_as_dense,
+                                   gradient_predivide_factor=gradient_predivide_factor, op=op,
+                                   groups=groups, process_set=process_set,
+                                   scale_local_gradients=scale_local_gradients)
+    if local_layers is not None and not isinstance(local_layers, (list, tuple)):
+        local_layers = [local_layers]
+    for layer in local_layers or ():
+        for var in layer.trainable_weights:
+            wrapped.register_local_var(var)
+    return wrapped

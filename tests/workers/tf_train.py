@@ -255,6 +255,25 @@ def check_save_and_load_model():
     assert keras.models.load_model(best.filepath) is not None
 
 
+def check_partial_distributed_optimizer_keeps_local_layers_local():
+    """Horovod's PartialDistributedOptimizer: the local layer's gradient is
+    this rank's own divided by size() (scale_local_gradients), the others'
+    are averaged."""
+    r, n = hvd.rank(), hvd.size()
+    shared_layer, local_layer = keras.layers.Dense(2), keras.layers.Dense(2)
+    model = keras.Sequential([keras.Input((3,)), shared_layer, local_layer])
+    opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=local_layer)
+    variables = model.trainable_variables
+    before = [np.array(v) for v in variables]
+    grads = [tf.fill(v.shape, float(r + 1)) for v in variables]
+    opt.apply(grads, variables)
+    mean = sum(k + 1 for k in range(n)) / n
+    for v, b in zip(shared_layer.trainable_weights, before[:2]):
+        close(np.array(v), b - mean, "shared layer: averaged gradient")
+    for v, b in zip(local_layer.trainable_weights, before[2:]):
+        close(np.array(v), b - (r + 1) / n, "local layer: own gradient / size")
+
+
 def check_jit_compile_true_is_a_clear_error():
     model = make_model()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
@@ -345,6 +364,7 @@ if __name__ == "__main__":
                  check_compression_and_sparse_gradients,
                  check_loss_scale_optimizer_and_mixed_precision, check_callbacks,
                  check_local_sgd_callback, check_save_and_load_model,
+                 check_partial_distributed_optimizer_keeps_local_layers_local,
                  check_jit_compile_true_is_a_clear_error,
                  check_sync_batch_normalization_uneven_batches,
                  check_sync_batch_normalization_in_fit, check_metrics_callback])

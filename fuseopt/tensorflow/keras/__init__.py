@@ -8,7 +8,7 @@
 Everything in ``fuseopt.tensorflow`` is available here too.
 """
 from .. import *  # noqa: F401,F403  (the same API as fuseopt.tensorflow)
-from .. import DistributedOptimizer  # noqa: F401
+from .. import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 from . import callbacks  # noqa: F401
 from ...checkpoint import CheckpointError  # noqa: F401
 from .checkpoint import load_checkpoint, save_checkpoint  # noqa: F401
