@@ -5,13 +5,13 @@ a dtype name and a shape, and call :func:`enqueue`; they never talk to the
 network. The core copies the metadata at once and uses the buffers until the
 handle's wait returns, so the Handle keeps the tensors alive until then.
 """
-import numbers
 import time
 
 from ._native import ffi, lib
 from . import runtime
 from .dtypes import code_for
-from .errors import FuseoptError, InvalidArgumentError, RankFailedError, TimeoutError, check
+from .arguments import INT32, INT64, c_name_bytes, checked_int, checked_real
+from .errors import FuseoptError, RankFailedError, TimeoutError, check
 
 ALLREDUCE = lib.FUSEOPT_ALLREDUCE
 ALLGATHER = lib.FUSEOPT_ALLGATHER
@@ -270,11 +270,11 @@ def _template(collective, name, dtype, shape, reduce_op, root, prescale, postsca
     req.name = c_name
     what = "tensor %r" % (name or "(unnamed)")
     req.dtype = code_for(dtype, what)
-    req.reduce_op = checked_int(reduce_op, "op of " + what, _INT32)
-    c_shape = ffi.new("int64_t[]", [checked_int(d, "shape of " + what, _INT64) for d in shape])
+    req.reduce_op = checked_int(reduce_op, "op of " + what, INT32)
+    c_shape = ffi.new("int64_t[]", [checked_int(d, "shape of " + what, INT64) for d in shape])
     req.ndim = len(shape)
     req.shape = c_shape
-    req.root = checked_int(root, "root_rank of " + what, _INT32)
+    req.root = checked_int(root, "root_rank of " + what, INT32)
     req.prescale = checked_real(prescale, "prescale_factor of " + what)
     req.postscale = checked_real(postscale, "postscale_factor of " + what)
     if len(_templates) >= _MAX_TEMPLATES:
@@ -282,56 +282,6 @@ def _template(collective, name, dtype, shape, reduce_op, root, prescale, postsca
     # The name and shape arrays live as long as the template that points at them.
     found = _templates[key] = (req, c_name, c_shape)
     return found
-
-
-# Arguments are checked where they become C values, once per request
-# template (a cache miss), so a bad one is an InvalidArgumentError naming it
-# rather than a raw TypeError or OverflowError from cffi, or a name silently
-# cut at a NUL byte.
-_INT32 = (-2 ** 31, 2 ** 31 - 1)
-_INT64 = (-2 ** 63, 2 ** 63 - 1)
-
-
-def c_name_bytes(name):
-    """A tensor name as the core takes it: UTF-8, no NUL (C would cut the name
-    there, and two different names could then be reduced together)."""
-    if not isinstance(name, str):
-        raise InvalidArgumentError("tensor name must be a str, not %s (%r)"
-                                   % (type(name).__name__, name))
-    try:
-        raw = name.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise InvalidArgumentError("tensor name %r is not valid Unicode text (%s)"
-                                   % (name, e.reason)) from None
-    if b"\0" in raw:
-        raise InvalidArgumentError("tensor name %r contains a NUL character" % (name,))
-    return raw
-
-
-def derived_name(name, suffix):
-    """``name + suffix`` for the tensors a binding derives from a user's name
-    (None stays None), refusing a name that is not a str before it is mixed."""
-    if name is None:
-        return None
-    c_name_bytes(name)
-    return name + suffix
-
-
-def checked_int(value, what, bounds):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InvalidArgumentError("%s must be an int, not %s (%r)"
-                                   % (what, type(value).__name__, value))
-    value = int(value)
-    if not bounds[0] <= value <= bounds[1]:
-        raise InvalidArgumentError("%s = %d is out of range" % (what, value))
-    return value
-
-
-def checked_real(value, what):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidArgumentError("%s must be a number, not %s (%r)"
-                                   % (what, type(value).__name__, value))
-    return float(value)
 
 
 def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
@@ -442,7 +392,7 @@ def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce
         req.ready_event = ffi.cast("void*", device.ready_event or 0)
     if splits is None:
         return None
-    c_splits = ffi.new("int64_t[]", [checked_int(n, "splits of tensor %r" % (name,), _INT64)
+    c_splits = ffi.new("int64_t[]", [checked_int(n, "splits of tensor %r" % (name,), INT64)
                                      for n in splits])
     req.splits = c_splits
     req.num_splits = len(splits)

@@ -14,7 +14,7 @@ import tensorflow as tf
 from .. import buckets
 from .. import objects as _objects
 from .. import ops as _np
-from .. import requests as _rq
+from ..arguments import derived_name
 from .. import runtime
 from ..errors import FuseoptError, InvalidArgumentError
 from . import _tensors as _t
@@ -149,8 +149,8 @@ def _names(n, name, kind):
     if tf.executing_eagerly():
         if name is None:
             return [None] * n
-        return [_rq.derived_name(name, "")] if n == 1 else \
-            [_rq.derived_name(name, ".%d" % i) for i in range(n)]
+        return [derived_name(name, "")] if n == 1 else \
+            [derived_name(name, ".%d" % i) for i in range(n)]
     base = _t.graph_name(name, kind)
     return [base] if n == 1 else ["%s.%d" % (base, i) for i in range(n)]
 
@@ -207,8 +207,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     _ps.require_global(process_set)
     if isinstance(tensor, tf.IndexedSlices):
         op = _np.resolve_op(average, op)
-        values = allgather(tensor.values, name=_rq.derived_name(name, ".values"))
-        indices = allgather(tensor.indices, name=_rq.derived_name(name, ".indices"))
+        values = allgather(tensor.values, name=derived_name(name, ".values"))
+        indices = allgather(tensor.indices, name=derived_name(name, ".indices"))
         if op == Average:
             values = values / runtime.size()
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
@@ -240,10 +240,10 @@ def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
 
         def grad(dy):
             # Horovod's definition: averaged over ranks, then this rank's rows.
-            reduced = _grouped_allreduce_raw([dy], [_rq.derived_name(name, ".grad")],
+            reduced = _grouped_allreduce_raw([dy], [derived_name(name, ".grad")],
                                              Average, 1.0, 1.0)[0]
             rows = _allgather_raw(tf.shape(x, out_type=tf.int64)[:1],
-                                  _rq.derived_name(name, ".rows"))
+                                  derived_name(name, ".rows"))
             offset = tf.reduce_sum(rows[:runtime.rank()])
             return reduced[offset:offset + tf.shape(x, out_type=tf.int64)[0]]
         return out, grad
@@ -273,7 +273,7 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
         out = _broadcast_raw(x, root_rank, name)
 
         def grad(dy):
-            reduced = _grouped_allreduce_raw([dy], [_rq.derived_name(name, ".grad")],
+            reduced = _grouped_allreduce_raw([dy], [derived_name(name, ".grad")],
                                              Average, 1.0, 1.0)[0]
             return reduced if runtime.rank() == root_rank else tf.zeros_like(reduced)
         return out, grad

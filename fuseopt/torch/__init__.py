@@ -18,12 +18,12 @@ from .compression import Compression, Compressor
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
-                  allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
-                  broadcast, broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
-                  grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
-                  grouped_allgather, grouped_allgather_async, grouped_reducescatter,
-                  grouped_reducescatter_async, join, poll, reducescatter, reducescatter_async,
-                  sparse_allreduce_async, synchronize)
+                  allreduce_, allreduce_async, allreduce_async_, barrier, broadcast, broadcast_,
+                  broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_,
+                  grouped_allreduce_async, grouped_allreduce_async_, join, poll, synchronize)
+from .row_ops import (alltoall, alltoall_async, grouped_allgather, grouped_allgather_async,
+                      grouped_reducescatter, grouped_reducescatter_async, reducescatter,
+                      reducescatter_async, sparse_allreduce_async)
 from ..process_sets import (ProcessSet, add_process_set, global_process_set, init,
                             remove_process_set)
 from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fuseopt import config, requests
+from fuseopt import arguments, config
 from fuseopt.errors import InvalidArgumentError
 
 BAD_ANY = [float("nan"), float("inf"), -float("inf"), "nan", "inf", "1e400", "twelve", True]
@@ -43,16 +43,16 @@ def test_unknown_setting_is_refused():
     (b"grad", "must be a str, not bytes"), (("a",), "must be a str, not tuple")])
 def test_bad_tensor_names(name, message):
     with pytest.raises(InvalidArgumentError, match=message):
-        requests.c_name_bytes(name)
+        arguments.c_name_bytes(name)
     with pytest.raises(InvalidArgumentError, match=message):
-        requests.derived_name(name, ".grad")
+        arguments.derived_name(name, ".grad")
 
 
 def test_good_names_pass_unchanged():
-    assert requests.c_name_bytes("grad.layer1.weight/ünïcode") == \
+    assert arguments.c_name_bytes("grad.layer1.weight/ünïcode") == \
         "grad.layer1.weight/ünïcode".encode()
-    assert requests.derived_name(None, ".grad") is None
-    assert requests.derived_name("w", ".grad") == "w.grad"
+    assert arguments.derived_name(None, ".grad") is None
+    assert arguments.derived_name("w", ".grad") == "w.grad"
 
 
 @pytest.mark.parametrize("value, message", [
@@ -60,11 +60,11 @@ def test_good_names_pass_unchanged():
     (1.0, "must be an int, not float"), (True, "must be an int, not bool"), (None, "not NoneType")])
 def test_root_must_be_an_int32(value, message):
     with pytest.raises(InvalidArgumentError, match="root_rank.*" + message):
-        requests.checked_int(value, "root_rank of tensor 'x'", requests._INT32)
+        arguments.checked_int(value, "root_rank of tensor 'x'", arguments.INT32)
 
 
 def test_scale_factors_must_be_numbers():
-    assert requests.checked_real(2, "prescale_factor") == 2.0
+    assert arguments.checked_real(2, "prescale_factor") == 2.0
     with pytest.raises(InvalidArgumentError, match="prescale_factor must be a number, not str"):
-        requests.checked_real("2", "prescale_factor")
-    assert math.isnan(requests.checked_real(float("nan"), "x"))  # the core refuses non-finite
+        arguments.checked_real("2", "prescale_factor")
+    assert math.isnan(arguments.checked_real(float("nan"), "x"))  # the core refuses non-finite
