@@ -62,14 +62,14 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescal
                         postscale_factor=1.0):
     """Horovod's argument order (process_set before the scale factors)."""
     _ps.require_global(process_set)
-    return _grouped_reducescatter([tensor], name, op, prescale_factor, postscale_factor,
+    return _grouped_reducescatter([tensor], [name], op, prescale_factor, postscale_factor,
                                   single=True)
 
 
-def _grouped_reducescatter(tensors, name, op, prescale_factor, postscale_factor, single=False):
+def _grouped_reducescatter(tensors, names, op, prescale_factor, postscale_factor, single=False):
     batch = _rq.Batch()
     outs = []
-    for t, n in zip(tensors, [name] if single else _group_names(tensors, name)):
+    for t, n in zip(tensors, names):
         src = _t.contiguous(t.detach())
         if src.dim() == 0:
             raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
@@ -88,11 +88,11 @@ def _grouped_reducescatter(tensors, name, op, prescale_factor, postscale_factor,
 
 class _Reducescatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+    def forward(ctx, name, names, op, prescale_factor, postscale_factor, *tensors):
         ctx.name, ctx.factor = derived_name(name, ".grad"), prescale_factor * postscale_factor
         if op == Sum:
             ctx.factor *= runtime.size()
-        return tuple(_grouped_reducescatter(tensors, name, op, prescale_factor,
+        return tuple(_grouped_reducescatter(tensors, names, op, prescale_factor,
                                             postscale_factor).wait())
 
     @staticmethod
@@ -100,30 +100,42 @@ class _Reducescatter(torch.autograd.Function):
         # Horovod's definition: the gathered gradient, times size for Sum and
         # times the scale factors.
         scaled = [g * ctx.factor if ctx.factor != 1.0 else g for g in grads]
-        return (None, None, None, None) + tuple(grouped_allgather(scaled, ctx.name))
+        return (None, None, None, None, None) + tuple(grouped_allgather(scaled, ctx.name))
+
+
+def _reducescatter_list(tensors, name, names, compression, op, prescale_factor,
+                        postscale_factor):
+    """Differentiable, compressed reducescatter of tensors under these names."""
+    payloads, ctxs, restore = _compressed(compression, tensors, name)
+    out = _Reducescatter.apply(name, names, op, prescale_factor, postscale_factor, *payloads)
+    return [restore(t, c) for t, c in zip(out, ctxs)]
 
 
 def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces across ranks; this rank gets its slice of the first dimension
-    (the first rows % size ranks get one row more). Differentiable."""
-    return grouped_reducescatter([tensor], name, compression, op, process_set, prescale_factor,
-                                 postscale_factor)[0]
+    (the first rows % size ranks get one row more). Differentiable. Negotiated
+    under ``name`` itself, as every binding's reducescatter is."""
+    _ps.require_global(process_set)
+    return _reducescatter_list([tensor], name, [name], compression, op, prescale_factor,
+                               postscale_factor)[0]
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None,
                                 prescale_factor=1.0, postscale_factor=1.0):
     _ps.require_global(process_set)
-    return _grouped_reducescatter(list(tensors), name, op, prescale_factor, postscale_factor)
+    tensors = list(tensors)
+    return _grouped_reducescatter(tensors, _group_names(tensors, name), op, prescale_factor,
+                                  postscale_factor)
 
 
 def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=None,
                           prescale_factor=1.0, postscale_factor=1.0):
     """reducescatter of a list of tensors in one negotiation; differentiable."""
     _ps.require_global(process_set)
-    payloads, ctxs, restore = _compressed(compression, list(tensors), name)
-    out = _Reducescatter.apply(name, op, prescale_factor, postscale_factor, *payloads)
-    return [restore(t, c) for t, c in zip(out, ctxs)]
+    tensors = list(tensors)
+    return _reducescatter_list(tensors, name, _group_names(tensors, name), compression, op,
+                               prescale_factor, postscale_factor)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):

@@ -135,6 +135,15 @@ def check_horovod_gradients_and_forms():
     close(half[0], torch.full((4,), n * n / 2), "grouped allreduce fp16")
     close(hvd.reducescatter(torch.ones(n, 2), "g.rsc", hvd.Compression.fp16, hvd.Sum),
           torch.full((1, 2), float(n)), "reducescatter fp16")
+    # A named reducescatter is negotiated under its own name in every binding:
+    # a numpy rank and a torch rank meet on it.
+    if r % 2:
+        got = hvd.reducescatter(torch.full((n, 2), 1.0), name="rs.meet", op=hvd.Sum)
+    else:
+        import fuseopt
+        got = torch.from_numpy(fuseopt.reducescatter(torch.full((n, 2), 1.0).numpy(),
+                                                     name="rs.meet", op=fuseopt.Sum))
+    close(got, torch.full((1, 2), float(n)), "reducescatter across bindings")
     for dtype in (torch.int16, torch.uint16):  # Horovod reduces them
         v = torch.full((3,), r + 1, dtype=dtype)
         close(hvd.allreduce(v, name="dt16.%s" % dtype, op=hvd.Sum),
