@@ -82,16 +82,14 @@ AdasumComms::~AdasumComms() {
   for (MPI_Comm& c : groups_) MPI_Comm_free(&c);
 }
 
-bool adasum_supported(int size, fuseopt_dtype_t dtype, const char** why) {
-  if (!power_of_two(size)) {
-    *why = "Adasum needs a power-of-two number of ranks";
-    return false;
-  }
-  if (dtype != FUSEOPT_FLOAT16 && dtype != FUSEOPT_FLOAT32 && dtype != FUSEOPT_FLOAT64) {
-    *why = "Adasum reduces float16, float32 and float64 tensors only";
-    return false;
-  }
-  return true;
+bool adasum_dtype(fuseopt_dtype_t dtype) {
+  return dtype == FUSEOPT_FLOAT16 || dtype == FUSEOPT_FLOAT32 || dtype == FUSEOPT_FLOAT64;
+}
+
+bool adasum_supported(int size, const char** why) {
+  if (power_of_two(size)) return true;
+  *why = "Adasum needs a power-of-two number of ranks";
+  return false;
 }
 
 void adasum_allreduce(const AdasumComms& comms, void* buffer,

@@ -45,8 +45,11 @@ class AdasumComms {
   std::vector<MPI_Comm> groups_;
 };
 
-// Whether fuseopt can run Adasum on size ranks and on dtype; sets *why if not.
-bool adasum_supported(int size, fuseopt_dtype_t dtype, const char** why);
+// The dtypes Adasum reduces: float16, float32, float64 (checked at enqueue).
+bool adasum_dtype(fuseopt_dtype_t dtype);
+
+// Whether fuseopt can run Adasum on size ranks; sets *why if not.
+bool adasum_supported(int size, const char** why);
 
 // In place: buf holds the tensors of one bucket end to end (tensor_counts
 // elements each); every rank ends with the same Adasum of all ranks' buffers.

@@ -5,6 +5,7 @@
 #include <future>
 #include <sstream>
 
+#include "adasum.h"
 #include "dtype.h"
 #include "log.h"
 #include "loop.h"
@@ -243,7 +244,7 @@ Entry Context::validate(const fuseopt_request_t& q) {
   take_device(q, &e);  // device_request.cc
   if (s.reduce_op == FUSEOPT_ADASUM) {
     REQUIRE(q.collective == FUSEOPT_ALLREDUCE, who() + ": Adasum is an allreduce op only");
-    REQUIRE(s.dtype == FUSEOPT_FLOAT16 || s.dtype == FUSEOPT_FLOAT32 || s.dtype == FUSEOPT_FLOAT64,
+    REQUIRE(adasum_dtype(s.dtype),
             who() + ": Adasum reduces float16, float32 and float64 tensors only, not " +
                 fuseopt_dtype_name(s.dtype));
     if (s.device != FUSEOPT_DEVICE_HOST)

@@ -190,7 +190,7 @@ void Executor::run_bucket(std::vector<Work*>& bucket) {
 void Executor::adasum(std::vector<Work*>& bucket) {
   const TensorSpec& s = bucket.front()->response.spec;
   const char* why = nullptr;
-  if (!adasum_supported(size_, s.dtype, &why)) {  // the same answer on every rank
+  if (!adasum_supported(size_, &why)) {  // the same answer on every rank
     for (Work* w : bucket)
       fail(*w, FUSEOPT_UNSUPPORTED, std::string(why) + " (allreduce '" + w->response.spec.name +
                                         "' on " + std::to_string(size_) + " ranks, dtype " +

@@ -16,13 +16,15 @@ from .checkpoint import load_checkpoint, save_checkpoint  # noqa: F401
 # Horovod's Keras module has its own collectives, with other argument orders
 # than horovod.tensorflow's (``hvd.allreduce(value, "name")`` names the
 # reduction here), so they are restated, not re-exported.
+import keras  # noqa: E402
+
+from ...errors import UnsupportedError  # noqa: E402
 from .. import ops as _tf_ops  # noqa: E402
+from ..compression import Compression as _Compression  # noqa: E402
 from ..optimizer import (DistributedKerasOptimizer as _DistKeras,  # noqa: E402
                          DistributedLossScaleOptimizer as _DistLoss)
-from ...errors import UnsupportedError  # noqa: E402
 
 _DISTRIBUTED = (_DistKeras, _DistLoss)
-from ..compression import Compression as _Compression  # noqa: E402
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -63,7 +65,6 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
     DistributedOptimizer with ``compression`` (one saved with a
     DistributedOptimizer comes back wrapped already). ``custom_optimizers``:
     optimizer classes the file refers to by name."""
-    import keras
     if legacy_opts:
         raise UnsupportedError("load_model(legacy_opts=True): Keras 3 has no legacy optimizers")
     objects = dict(custom_objects or {})
