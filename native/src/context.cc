@@ -38,7 +38,7 @@ void cancel_init(const Outcome& reason) {
 Context::Context(const fuseopt_config_t& config) : config_(config) {
   validate_config(config_);
   set_log_level(config_.log_level);
-  loop_.reset(new Loop(config_, inbox_, handles_, metrics_, timeline_));
+  loop_.reset(new Loop(config_, inbox_, handles_, metrics_, timeline_, process_sets_));
   config_.autotune_log = nullptr;  // copied by the loop; the caller's string may go
 }
 
@@ -161,27 +161,44 @@ void Context::stop_watchdog() {
     if (!(ok)) throw Error(FUSEOPT_INVALID_ARG, (what));    \
   } while (0)
 
+std::string Context::auto_name(int32_t set, int collective, bool advance) {
+  // Each set counts on its own: its members alone submit to it, and the
+  // names of the other sets' and the global set's requests must still match.
+  uint64_t& n = set == 0 ? auto_name_counter_[collective] : set_name_counters_[{set, collective}];
+  std::string name = std::string(fuseopt_collective_name(collective)) + ".noname." +
+                     (set == 0 ? std::string() : "set" + std::to_string(set) + ".") +
+                     std::to_string(n);
+  if (advance) ++n;
+  return name;
+}
+
 Entry Context::validate(const fuseopt_request_t& q) {
   REQUIRE(q.collective >= 0 && q.collective < FUSEOPT_COLLECTIVE_COUNT,
           "unknown collective " + std::to_string(q.collective));
   Entry e;
   TensorSpec& s = e.spec;
   s.collective = q.collective;
+  if (q.collective == FUSEOPT_PROCESS_SET_ADD || q.collective == FUSEOPT_PROCESS_SET_REMOVE)
+    return validate_set_change(q);
+  ProcessSetTable::Set set;
+  take_process_set(q, &e, &set);
+  const int set_size = static_cast<int>(set.ranks.size());
   if (q.collective == FUSEOPT_BARRIER || q.collective == FUSEOPT_JOIN) {
+    REQUIRE(q.collective == FUSEOPT_BARRIER || e.process_set == 0,
+            "join is for every rank (the global process set), as in Horovod");
     s.dtype = FUSEOPT_UINT8;
     s.shape = {0};
     if (q.collective == FUSEOPT_JOIN) {
       s.name = "join";
       e.output = q.output;  // NULL, or an int32 for the last rank to join
     }
-    else s.name = q.name ? q.name : "barrier.noname." + std::to_string(auto_name_counter_[q.collective]++);
+    else s.name = q.name ? q.name : auto_name(e.process_set, q.collective, true);
     return e;  // nothing left to refuse, so the counter may advance
   }
   const char* prefix = fuseopt_collective_name(q.collective);
   // Unnamed requests match across ranks by count, so the counter advances only
   // for requests that are accepted (at the end of this function).
-  s.name = q.name ? std::string(q.name)
-                  : std::string(prefix) + ".noname." + std::to_string(auto_name_counter_[q.collective]);
+  s.name = q.name ? std::string(q.name) : auto_name(e.process_set, q.collective, false);
   REQUIRE(!s.name.empty(), "tensor name must not be empty");
   REQUIRE(is_valid_dtype(q.dtype), "unsupported dtype code " + std::to_string(q.dtype) +
                                        " for tensor '" + s.name + "'");
@@ -212,6 +229,9 @@ Entry Context::validate(const fuseopt_request_t& q) {
     REQUIRE(q.root >= 0 && q.root < info_.size,
             who() + ": root " + std::to_string(q.root) + " is not a rank (size " +
                 std::to_string(info_.size) + ")");
+    REQUIRE(std::binary_search(set.ranks.begin(), set.ranks.end(), q.root),
+            who() + ": root " + std::to_string(q.root) + " is not a member of process set " +
+                std::to_string(e.process_set) + " (ranks " + ranks_string(set.ranks) + ")");
     s.root = q.root;
   }
   if (q.collective == FUSEOPT_REDUCESCATTER || q.collective == FUSEOPT_ALLTOALL ||
@@ -219,11 +239,11 @@ Entry Context::validate(const fuseopt_request_t& q) {
     REQUIRE(q.ndim >= 1, who() + ": needs at least one dimension");
   if (q.collective == FUSEOPT_ALLTOALL) {
     if (q.splits) {
-      REQUIRE(q.num_splits == info_.size,
+      REQUIRE(q.num_splits == set_size,
               who() + ": " + std::to_string(q.num_splits) + " splits given for " +
-                  std::to_string(info_.size) + " ranks");
+                  std::to_string(set_size) + " ranks");
       int64_t total = 0;
-      for (int r = 0; r < info_.size; ++r) {
+      for (int r = 0; r < set_size; ++r) {
         REQUIRE(q.splits[r] >= 0, who() + ": negative split");
         total += q.splits[r];
         e.splits.push_back(q.splits[r]);
@@ -232,7 +252,7 @@ Entry Context::validate(const fuseopt_request_t& q) {
                                        " rows but the first dimension is " +
                                        std::to_string(s.shape[0]));
     } else {
-      REQUIRE(s.shape[0] % info_.size == 0,
+      REQUIRE(s.shape[0] % set_size == 0,
               who() + ": first dimension " + std::to_string(s.shape[0]) +
                   " is not divisible by the number of ranks; pass splits");
     }
@@ -242,6 +262,9 @@ Entry Context::validate(const fuseopt_request_t& q) {
   e.input = q.input;
   e.output = q.output;
   take_device(q, &e);  // device_request.cc
+  if (e.process_set != 0 && s.device != FUSEOPT_DEVICE_HOST)
+    throw Error(FUSEOPT_UNSUPPORTED, who() + ": process sets run on host memory only so far; "
+                                             "copy the tensor to the CPU, or use the global set");
   if (s.reduce_op == FUSEOPT_ADASUM) {
     REQUIRE(q.collective == FUSEOPT_ALLREDUCE, who() + ": Adasum is an allreduce op only");
     REQUIRE(adasum_dtype(s.dtype),
@@ -251,7 +274,7 @@ Entry Context::validate(const fuseopt_request_t& q) {
       throw Error(FUSEOPT_UNSUPPORTED, who() + ": Adasum runs on host memory only; copy the "
                                                "tensor to the CPU (NCCL/HCCL Adasum is not built)");
   }
-  if (!q.name) ++auto_name_counter_[q.collective];
+  if (!q.name) auto_name(e.process_set, q.collective, true);
   return e;
 }
 
@@ -269,6 +292,7 @@ void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t*
   // ranks match those by count).
   uint64_t counters[FUSEOPT_COLLECTIVE_COUNT];
   std::copy(auto_name_counter_, auto_name_counter_ + FUSEOPT_COLLECTIVE_COUNT, counters);
+  const auto set_counters = set_name_counters_;
   std::vector<Entry> entries;
   entries.reserve(count);
   try {
@@ -280,6 +304,7 @@ void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t*
     for (const Entry& e : entries)
       if (e.handle) handles_.discard(e.handle);
     std::copy(counters, counters + FUSEOPT_COLLECTIVE_COUNT, auto_name_counter_);
+    set_name_counters_ = set_counters;
     throw;
   }
   const double now = now_s();

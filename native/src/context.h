@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +17,7 @@
 #include "entry.h"
 #include "handle_table.h"
 #include "metrics.h"
+#include "process_set_table.h"
 #include "timeline.h"
 
 namespace fuseopt {
@@ -68,6 +70,11 @@ class Context {
 
  private:
   Entry validate(const fuseopt_request_t& request);
+  // process_set_request.cc: the request's process set (members only), and
+  // the requests that add or remove one.
+  void take_process_set(const fuseopt_request_t& request, Entry* entry,
+                        ProcessSetTable::Set* set) const;
+  Entry validate_set_change(const fuseopt_request_t& request);
   // device_request.cc: the request's device fields (absent from older, shorter
   // structs), and the i-th request of an array at the caller's struct size.
   void take_device(const fuseopt_request_t& request, Entry* entry) const;
@@ -80,6 +87,7 @@ class Context {
   HandleTable handles_;
   Metrics metrics_;
   Timeline timeline_;  // before loop_: the loop thread writes to it
+  ProcessSetTable process_sets_;  // before loop_, likewise
   Inbox inbox_;
   std::unique_ptr<Loop> loop_;
   std::promise<fuseopt_comm_info_t> started_;  // set by the loop thread, maybe late
@@ -91,7 +99,11 @@ class Context {
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;
   std::mutex shutdown_mu_;  // shutdown may be called from several threads
+  // Names of unnamed requests: "<collective>.noname.<n>" (global set) or
+  // "<collective>.noname.set<id>.<n>"; advance only for accepted requests.
+  std::string auto_name(int32_t set, int collective, bool advance);
   uint64_t auto_name_counter_[FUSEOPT_COLLECTIVE_COUNT] = {};
+  std::map<std::pair<int32_t, int>, uint64_t> set_name_counters_;
 };
 
 void default_config(fuseopt_config_t* config);

@@ -38,6 +38,17 @@ std::string describe_disagreement(const std::vector<Request>& requests) {
 
 }  // namespace
 
+Coordinator::Coordinator(int size) : size_(size) {
+  for (int r = 0; r < size; ++r) members_.push_back(r);
+}
+
+Coordinator::Coordinator(std::vector<int32_t> members)
+    : members_(std::move(members)), size_(static_cast<int>(members_.size())) {}
+
+size_t Coordinator::index_of(int32_t rank) const {
+  return std::lower_bound(members_.begin(), members_.end(), rank) - members_.begin();
+}
+
 void Coordinator::add(const std::vector<Request>& requests, double now_s) {
   for (const Request& q : requests) {
     auto it = table_.find(q.spec.name);
@@ -52,8 +63,9 @@ void Coordinator::add(const std::vector<Request>& requests, double now_s) {
     e.first_seen_s = std::min(e.first_seen_s, now_s - std::max(0.0, q.waited_s));
     // A rank cannot have two requests for one name in flight (enqueue refuses
     // it), so a repeat here can only be a bug; keep the first.
-    if (!e.present[q.rank]) {
-      e.present[q.rank] = true;
+    const size_t at = index_of(q.rank);
+    if (at < e.present.size() && !e.present[at]) {
+      e.present[at] = true;
       e.requests.push_back(q);
     }
   }
@@ -71,7 +83,7 @@ Response Coordinator::make_response(Entry& entry, const std::vector<bool>& joine
     return out;
   }
   for (int r = 0; r < size_; ++r)
-    if (!entry.present[r] && joined[r]) out.joined.push_back(r);
+    if (!entry.present[r] && joined[r]) out.joined.push_back(members_[r]);
   if (first.spec.collective == FUSEOPT_BROADCAST &&
       std::find(out.joined.begin(), out.joined.end(), first.spec.root) != out.joined.end()) {
     out.error = FUSEOPT_INVALID_ARG;
@@ -89,7 +101,7 @@ Response Coordinator::make_response(Entry& entry, const std::vector<bool>& joine
   if (first.spec.first_dim_may_differ()) {
     out.first_dims.assign(size_, 0);  // joined ranks contribute no rows
     for (const Request& q : entry.requests)
-      out.first_dims[q.rank] = q.spec.shape.empty() ? 0 : q.spec.shape[0];
+      out.first_dims[index_of(q.rank)] = q.spec.shape.empty() ? 0 : q.spec.shape[0];
   }
   return out;
 }
@@ -125,7 +137,7 @@ std::vector<Stall> Coordinator::stalls(double now_s, double min_s) const {
     s.name = kv.first;
     s.waiting_s = now_s - kv.second.first_seen_s;
     for (int r = 0; r < size_; ++r)
-      if (!kv.second.present[r]) s.missing_ranks.push_back(r);
+      if (!kv.second.present[r]) s.missing_ranks.push_back(members_[r]);
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [](const Stall& a, const Stall& b) { return a.name < b.name; });

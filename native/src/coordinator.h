@@ -27,7 +27,11 @@ struct Stall {
 
 class Coordinator {
  public:
-  explicit Coordinator(int size) : size_(size) {}
+  explicit Coordinator(int size);
+  // A process set's coordinator: requests name their ranks by global rank,
+  // and so do its messages and stalls; joined and first_dims are indexed by
+  // position in members (ascending global ranks).
+  explicit Coordinator(std::vector<int32_t> members);
 
   // Records requests gathered this round. A name's wait starts when the
   // first rank enqueued it: now_s less that request's waited_s.
@@ -57,7 +61,9 @@ class Coordinator {
     uint64_t order = 0;
   };
   Response make_response(Entry& entry, const std::vector<bool>& joined) const;
+  size_t index_of(int32_t rank) const;
 
+  std::vector<int32_t> members_;
   int size_;
   uint64_t next_order_ = 0;
   std::unordered_map<std::string, Entry> table_;

@@ -16,6 +16,7 @@ struct Entry {
   const void* input = nullptr;
   void* output = nullptr;
   std::vector<int64_t> splits;  // alltoall rows per destination rank
+  int32_t process_set = 0;      // its set's id (process_set.h); 0: every rank
 
   enum class State {
     kNew,     // not yet announced: will go to the coordinator in full

@@ -262,14 +262,21 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
   });
 }
 
+int Executor::comm_rank_of(int32_t global_rank) const {
+  if (members_.empty()) return global_rank;
+  return static_cast<int>(std::lower_bound(members_.begin(), members_.end(), global_rank) -
+                          members_.begin());
+}
+
 void Executor::broadcast(std::vector<Work*>& bucket) {
   const TensorSpec& s = bucket.front()->response.spec;
-  const bool root = rank_ == s.root;
+  const int root_rank = comm_rank_of(s.root);
+  const bool root = rank_ == root_rank;
   for (Work* w : bucket)
     if (root && w->entry->input != w->entry->output)
       std::memcpy(w->entry->output, w->entry->input, tensor_bytes(w->response.spec));
   if (bucket.size() == 1) {
-    backend_.broadcast(bucket.front()->entry->output, s.num_elements(), s.dtype, s.root);
+    backend_.broadcast(bucket.front()->entry->output, s.num_elements(), s.dtype, root_rank);
     return complete(*bucket.front());
   }
   char* buf = fusion_buffer(bucket_bytes(bucket));
@@ -277,7 +284,7 @@ void Executor::broadcast(std::vector<Work*>& bucket) {
     if (root) std::memcpy(buf + at, w.entry->output, tensor_bytes(w.response.spec));
   });
   mark_copied_in();
-  backend_.broadcast(buf, total / dtype_size(s.dtype), s.dtype, s.root);
+  backend_.broadcast(buf, total / dtype_size(s.dtype), s.dtype, root_rank);
   mark_reduced();
   lay_out(bucket, [&](Work& w, int64_t at) {
     if (!root) std::memcpy(w.entry->output, buf + at, tensor_bytes(w.response.spec));

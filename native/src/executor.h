@@ -59,6 +59,9 @@ class Executor {
         size_(size) {}
 
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
+  // A process set's executor: rank and size are positions in members (the
+  // set's global ranks, ascending), while a broadcast's root stays global.
+  void set_members(std::vector<int32_t> members) { members_ = std::move(members); }
   // Device tensors (device_executor.h) need the topology to bootstrap their
   // communicators; without this call they fail as unsupported.
   void enable_devices(const MpiWorld& world, bool hierarchical);
@@ -87,6 +90,7 @@ class Executor {
   void release_completed();
   void fail(Work& w, fuseopt_status_t status, const std::string& message);
   double postscale_of(const TensorSpec& spec) const;
+  int comm_rank_of(int32_t global_rank) const;
   void finish_average(const TensorSpec& spec, void* buf, int64_t count) const;
   char* fusion_buffer(int64_t bytes);
 
@@ -95,6 +99,7 @@ class Executor {
   Metrics& metrics_;
   Timeline& timeline_;
   int rank_, size_;
+  std::vector<int32_t> members_;  // empty: every rank, in order
   int64_t buckets_run_ = 0;
   double copied_in_s_ = 0, reduced_s_ = 0;  // phase marks of the running bucket
   int64_t fusion_threshold_ = 0;

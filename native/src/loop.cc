@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "bits.h"
 #include "log.h"
 #include "polite_wait.h"
 
@@ -25,15 +26,6 @@ constexpr uint64_t kNoneJoined = 1 << 4;     // nobody has joined
 constexpr uint64_t kNothingPending = 1 << 5; // nobody has a tensor in flight (join aside)
 constexpr uint64_t kNoStallCheck = 1 << 6;   // the coordinator needs no stall check
 
-bool bit(const std::vector<uint64_t>& w, int64_t base, int64_t i) {
-  return (w[base + i / 64] >> (i % 64)) & 1;
-}
-void set_bit(std::vector<uint64_t>& w, int64_t base, int64_t i, bool on) {
-  uint64_t m = uint64_t(1) << (i % 64);
-  if (on) w[base + i / 64] |= m;
-  else w[base + i / 64] &= ~m;
-}
-
 }  // namespace
 
 void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
@@ -48,7 +40,7 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
     started->set_exception(std::current_exception());
     return;
   }
-  started->set_value(world_->info());
+  started->set_value(global().world->info());
   Outcome reason;
   bool clean = true;
   try {
@@ -72,24 +64,23 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
   // (a rank ended by a stall shutdown, say).
   if (!clean) {
     MpiWorld::abandon();
-    backend_.release();
-    world_.release();
-    executor_.release();  // device communicators, too, may wait for a lost peer
+    for (auto& kv : sets_) kv.second->abandon();  // device communicators, too
   }
 }
 
 void Loop::start() {
   busy_what_ = "starting MPI";
-  world_.reset(new MpiWorld(config_.emulated_local_size));
+  std::unique_ptr<ProcessSet> all(new ProcessSet);
+  all->world.reset(new MpiWorld(config_.emulated_local_size));
   busy_what_ = "agreeing on the configuration with rank 0";
-  rank_ = world_->info().rank;
-  size_ = world_->info().size;
+  rank_ = all->world->info().rank;
+  size_ = all->world->info().size;
   set_log_rank(rank_);
-  control_.reset(new ControlPlane(*world_));
+  all->control.reset(new ControlPlane(*all->world));
   // Every rank must plan identical buckets and size identical round vectors,
   // so the coordinator's settings win; say so if they differed here.
   fuseopt_config_t agreed = config_;
-  control_->broadcast_value(&agreed);
+  all->control->broadcast_value(&agreed);
   bool differs = false;
   auto take = [&](int64_t& mine, int64_t theirs) {
     differs = differs || mine != theirs;
@@ -108,68 +99,87 @@ void Loop::start() {
     FUSEOPT_LOG(kWarning, "configuration differs from rank 0; using rank 0's fusion threshold, "
                           "cycle time, cache capacity, stall timeouts, shared-memory size and "
                           "allreduce algorithm and autotune settings");
-  backend_.reset(new MpiBackend(*world_, config_.shm_min_bytes, config_.hierarchical_allreduce));
-  executor_.reset(new Executor(*backend_, handles_, metrics_, timeline_, rank_, size_));
-  executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
-  executor_->enable_devices(*world_, config_.hierarchical_allreduce);
-  cache_.reset(new ResponseCache(config_.cache_capacity));
-  if (rank_ == 0) coordinator_.reset(new Coordinator(size_));
+  all->id = 0;
+  for (int r = 0; r < size_; ++r) all->ranks.push_back(r);
+  all->rank = all->global_rank = rank_;
+  all->backend.reset(
+      new MpiBackend(*all->world, config_.shm_min_bytes, config_.hierarchical_allreduce));
+  all->executor.reset(new Executor(*all->backend, handles_, metrics_, timeline_, rank_, size_));
+  all->executor->set_fusion_threshold(config_.fusion_threshold_bytes);
+  all->executor->enable_devices(*all->world, config_.hierarchical_allreduce);
+  all->cache.reset(new ResponseCache(config_.cache_capacity));
+  if (rank_ == 0) all->coordinator.reset(new Coordinator(size_));
+  sets_[0] = std::move(all);
+  table_.reset(size_, rank_);
   start_autotune();
 }
 
-std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
+std::vector<uint64_t> Loop::slot_words(ProcessSet& ps, uint64_t flags, bool joined) {
   const int64_t W = words_per_section();
   std::vector<uint64_t> words(1 + 2 * W, 0);
   for (int64_t i = 0; i < W; ++i) words[1 + W + i] = ~uint64_t(0);
-  uint64_t flags = 0;
-  if (new_order_.empty()) flags |= kNoNewRequests;
-  if (!shutdown) flags |= kNoShutdown;
-  if (pending_.empty() && !joined_) flags |= kIdle;
-  flags |= joined_ ? kJoined : kNoneJoined;
-  if (pending_.empty()) flags |= kNothingPending;
-  const double now = now_s();
-  if (!stall_check_due(now)) flags |= kNoStallCheck;
   words[0] = flags;
+  const double now = now_s();
   const double stall_limit = stall_limit_s();
-  for (auto& kv : pending_) {
+  for (auto& kv : ps.pending) {
     Entry& e = kv.second;
     if (e.state != Entry::State::kCached) continue;
     if (stall_limit > 0 && now - e.enqueued_s >= stall_limit) {
       // Renegotiate in full so the coordinator can time the stall and name
       // the missing ranks (the request carries its age: Request::waited_s).
-      invalid_slots_.insert(e.slot);
+      ps.invalid_slots.insert(e.slot);
     } else {
       set_bit(words, 1, e.slot, true);
     }
   }
-  if (joined_) {
+  if (joined) {
     // A joined rank is ready for everything, except what it cannot fake from
     // the cache: gathers (its row count is now 0) and broadcasts it roots.
-    for (int64_t slot : cache_->used_slots()) {
-      const TensorSpec& s = cache_->get(slot).spec;
+    for (int64_t slot : ps.cache->used_slots()) {
+      const TensorSpec& s = ps.cache->get(slot).spec;
       if (s.first_dim_may_differ() || (s.collective == FUSEOPT_BROADCAST && s.root == rank_))
-        invalid_slots_.insert(slot);
+        ps.invalid_slots.insert(slot);
       else
         set_bit(words, 1, slot, true);
     }
   }
-  for (int64_t slot : invalid_slots_) {
+  for (int64_t slot : ps.invalid_slots) {
     set_bit(words, 1 + W, slot, false);
     set_bit(words, 1, slot, false);
   }
-  invalid_slots_.clear();
+  ps.invalid_slots.clear();
+  return words;
+}
+
+std::vector<uint64_t> Loop::build_round_vector(bool shutdown) {
+  ProcessSet& all = global();
+  uint64_t flags = 0;
+  if (all.new_order.empty()) flags |= kNoNewRequests;
+  if (!shutdown) flags |= kNoShutdown;
+  if (in_flight() == 0 && !joined_) flags |= kIdle;
+  flags |= joined_ ? kJoined : kNoneJoined;
+  if (all.pending.empty()) flags |= kNothingPending;
+  if (!stall_check_due(all, now_s())) flags |= kNoStallCheck;
+  std::vector<uint64_t> words = slot_words(all, flags, joined_);
+  put_set_activity(&words);
   put_tuned_setting(&words);
   return words;
 }
 
-bool Loop::stall_check_due(double now) {
+size_t Loop::in_flight() const {
+  size_t n = 0;
+  for (const auto& kv : sets_) n += kv.second->pending.size();
+  return n;
+}
+
+bool Loop::stall_check_due(ProcessSet& ps, double now) {
   // Stalls are found in full negotiation, which steady-state rounds skip: the
   // coordinator asks for one, at most once a second, while a name has waited
   // long enough to warn about or to fail.
-  if (!coordinator_ || now < next_stall_check_s_) return false;
+  if (!ps.coordinator || now < ps.next_stall_check_s) return false;
   const double limit = stall_limit_s();
-  if (limit <= 0 || coordinator_->oldest_wait_s(now) < limit) return false;
-  next_stall_check_s_ = now + 1.0;
+  if (limit <= 0 || ps.coordinator->oldest_wait_s(now) < limit) return false;
+  ps.next_stall_check_s = now + 1.0;
   return true;
 }
 
@@ -193,27 +203,25 @@ void Loop::throw_if_aborted() {
   throw Error(inbox_.stop_reason.status, inbox_.stop_reason.message);
 }
 
-bool Loop::round() {
-  const bool shutdown = wait_for_work();
-  throw_if_aborted();
-  std::vector<uint64_t> words = build_round_vector(shutdown);
+void Loop::and_round(ProcessSet& ps, std::vector<uint64_t>* words) {
   const double started = now_s();
-  if (!(words[0] & kIdle)) timeline_.cycle(started);
-  busy_what_ = "negotiating";
+  busy_what_ = ps.id == 0 ? "negotiating" : "negotiating in a process set";
   busy_since_s_ = started;
   bool warned = false;
   Hurry hurry;
   try {
     size_t seen = 0;  // queue length at our last wake-up
-    control_->and_round(&words, [&](std::chrono::microseconds most) {
+    ps.control->and_round(words, [&](std::chrono::microseconds most) {
       if (!warned && config_.stall_check_s > 0 && now_s() - started > config_.stall_check_s) {
         warned = true;
         metrics_.add(metrics_.stalls, 1);
         std::vector<std::string> names;
-        for (auto& kv : pending_) names.push_back(kv.first);
+        for (auto& kv : ps.pending) names.push_back(kv.first);
         std::sort(names.begin(), names.end());
-        FUSEOPT_LOG(kWarning, "waited " << config_.stall_check_s
-                                        << " s for other ranks to negotiate; in flight here: "
+        FUSEOPT_LOG(kWarning, "waited " << config_.stall_check_s << " s for other ranks to "
+                                        << "negotiate" << (ps.id ? " in process set " : "")
+                                        << (ps.id ? std::to_string(ps.id) : std::string())
+                                        << "; in flight here: "
                                         << (names.empty() ? "nothing" : join_names(names, 10)));
       }
       if (!keep_waiting(started)) return ControlPlane::Pause::kAbandon;
@@ -238,71 +246,41 @@ bool Loop::round() {
                     std::to_string(config_.stall_shutdown_s) +
                     " s (FUSEOPT_STALL_SHUTDOWN_S); a rank has died or stalled");
   }
+}
+
+bool Loop::round() {
+  const bool shutdown = wait_for_work();
+  throw_if_aborted();
+  std::vector<uint64_t> words = build_round_vector(shutdown);
+  const double started = now_s();
+  if (!(words[0] & kIdle)) timeline_.cycle(started);
+  and_round(global(), &words);
   ++round_number_;
   const uint64_t flags = words[0];
+  others_busy_ = !(flags & kIdle);
   if (!(flags & kNoShutdown)) {
     stop_reason_ = shutdown_reason(shutdown);
     return false;
   }
   apply_tuned_setting(words);
 
-  const int64_t W = words_per_section();
-  std::vector<Work> work;
-  for (int64_t slot : cache_->used_slots())
-    if (!bit(words, 1 + W, slot)) cache_->erase(slot);
   // When every rank has joined, nobody has a real tensor behind a cached
   // slot (joining demotes them to full requests): skip the stand-in work.
   const bool all_joined = flags & kJoined;
-  for (int64_t slot : cache_->used_slots()) {
-    if (!bit(words, 1, slot) || all_joined) continue;
-    cache_->touch(slot);
-    const Response& r = cache_->get(slot);
-    work.push_back(Work{r, own_entry(r)});
-  }
   const bool joined_anywhere = !(flags & kNoneJoined);
+  const bool full = !(flags & kNoNewRequests) || !(flags & kNoStallCheck) ||
+                    (joined_anywhere && !(flags & kIdle));
+  std::vector<Work> work = collect_work(global(), words, full, all_joined);
   bool progress = !work.empty() || !(flags & kNoNewRequests);
-  if (!(flags & kNoNewRequests) || !(flags & kNoStallCheck) ||
-      (joined_anywhere && !(flags & kIdle))) {
-    for (Response& r : negotiate_full()) {
-      if (is_cacheable(r)) cache_->put(r);
-      progress = true;
-      Entry* e = own_entry(r);
-      work.push_back(Work{std::move(r), e});
-    }
-  }
-  // Entries announced by a slot that has since been evicted start over.
-  for (auto& kv : pending_) {
-    Entry& e = kv.second;
-    if (e.state == Entry::State::kCached && !cache_->holds(e.slot, e.spec.name)) {
-      bool running = false;
-      for (const Work& w : work) running = running || w.entry == &e;
-      if (!running) {
-        e.state = Entry::State::kNew;
-        new_order_.push_back(e.spec.name);
-      }
-    }
-  }
-  busy_what_ = "running collectives";
+  const std::vector<int32_t> active = active_sets(words);
+  change_sets(work);
   const double executing = now_s();
   metrics_.add(metrics_.rounds, 1);
   metrics_.add(metrics_.negotiation_ns, static_cast<int64_t>((executing - started) * 1e9));
   const int64_t bytes_before = metrics_.bytes.load(std::memory_order_relaxed);
-  executor_->run(work);
-  const double executed = now_s();
+  execute(global(), work);
   if (!work.empty()) tune(metrics_.bytes.load(std::memory_order_relaxed) - bytes_before, started,
-                          executed);
-  throw_if_aborted();  // the buffers of aborted handles may be gone
-  finish(work);
-  busy_since_s_ = 0;
-  // A tensor stalled past FUSEOPT_STALL_SHUTDOWN_S stops the runtime on every
-  // rank (all received this response), not only on the ranks that submitted it.
-  const Work* stalled = nullptr;
-  for (const Work& w : work) {
-    if (w.response.error != FUSEOPT_RANK_FAILED) continue;
-    if (!stalled) stalled = &w;
-    stalled_here_ = stalled_here_ || w.entry == nullptr;  // this rank never submitted it
-  }
-  if (stalled) throw Error(FUSEOPT_RANK_FAILED, stalled->response.error_message);
+                          now_s());
   // Join completes once every rank has joined and no tensor is in flight
   // anywhere (a rank may have enqueued one just before joining).
   if ((flags & kJoined) && (flags & kNothingPending)) {
@@ -314,38 +292,105 @@ bool Loop::round() {
     join_handle_ = 0;
     progress = true;
   }
+  // Ascending ids on every rank: members of overlapping sets meet in the
+  // same order. A set removed by this round's work is gone everywhere.
+  for (int32_t id : active) {
+    auto it = sets_.find(id);
+    if (it == sets_.end()) continue;
+    set_round(*it->second);
+    progress = true;
+  }
   no_progress_rounds_ = progress ? 0 : no_progress_rounds_ + 1;
   return true;
+}
+
+void Loop::set_round(ProcessSet& ps) {
+  uint64_t flags = 0;
+  if (ps.new_order.empty()) flags |= kNoNewRequests;
+  if (!stall_check_due(ps, now_s())) flags |= kNoStallCheck;
+  std::vector<uint64_t> words = slot_words(ps, flags, false);
+  and_round(ps, &words);
+  const bool full = !(words[0] & kNoNewRequests) || !(words[0] & kNoStallCheck);
+  std::vector<Work> work = collect_work(ps, words, full, false);
+  execute(ps, work);
+}
+
+std::vector<Work> Loop::collect_work(ProcessSet& ps, const std::vector<uint64_t>& words,
+                                     bool full, bool all_joined) {
+  const int64_t W = words_per_section();
+  std::vector<Work> work;
+  ResponseCache& cache = *ps.cache;
+  for (int64_t slot : cache.used_slots())
+    if (!bit(words, 1 + W, slot)) cache.erase(slot);
+  for (int64_t slot : cache.used_slots()) {
+    if (!bit(words, 1, slot) || all_joined) continue;
+    cache.touch(slot);
+    const Response& r = cache.get(slot);
+    work.push_back(Work{r, own_entry(ps, r)});
+  }
+  if (full) {
+    for (Response& r : negotiate_full(ps)) {
+      if (is_cacheable(r)) cache.put(r);
+      Entry* e = own_entry(ps, r);
+      work.push_back(Work{std::move(r), e});
+    }
+  }
+  // Entries announced by a slot that has since been evicted start over.
+  for (auto& kv : ps.pending) {
+    Entry& e = kv.second;
+    if (e.state == Entry::State::kCached && !cache.holds(e.slot, e.spec.name)) {
+      bool running = false;
+      for (const Work& w : work) running = running || w.entry == &e;
+      if (!running) {
+        e.state = Entry::State::kNew;
+        ps.new_order.push_back(e.spec.name);
+      }
+    }
+  }
+  return work;
+}
+
+void Loop::execute(ProcessSet& ps, std::vector<Work>& work) {
+  busy_what_ = "running collectives";
+  busy_since_s_ = now_s();
+  ps.executor->run(work);
+  throw_if_aborted();  // the buffers of aborted handles may be gone
+  finish(ps, work);
+  busy_since_s_ = 0;
+  // A tensor stalled past FUSEOPT_STALL_SHUTDOWN_S stops the runtime on every
+  // rank (all received this response), not only on the ranks that submitted it.
+  const Work* stalled = nullptr;
+  for (const Work& w : work) {
+    if (w.response.error != FUSEOPT_RANK_FAILED) continue;
+    if (!stalled) stalled = &w;
+    stalled_here_ = stalled_here_ || w.entry == nullptr;  // this rank never submitted it
+  }
+  if (stalled) throw Error(FUSEOPT_RANK_FAILED, stalled->response.error_message);
 }
 
 int Loop::last_to_join() {
   // Among ranks that joined in the same round the highest wins, as in
   // Horovod, whose coordinator counts ranks in ascending order.
-  const std::vector<int64_t> rounds = control_->allgather_value(join_round_);
+  const std::vector<int64_t> rounds = global().control->allgather_value(join_round_);
   int last = 0;
   for (int r = 1; r < static_cast<int>(rounds.size()); ++r)
     if (rounds[r] >= rounds[last]) last = r;
   return last;
 }
 
-Entry* Loop::own_entry(const Response& r) {
+Entry* Loop::own_entry(ProcessSet& ps, const Response& r) {
   // Counted as joined for this name: take part with a stand-in even if a
   // same-named tensor of ours is pending (it will be negotiated on its own).
   for (int32_t j : r.joined)
     if (j == rank_) return nullptr;
-  return pending_entry(r.spec.name);
+  return ps.pending_entry(r.spec.name);
 }
 
-Entry* Loop::pending_entry(const std::string& name) {
-  auto it = pending_.find(name);
-  return it == pending_.end() ? nullptr : &it->second;
-}
-
-void Loop::finish(std::vector<Work>& work) {
+void Loop::finish(ProcessSet& ps, std::vector<Work>& work) {
   std::vector<std::string> done;
   for (const Work& w : work)
     if (w.entry) done.push_back(w.entry->spec.name);
-  for (const std::string& name : done) pending_.erase(name);
+  for (const std::string& name : done) ps.pending.erase(name);
 }
 
 // How long a rank named by a stall shutdown may take to notice it. Its
@@ -381,7 +426,7 @@ void Loop::stop(const Outcome& reason) {
     }
     inbox_.queue.clear();
   }
-  pending_.clear();
+  for (auto& kv : sets_) kv.second->pending.clear();
   handles_.fail_pending(reason);
 }
 

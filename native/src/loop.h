@@ -13,6 +13,12 @@
 //      ordered response list (coordinator.h);
 //   5. execute the work in fusion buckets (executor.h) and complete handles.
 //
+// Process sets (process_set.h) each have their own cache, coordinator and
+// communicator. The global round carries one bit per set: "nobody here has a
+// tensor of this set in flight". For each set that somebody does, its members
+// then run steps 2-5 among themselves, on the set's communicator, in
+// ascending id order on every rank (so that overlapping sets cannot deadlock).
+//
 // Pacing. A rank with nothing in flight does not post a round until it is
 // woken by an enqueue or an idle tick (so an idle job costs next to no CPU);
 // a rank with work in flight posts at once and polls without spinning.
@@ -37,6 +43,8 @@
 #include "metrics.h"
 #include "mpi_backend.h"
 #include "mpi_world.h"
+#include "process_set.h"
+#include "process_set_table.h"
 #include "response_cache.h"
 #include "timeline.h"
 
@@ -48,9 +56,10 @@ class Loop {
   // thread in fuseopt_init can stop waiting for a peer that never comes
   // (Context::start); MPI_Init_thread would block it without a way out.
   Loop(const fuseopt_config_t& config, Inbox& inbox, HandleTable& handles, Metrics& metrics,
-       Timeline& timeline)
+       Timeline& timeline, ProcessSetTable& table)
       : config_(config), inbox_(inbox), handles_(handles), metrics_(metrics),
-        timeline_(timeline), autotune_log_(config.autotune_log ? config.autotune_log : "") {
+        timeline_(timeline), table_(table),
+        autotune_log_(config.autotune_log ? config.autotune_log : "") {
     config_.autotune_log = nullptr;  // the caller's string lives only through init
   }
   ~Loop() {
@@ -76,18 +85,39 @@ class Loop {
   bool round();             // false once every rank agreed to shut down
   bool wait_for_work();     // returns whether this rank asked to shut down
   void drain(std::deque<Entry>* incoming);
+  // [flags][ready bit per cache slot][not-invalid bit per cache slot] of ps.
+  std::vector<uint64_t> slot_words(ProcessSet& ps, uint64_t flags, bool joined);
   std::vector<uint64_t> build_round_vector(bool shutdown);
+  // One AND-allreduce among ps's members, paced by the inbox (loop.cc).
+  void and_round(ProcessSet& ps, std::vector<uint64_t>* words);
+  // Steps 3-4 of a round for ps: the work its AND (words) and, when asked
+  // for, full negotiation make ready.
+  std::vector<Work> collect_work(ProcessSet& ps, const std::vector<uint64_t>& words,
+                                 bool full, bool all_joined);
+  void execute(ProcessSet& ps, std::vector<Work>& work);  // step 5
+  void set_round(ProcessSet& ps);  // steps 2-5 for a set other than the global one
   bool keep_waiting(double started_s);
-  bool stall_check_due(double now);  // rank 0: ask every rank for a full negotiation
+  bool stall_check_due(ProcessSet& ps, double now);  // set coordinator: ask for a full negotiation
   // The earlier of the stall warning and shutdown limits in force (0: none).
   double stall_limit_s() const;
-  void warn_stalls(double now);       // rank 0, in full negotiation
+  void warn_stalls(ProcessSet& ps, double now);  // set coordinator, in full negotiation
   void throw_if_aborted();  // throws the abort's reason (Context::abort)
-  std::vector<Response> negotiate_full();
-  void finish(std::vector<Work>& work);
+  std::vector<Response> negotiate_full(ProcessSet& ps);
+  void finish(ProcessSet& ps, std::vector<Work>& work);
   int last_to_join();  // collective: every rank, in the round join completes
   void stop(const Outcome& reason);
   Outcome shutdown_reason(bool requested_here);
+  size_t in_flight() const;  // entries pending here, in every set
+
+  // Process sets (loop_process_sets.cc). add and remove run as global work,
+  // which every rank executes in the same order.
+  std::unique_ptr<ProcessSet> make_set(int32_t id, std::vector<int32_t> ranks);
+  void change_sets(std::vector<Work>& work);  // takes add/remove out of work
+  void add_set(Work& w);
+  void remove_set(Work& w);
+  int64_t set_words() const;  // words of the per-set activity field
+  void put_set_activity(std::vector<uint64_t>* words);  // and notes set_ids_at_round_
+  std::vector<int32_t> active_sets(const std::vector<uint64_t>& words) const;
 
   // Autotune (autotune.h): rank 0's choice rides at the end of the round
   // vector; every rank applies it right after the round's AND.
@@ -98,36 +128,29 @@ class Loop {
   void tune(int64_t bytes, double begin_s, double end_s);  // rank 0
   void log_trial(const TuneTrial& t, size_t number, const char* note);  // 1-based number
 
-  Entry* pending_entry(const std::string& name);
-  Entry* own_entry(const Response& response);
+  Entry* own_entry(ProcessSet& ps, const Response& response);
   int64_t words_per_section() const { return (config_.cache_capacity + 63) / 64; }
+  ProcessSet& global() { return *sets_.at(0); }
 
   fuseopt_config_t config_;
   Inbox& inbox_;
   HandleTable& handles_;
   Metrics& metrics_;
   Timeline& timeline_;
+  ProcessSetTable& table_;  // what framework threads validate against
 
-  std::unique_ptr<MpiWorld> world_;
-  std::unique_ptr<ControlPlane> control_;
-  std::unique_ptr<MpiBackend> backend_;
-  std::unique_ptr<Executor> executor_;
-  std::unique_ptr<ResponseCache> cache_;
-  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  // By id; 0 (every rank) always. A rank holds only the sets it belongs to.
+  std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
+  int32_t set_ids_at_round_ = 1;  // table_.next_id() when the round vector was built
+  bool others_busy_ = false;      // the last round had something in flight somewhere
+  int subsets_ = 0;               // sets besides the global one, on every rank
   std::unique_ptr<Autotuner> tuner_;          // rank 0 only, with FUSEOPT_AUTOTUNE
   std::string autotune_log_;
   FILE* autotune_csv_ = nullptr;
   int rank_ = 0, size_ = 1;
-  double next_stall_check_s_ = 0;
   std::atomic<double> busy_since_s_{0};
   std::atomic<const char*> busy_what_{""};
 
-  std::unordered_map<std::string, Entry> pending_;  // by name
-  std::vector<std::string> new_order_;              // kNew names, enqueue order
-  std::set<int64_t> invalid_slots_;                 // to report next round
-  // Stalled names already warned about, with when to warn again: a stall
-  // is repeated every FUSEOPT_STALL_CHECK_S while it lasts.
-  std::map<std::string, double> stall_next_warning_s_;
   bool stalled_here_ = false;  // a stall shutdown named this rank as missing
   bool joined_ = false;
   int64_t join_handle_ = 0;

@@ -53,7 +53,7 @@ void Loop::apply_tuned_setting(const std::vector<uint64_t>& words) {
   const uint64_t* tail = words.data() + words.size() - kTuneWords;
   config_.fusion_threshold_bytes = static_cast<int64_t>(tail[kTunedThreshold]);
   config_.cycle_time_us = static_cast<int64_t>(tail[kTunedCycle]);
-  executor_->set_fusion_threshold(config_.fusion_threshold_bytes);
+  for (auto& kv : sets_) kv.second->executor->set_fusion_threshold(config_.fusion_threshold_bytes);
   metrics_.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   metrics_.cycle_time_us = config_.cycle_time_us;
   metrics_.autotune_state = tail[kTunedDone] ? 2 : 1;

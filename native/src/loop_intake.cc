@@ -26,7 +26,10 @@ bool Loop::wait_for_work() {
     std::unique_lock<std::mutex> lock(inbox_.mu);
     auto has_news = [&] { return !inbox_.queue.empty() || inbox_.shutdown_requested; };
     inbox_.loop_waiting = true;
-    if (pending_.empty() && !joined_) {
+    // With process sets, a rank with nothing in flight may still be needed
+    // by the others' rounds (their sets' rounds follow the global one): it
+    // ticks fast while anybody is busy, not every kIdleTick.
+    if (in_flight() == 0 && !joined_ && !(others_busy_ && subsets_ > 0)) {
       inbox_.wake.wait_for(lock, kIdleTick, has_news);
     } else if (no_progress_rounds_ > 0) {
       // Everyone has something in flight but nothing matched last round:
@@ -84,16 +87,25 @@ void Loop::drain(std::deque<Entry>* incoming) {
       join_output_ = static_cast<int32_t*>(e.output);
       // Our own tensors still in flight go to the coordinator in full, so it
       // sees us as present (with our real spec) for them, not as joined.
-      for (auto& kv : pending_) {
+      ProcessSet& all = global();
+      for (auto& kv : all.pending) {
         if (kv.second.state == Entry::State::kCached) {
           kv.second.state = Entry::State::kNew;
-          new_order_.push_back(kv.first);
+          all.new_order.push_back(kv.first);
         }
       }
       continue;
     }
+    auto set = sets_.find(e.process_set);
+    if (set == sets_.end()) {  // removed between the enqueue and now
+      handles_.complete(e.handle, Outcome{FUSEOPT_INVALID_ARG,
+                                          "process set " + std::to_string(e.process_set) +
+                                              " was removed before '" + e.spec.name + "' ran"});
+      continue;
+    }
+    ProcessSet& ps = *set->second;
     int64_t slot = -1;
-    switch (cache_->lookup(e.spec, rank_, &slot)) {
+    switch (ps.cache->lookup(e.spec, ps.rank, &slot)) {
       case ResponseCache::Lookup::kHit:
         metrics_.add(metrics_.cache_hits, 1);
         e.state = Entry::State::kCached;
@@ -101,18 +113,18 @@ void Loop::drain(std::deque<Entry>* incoming) {
         break;
       case ResponseCache::Lookup::kStale:
         metrics_.add(metrics_.cache_misses, 1);
-        invalid_slots_.insert(slot);
+        ps.invalid_slots.insert(slot);
         e.state = Entry::State::kNew;
-        new_order_.push_back(e.spec.name);
+        ps.new_order.push_back(e.spec.name);
         break;
       case ResponseCache::Lookup::kMiss:
         metrics_.add(metrics_.cache_misses, 1);
         e.state = Entry::State::kNew;
-        new_order_.push_back(e.spec.name);
+        ps.new_order.push_back(e.spec.name);
         break;
     }
     std::string name = e.spec.name;
-    pending_.emplace(name, std::move(e));
+    ps.pending.emplace(name, std::move(e));
   }
 }
 

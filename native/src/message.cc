@@ -46,6 +46,8 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 std::string TensorSpec::describe() const {
   std::ostringstream s;
+  if (collective == FUSEOPT_PROCESS_SET_ADD) return "a process set of ranks " + shape_string(shape);
+  if (collective == FUSEOPT_PROCESS_SET_REMOVE) return "removal of process set " + shape_string(shape);
   s << fuseopt_collective_name(collective) << " " << fuseopt_dtype_name(dtype)
     << shape_string(shape);
   if (collective == FUSEOPT_ALLREDUCE || collective == FUSEOPT_REDUCESCATTER) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -141,10 +142,8 @@ MpiWorld::MpiWorld(int emulated_local_size) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &info_.rank);
   MPI_Comm_size(comm_, &info_.size);
-  if (emulated_local_size > 0) {
-    mpi_check(MPI_Comm_split(comm_, info_.rank / emulated_local_size, info_.rank, &local_comm_),
-              "MPI_Comm_split(local)");
-  } else {
+  int node = info_.rank / std::max(emulated_local_size, 1);
+  if (emulated_local_size <= 0) {
     // Nodes by host name, not MPI_COMM_TYPE_SHARED: with MPIR_CVAR_NOLOCAL
     // (what fuseoptrun sets when a host runs more ranks than it has cores)
     // MPICH reports every rank as a node of its own, but local_rank must still
@@ -156,7 +155,7 @@ MpiWorld::MpiWorld(int emulated_local_size) {
     mpi_check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(),
                             MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_),
               "MPI_Allgather(host names)");
-    int node = info_.rank;  // the lowest rank on this host names the node
+    node = info_.rank;  // the lowest rank on this host names the node
     for (int r = 0; r < info_.size; ++r) {
       if (std::strncmp(&names[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME], mine,
                        MPI_MAX_PROCESSOR_NAME) == 0) {
@@ -164,8 +163,20 @@ MpiWorld::MpiWorld(int emulated_local_size) {
         break;
       }
     }
-    mpi_check(MPI_Comm_split(comm_, node, info_.rank, &local_comm_), "MPI_Comm_split(node)");
   }
+  split_nodes(node);
+}
+
+MpiWorld::MpiWorld(MPI_Comm comm, int node) : comm_(comm) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &info_.rank);
+  MPI_Comm_size(comm_, &info_.size);
+  split_nodes(node);
+}
+
+void MpiWorld::split_nodes(int node) {
+  node_ = node;
+  mpi_check(MPI_Comm_split(comm_, node, info_.rank, &local_comm_), "MPI_Comm_split(node)");
   MPI_Comm_set_errhandler(local_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(local_comm_, &info_.local_rank);
   MPI_Comm_size(local_comm_, &info_.local_size);
@@ -174,6 +185,16 @@ MpiWorld::MpiWorld(int emulated_local_size) {
   MPI_Comm_set_errhandler(cross_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(cross_comm_, &info_.cross_rank);
   MPI_Comm_size(cross_comm_, &info_.cross_size);
+}
+
+std::unique_ptr<MpiWorld> MpiWorld::subset(bool member) const {
+  // Collective over every rank of this world, so that non-members need no
+  // communicator of their own to take part.
+  MPI_Comm comm = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, info_.rank, &comm),
+            "MPI_Comm_split(process set)");
+  if (!member) return nullptr;
+  return std::unique_ptr<MpiWorld>(new MpiWorld(comm, node_));
 }
 
 MpiWorld::~MpiWorld() {

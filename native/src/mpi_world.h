@@ -7,6 +7,8 @@
 
 #include <mpi.h>
 
+#include <memory>
+
 #include "fuseopt/fuseopt.h"
 
 namespace fuseopt {
@@ -18,6 +20,9 @@ class MpiWorld {
   // node holds that many consecutive ranks (to test topology on one host).
   explicit MpiWorld(int emulated_local_size);
   ~MpiWorld();
+  // Collective over this world: a world of the ranks that pass member (ranks
+  // in this world's order; the same nodes). Null where member is false.
+  std::unique_ptr<MpiWorld> subset(bool member) const;
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
 
@@ -34,6 +39,11 @@ class MpiWorld {
   static MPI_Op op(fuseopt_reduce_op_t op, fuseopt_dtype_t dtype);
 
  private:
+  MpiWorld(MPI_Comm comm, int node);  // adopts comm
+  // Node-local and cross-node communicators; node is equal on one host.
+  void split_nodes(int node);
+
+  int node_ = 0;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;

@@ -27,7 +27,8 @@ int fuseopt_dtype_size(int dtype) {
 
 const char* fuseopt_collective_name(int c) {
   static const char* names[] = {"allreduce",     "allgather", "broadcast", "alltoall",
-                                "reducescatter", "barrier",   "join"};
+                                "reducescatter", "barrier",   "join",      "process_set_add",
+                                "process_set_remove"};
   return c >= 0 && c < FUSEOPT_COLLECTIVE_COUNT ? names[c] : "unknown_collective";
 }
 

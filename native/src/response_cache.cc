@@ -6,7 +6,8 @@ namespace fuseopt {
 
 bool is_cacheable(const Response& r) {
   return !r.is_error() && r.joined.empty() && r.spec.collective != FUSEOPT_BARRIER &&
-         r.spec.collective != FUSEOPT_JOIN;
+         r.spec.collective != FUSEOPT_JOIN && r.spec.collective != FUSEOPT_PROCESS_SET_ADD &&
+         r.spec.collective != FUSEOPT_PROCESS_SET_REMOVE;
 }
 
 ResponseCache::Lookup ResponseCache::lookup(const TensorSpec& spec, int rank,

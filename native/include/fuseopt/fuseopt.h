@@ -68,7 +68,14 @@ typedef enum {
   FUSEOPT_REDUCESCATTER = 4,
   FUSEOPT_BARRIER = 5,
   FUSEOPT_JOIN = 6,
-  FUSEOPT_COLLECTIVE_COUNT = 7
+  /* Control operations of the global set, negotiated like tensors so that a
+   * rank that asks for something else gets the same error as the others.
+   * Add: input points at shape[0] int32 global ranks (ascending, distinct),
+   * output at an int32_t that receives the new set's id. Remove: input points
+   * at one int32 set id; output is NULL. */
+  FUSEOPT_PROCESS_SET_ADD = 7,
+  FUSEOPT_PROCESS_SET_REMOVE = 8,
+  FUSEOPT_COLLECTIVE_COUNT = 9
 } fuseopt_collective_t;
 
 typedef enum {
@@ -168,6 +175,12 @@ typedef struct {
    * with it what must not be mixed across ranks, e.g. gradients resubmitted
    * without a new backward pass (1) against fresh ones (0). >= 0. */
   int32_t phase;
+  /* Added later still; shorter structs get 0, the global set (every rank).
+   * The id of a process set made by FUSEOPT_PROCESS_SET_ADD: the operation
+   * runs among that set's members only, on its own communicator, negotiated
+   * and fused apart from every other set's. Only members may submit to it.
+   * root stays a global rank. Host memory only (not yet for device tensors). */
+  int32_t process_set;
 } fuseopt_request_t;
 
 /* A result whose size is decided by the other ranks (allgather, alltoall) is
