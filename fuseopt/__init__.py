@@ -19,6 +19,7 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   grouped_allreduce_async_, join, poll, reducescatter,
                   reducescatter_async, synchronize)
 from .objects import allgather_object, broadcast_object
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .checkpoint import CheckpointError
 from .naming import Shared
 from .timeline import start_timeline, stop_timeline

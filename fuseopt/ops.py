@@ -9,6 +9,7 @@ the n-th on every other rank).
 import numpy as np
 
 from ._native import lib
+from . import process_sets as _ps
 from . import requests as _rq
 from .errors import InvalidArgumentError
 
@@ -53,7 +54,8 @@ def _writable(array, what):
     return array
 
 
-def _allreduce_op(array, name, op, prescale_factor, postscale_factor, in_place, out=None):
+def _allreduce_op(array, name, op, prescale_factor, postscale_factor, in_place, out=None,
+                  process_set=None):
     """enqueue()'s arguments for one allreduce: in place, into ``out`` (a
     C-contiguous array of the same shape and dtype) or into a new array."""
     if in_place:
@@ -66,23 +68,29 @@ def _allreduce_op(array, name, op, prescale_factor, postscale_factor, in_place, 
         src_ptr, out_ptr = _ptr(src), _ptr(out)
     return ((_rq.ALLREDUCE, name, _dtype_name(src), src.shape, src_ptr, out_ptr),
             dict(reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
-                 keepalive=(src, out), finish=lambda _: out))
+                 keepalive=(src, out), finish=lambda _: out, process_set=_ps.id_of(process_set)))
 
 
-def allreduce_async(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_async(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=None):
     """Reduces ``array`` across ranks into a new array (``op``: Average, Sum,
-    Min, Max, Product; Average divides the sum by size())."""
-    args, kwargs = _allreduce_op(array, name, op, prescale_factor, postscale_factor, False)
+    Min, Max, Product, Adasum; Average divides the sum by the number of ranks).
+    ``process_set``: an added :class:`fuseopt.ProcessSet` (default: every rank)."""
+    args, kwargs = _allreduce_op(array, name, op, prescale_factor, postscale_factor, False,
+                                 process_set=process_set)
     return _rq.enqueue(*args, **kwargs)
 
 
-def allreduce_async_(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_async_(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=None):
     """In-place allreduce: ``array`` holds the result when the handle completes."""
-    args, kwargs = _allreduce_op(array, name, op, prescale_factor, postscale_factor, True)
+    args, kwargs = _allreduce_op(array, name, op, prescale_factor, postscale_factor, True,
+                                 process_set=process_set)
     return _rq.enqueue(*args, **kwargs)
 
 
-def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, outs=None):
+def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, outs=None,
+             process_set=None):
     """One native call to submit, one to wait: returns a GroupHandle whose
     wait() gives the list of results (``outs``, when given, receive them)."""
     if in_place:
@@ -96,20 +104,22 @@ def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, out
                             [_dtype_name(a) for a in srcs], [a.shape for a in srcs], src_ptrs,
                             out_ptrs, reduce_op=op, prescale=prescale_factor,
                             postscale=postscale_factor, keepalive=(srcs, outs),
-                            finish=lambda _: list(outs))
+                            finish=lambda _: list(outs), process_set=_ps.id_of(process_set))
 
 
 def grouped_allreduce_async(arrays, names=None, op=Average, prescale_factor=1.0,
-                            postscale_factor=1.0):
+                            postscale_factor=1.0, process_set=None):
     """Allreduces a list together: submitted in one call (all or none),
     negotiated in one round and fused."""
-    return _grouped(arrays, names, op, prescale_factor, postscale_factor, False)
+    return _grouped(arrays, names, op, prescale_factor, postscale_factor, False,
+                    process_set=process_set)
 
 
 def grouped_allreduce_async_(arrays, names=None, op=Average, prescale_factor=1.0,
-                             postscale_factor=1.0):
+                             postscale_factor=1.0, process_set=None):
     """In-place grouped allreduce."""
-    return _grouped(arrays, names, op, prescale_factor, postscale_factor, True)
+    return _grouped(arrays, names, op, prescale_factor, postscale_factor, True,
+                    process_set=process_set)
 
 
 def resolve_op(average, op):
@@ -121,7 +131,7 @@ def resolve_op(average, op):
     return Average if op is None else op
 
 
-def allgather_async(array, name=None):
+def allgather_async(array, name=None, process_set=None):
     """Concatenates every rank's array along the first dimension (which may
     differ per rank; the other dimensions must match)."""
     src = _contiguous(array)
@@ -132,25 +142,28 @@ def allgather_async(array, name=None):
         return np.frombuffer(raw.buffer, dtype=src.dtype).reshape((raw.first_dim,) + src.shape[1:])
 
     return _rq.enqueue(_rq.ALLGATHER, name, _dtype_name(src), src.shape, _ptr(src),
-                       keepalive=(src,), finish=finish)
+                       keepalive=(src,), finish=finish, process_set=_ps.id_of(process_set))
 
 
-def broadcast_async(array, root_rank, name=None):
-    """Every rank receives ``root_rank``'s array (as a new array)."""
+def broadcast_async(array, root_rank, name=None, process_set=None):
+    """Every rank receives ``root_rank``'s array (as a new array).
+    ``root_rank`` is a global rank, also with a ``process_set``."""
     src = _contiguous(array)
     out = np.empty_like(src)
     return _rq.enqueue(_rq.BROADCAST, name, _dtype_name(src), src.shape, _ptr(src), _ptr(out),
-                       root=root_rank, keepalive=(src, out), finish=lambda _: out)
+                       root=root_rank, keepalive=(src, out), finish=lambda _: out,
+                       process_set=_ps.id_of(process_set))
 
 
-def broadcast_async_(array, root_rank, name=None):
+def broadcast_async_(array, root_rank, name=None, process_set=None):
     """In-place broadcast into ``array``."""
     buf = _writable(array, "broadcast_ input")
     return _rq.enqueue(_rq.BROADCAST, name, _dtype_name(buf), buf.shape, _ptr(buf), _ptr(buf),
-                       root=root_rank, keepalive=(buf,), finish=lambda _: buf)
+                       root=root_rank, keepalive=(buf,), finish=lambda _: buf,
+                       process_set=_ps.id_of(process_set))
 
 
-def alltoall_async(array, splits=None, name=None):
+def alltoall_async(array, splits=None, name=None, process_set=None):
     """Sends ``splits[r]`` consecutive rows to rank r (an even split when
     None). The result is ``(received_rows, received_splits)``."""
     src = _contiguous(array)
@@ -164,7 +177,8 @@ def alltoall_async(array, splits=None, name=None):
         return out, np.asarray(raw.recv_splits, dtype=np.int64)
 
     return _rq.enqueue(_rq.ALLTOALL, name, _dtype_name(src), src.shape, _ptr(src),
-                       splits=splits, keepalive=(src,), finish=finish)
+                       splits=splits, keepalive=(src,), finish=finish,
+                       process_set=_ps.id_of(process_set))
 
 
 def reducescatter_rows(rows, rank, size):
@@ -174,18 +188,20 @@ def reducescatter_rows(rows, rank, size):
 
 
 def reducescatter_async(array, name=None, op=Average, prescale_factor=1.0,
-                        postscale_factor=1.0):
+                        postscale_factor=1.0, process_set=None):
     """Reduces across ranks and returns this rank's slice of the first
-    dimension (see :func:`reducescatter_rows`)."""
-    from .runtime import rank, size
+    dimension (see :func:`reducescatter_rows`; with a process set, by
+    position in the set)."""
+    set_id = _ps.id_of(process_set)
     src = _contiguous(array)
     if src.ndim == 0:
         raise InvalidArgumentError("reducescatter needs at least one dimension")
-    out = np.empty((reducescatter_rows(src.shape[0], rank(), size()),) + src.shape[1:],
-                   dtype=src.dtype)
+    rows = reducescatter_rows(src.shape[0], _ps.rank_in(process_set), _ps.size_of(process_set))
+    out = np.empty((rows,) + src.shape[1:], dtype=src.dtype)
     return _rq.enqueue(_rq.REDUCESCATTER, name, _dtype_name(src), src.shape, _ptr(src),
                        _ptr(out), reduce_op=op, prescale=prescale_factor,
-                       postscale=postscale_factor, keepalive=(src, out), finish=lambda _: out)
+                       postscale=postscale_factor, keepalive=(src, out), finish=lambda _: out,
+                       process_set=set_id)
 
 
 def _blocking(async_fn):
@@ -207,9 +223,9 @@ alltoall = _blocking(alltoall_async)
 reducescatter = _blocking(reducescatter_async)
 
 
-def barrier():
-    """Returns once every rank has called barrier()."""
-    _rq.enqueue_control(_rq.BARRIER).wait()
+def barrier(process_set=None):
+    """Returns once every rank (of ``process_set``) has called barrier()."""
+    _rq.enqueue(_rq.BARRIER, None, "uint8", (), process_set=_ps.id_of(process_set)).wait()
 
 
 def join():

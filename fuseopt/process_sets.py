@@ -1,93 +1,164 @@
-"""Horovod's process-set names, and the check that keeps ``process_set=``
-from being a silent no-op.
+"""Process sets, as in Horovod (>= 0.23): collectives among a subset of the
+ranks.
 
-fuseopt runs every collective over all ranks so far: per-set communicators,
-negotiation and response caches are not in the core yet. So the global set
-(``global_process_set``, or a ``ProcessSet`` of every rank) is accepted
-everywhere, and any other set raises UnsupportedError at once, on the rank
-that passed it, instead of being reduced over the wrong ranks.
+A set is added on every rank (``add_process_set`` or ``init(process_sets=)``)
+and then passed as ``process_set=`` to collectives, which only its members
+may call. In the core each set has its own communicator, negotiation and
+response cache, and its tensors are never fused with another set's
+(docs/design.md). Ranks in arguments (``root_rank``) stay global ranks;
+``ProcessSet.rank()`` is this rank's position in the set.
 """
+import numpy as np
+
+from . import requests as _rq
 from . import runtime
 from .errors import InvalidArgumentError, UnsupportedError
 
-_NOT_YET = ("fuseopt runs collectives over all ranks only (process sets other than the global "
-            "one are not implemented yet); split the job into separate fuseoptrun jobs, or use "
-            "hvd.global_process_set")
-
 
 class ProcessSet:
-    """A set of ranks, as in Horovod. ``ranks=None`` means every rank."""
+    """A set of global ranks. Horovod's fields: ``ranks`` (ascending) and
+    ``process_set_id`` (None until added; 0 for the global set)."""
 
     def __init__(self, ranks_or_comm=None):
-        if ranks_or_comm is not None and not isinstance(ranks_or_comm, (list, tuple, range, set)):
-            raise UnsupportedError("ProcessSet(%r): only a list of ranks is supported (an mpi4py "
-                                   "communicator is not)" % (ranks_or_comm,))
-        self.ranks = None if ranks_or_comm is None else sorted({int(r) for r in ranks_or_comm})
-        self.process_set_id = 0 if ranks_or_comm is None else None
+        self._ctx = None  # the runtime it was added in (ids restart with init)
+        if ranks_or_comm is None:  # the global set
+            self.ranks, self.process_set_id = None, 0
+            return
+        if not isinstance(ranks_or_comm, (list, tuple, range, set, frozenset, np.ndarray)):
+            raise UnsupportedError(
+                "ProcessSet(%r): pass the list of global ranks (an mpi4py communicator is not "
+                "supported; its ranks are comm.group.Translate_ranks(range(comm.size), "
+                "MPI.COMM_WORLD.group))" % (ranks_or_comm,))
+        ranks = list(ranks_or_comm)
+        for r in ranks:
+            if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+                raise InvalidArgumentError("ProcessSet ranks must be ints, not %r" % (r,))
+        if len(set(ranks)) != len(ranks):
+            raise InvalidArgumentError("ProcessSet(%r): a rank is listed twice" % (ranks,))
+        self.ranks = sorted(int(r) for r in ranks)
+        self.process_set_id = None
 
-    def _all_ranks(self):
-        return list(range(runtime.size()))
-
-    def covers_everyone(self):
-        return self.ranks is None or self.ranks == self._all_ranks()
-
-    def included(self):
-        return self.ranks is None or runtime.rank() in self.ranks
-
-    def rank(self):
-        if not self.included():
-            raise InvalidArgumentError("rank %d is not part of %r" % (runtime.rank(), self))
-        return runtime.rank() if self.ranks is None else self.ranks.index(runtime.rank())
+    def _added(self):
+        return self.process_set_id == 0 or (self.process_set_id is not None
+                                            and self._ctx is runtime.context())
 
     def size(self):
-        return runtime.size() if self.ranks is None else len(self.ranks)
+        """Number of ranks in the set; None until it is added (as Horovod)."""
+        if self.process_set_id == 0:
+            return runtime.size()
+        return len(self.ranks) if self._added() else None
 
-    def __eq__(self, other):  # the global set is its own (ranks None), as Horovod's id 0
+    def rank(self):
+        """This rank's position in the set (None until added); raises on a
+        rank that is not a member."""
+        if self.process_set_id == 0:
+            return runtime.rank()
+        if not self._added():
+            return None
+        if runtime.rank() not in self.ranks:
+            raise InvalidArgumentError("rank %d is not a member of %r" % (runtime.rank(), self))
+        return self.ranks.index(runtime.rank())
+
+    def included(self):
+        """Whether this rank is a member (None for a set without ranks)."""
+        if self.process_set_id == 0:
+            return True
+        return None if self.ranks is None else runtime.rank() in self.ranks
+
+    def __eq__(self, other):  # one set per list of ranks: duplicates are refused
         return isinstance(other, ProcessSet) and self.ranks == other.ranks
 
     def __hash__(self):
         return hash(tuple(self.ranks or ()))
 
     def __repr__(self):
-        return "ProcessSet(%s)" % ("global" if self.ranks is None else self.ranks)
+        if self.process_set_id == 0:
+            return "ProcessSet(global)"
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
 
 
 global_process_set = ProcessSet()
 
 
-def require_global(process_set):
-    """Every binding calls this with its ``process_set=`` argument."""
+def id_of(process_set):
+    """The core's id for a ``process_set=`` argument; raises for anything
+    that is not an added ProcessSet. Every binding calls this."""
     if process_set is None or process_set is global_process_set:
-        return
+        return 0
     if not isinstance(process_set, ProcessSet):
         raise InvalidArgumentError("process_set must be a hvd.ProcessSet, not %s"
                                    % type(process_set).__name__)
-    if not process_set.covers_everyone():
-        raise UnsupportedError("%r: %s" % (process_set, _NOT_YET))
+    if process_set.process_set_id == 0:
+        return 0
+    if not process_set._added():
+        raise InvalidArgumentError(
+            "%r has not been added (or was removed, or added before the last init): call "
+            "hvd.add_process_set on every rank, or pass it to hvd.init(process_sets=...)"
+            % (process_set,))
+    return process_set.process_set_id
+
+
+def size_of(process_set):
+    """Ranks in the set named by a ``process_set=`` argument."""
+    return runtime.size() if id_of(process_set) == 0 else len(process_set.ranks)
+
+
+def rank_in(process_set):
+    """This rank's position in that set."""
+    return runtime.rank() if id_of(process_set) == 0 else process_set.rank()
 
 
 def add_process_set(process_set):
-    """Horovod's dynamic process sets: only the set of every rank is accepted."""
+    """Adds a set of ranks (a ProcessSet or a list of ranks) and returns it
+    with its id. Collective: every rank calls it, with the same ranks (else
+    every rank raises MismatchError). A set with the same ranks as an existing
+    one (the global set included) raises ValueError, as in Horovod."""
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
-    require_global(ps)
+    if ps.process_set_id == 0:
+        raise InvalidArgumentError("the global process set exists from init() on")
+    ranks = np.asarray(ps.ranks, dtype=np.int32)
+    if ranks.size == 0:
+        raise InvalidArgumentError("a process set needs at least one rank")
+    new_id = np.full(1, -1, dtype=np.int32)
+    _rq.enqueue(_rq.PROCESS_SET_ADD, None, "int32", ranks.shape, _rq.ffi.from_buffer(ranks),
+                _rq.ffi.from_buffer(new_id), keepalive=(ranks, new_id)).wait()
+    ps.process_set_id, ps._ctx = int(new_id[0]), runtime.context()
     return ps
 
 
 def remove_process_set(process_set):
-    require_global(process_set)
-    raise UnsupportedError("the global process set cannot be removed")
+    """Removes an added set (collective, on every rank) and returns True;
+    False for a set that is not added or is the global set, as in Horovod.
+    Operations of the set still in flight fail."""
+    if not isinstance(process_set, ProcessSet):
+        raise InvalidArgumentError("remove_process_set takes a hvd.ProcessSet")
+    if process_set.process_set_id == 0 or not process_set._added():
+        return False
+    ident = np.full(1, process_set.process_set_id, dtype=np.int32)
+    process_set.process_set_id, process_set._ctx = None, None
+    _rq.enqueue(_rq.PROCESS_SET_REMOVE, None, "int32", ident.shape, _rq.ffi.from_buffer(ident),
+                keepalive=(ident,)).wait()
+    return True
 
 
 def init(comm=None, process_sets=None, **settings):
     """Horovod's ``init(comm=None, process_sets=None)`` plus fuseopt's knobs
-    (see :func:`fuseopt.init`). ``comm`` (an mpi4py communicator or a list of
-    ranks) is not supported: fuseopt runs on MPI_COMM_WORLD; ``process_sets``
-    may only name the global set."""
+    (see :func:`fuseopt.init`). ``process_sets``: ProcessSets (or lists of
+    ranks) to add on every rank, in order; ``"dynamic"`` is accepted (sets can
+    always be added later). ``comm`` (an mpi4py communicator or a list of
+    ranks) is not supported: fuseopt runs on every rank of the job."""
     if comm is not None:
         raise UnsupportedError("init(comm=...): fuseopt runs on all ranks of the job "
-                               "(MPI_COMM_WORLD); start a separate job for a subset")
-    if process_sets == "dynamic":
-        raise UnsupportedError("init(process_sets='dynamic'): " + _NOT_YET)
+                               "(MPI_COMM_WORLD); start a separate job for a subset, or use "
+                               "process sets")
     runtime.init(**settings)
-    for ps in process_sets or ():
-        require_global(ps if isinstance(ps, ProcessSet) else ProcessSet(ps))
+    if process_sets == "dynamic" or process_sets is None:
+        return
+    for ps in process_sets:
+        ps = ps if isinstance(ps, ProcessSet) else ProcessSet(ps)
+        if ps.process_set_id == 0 or (ps.ranks == list(range(runtime.size()))
+                                      and ps.process_set_id is None):
+            ps.process_set_id, ps._ctx = 0, None  # Horovod maps it to the global set too
+            continue
+        if not ps._added():
+            add_process_set(ps)

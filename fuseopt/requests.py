@@ -20,6 +20,8 @@ ALLTOALL = lib.FUSEOPT_ALLTOALL
 REDUCESCATTER = lib.FUSEOPT_REDUCESCATTER
 BARRIER = lib.FUSEOPT_BARRIER
 JOIN = lib.FUSEOPT_JOIN
+PROCESS_SET_ADD = lib.FUSEOPT_PROCESS_SET_ADD
+PROCESS_SET_REMOVE = lib.FUSEOPT_PROCESS_SET_REMOVE
 
 _NULL = ffi.NULL
 
@@ -36,7 +38,7 @@ class RuntimeOutput:
 
     __slots__ = ("buffer", "first_dim", "recv_splits", "device_pointer", "nbytes", "_owner")
 
-    def __init__(self, out, device_kind=0):
+    def __init__(self, out, device_kind=0, ranks=None):
         self.nbytes = int(out.nbytes)
         self.device_pointer = None
         self._owner = None
@@ -51,7 +53,7 @@ class RuntimeOutput:
             ptr = ffi.gc(ffi.cast("char*", out.data), lib.fuseopt_free) if out.data else None
             self.buffer = ffi.buffer(ptr, out.nbytes) if ptr is not None else bytearray(0)
         self.first_dim = int(out.first_dim)
-        n = runtime.size()
+        n = runtime.size() if ranks is None else ranks
         self.recv_splits = ([int(out.recv_splits[i]) for i in range(n)]
                             if out.recv_splits else [0] * n)
         lib.fuseopt_free(out.recv_splits)
@@ -172,8 +174,7 @@ class Handle(_Pending):
 
     __slots__ = ("_id", "_runtime_output")
 
-    # runtime_output: 0 when the caller supplied the output, else 1 + the
-    # device kind of the runtime-allocated result (see _runtime_output).
+    # runtime_output: see _runtime_output.
     def __init__(self, ctx, handle_id, keepalive, finish, runtime_output):
         super().__init__(ctx, (handle_id,), keepalive, finish)
         self._id = handle_id
@@ -186,7 +187,7 @@ class Handle(_Pending):
         status = lib.fuseopt_wait_output(self._ctx, self._id, timeout_ms, out)
         if status != lib.FUSEOPT_OK:
             return status, None
-        return status, RuntimeOutput(out, self._runtime_output - 1)
+        return status, RuntimeOutput(out, *self._runtime_output)
 
 
 class GroupHandle(_Pending):
@@ -212,19 +213,21 @@ _group_templates = {}
 
 
 def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_op=lib.FUSEOPT_SUM,
-                 prescale=1.0, postscale=1.0, keepalive=None, finish=None, key=None, phase=0):
+                 prescale=1.0, postscale=1.0, keepalive=None, finish=None, key=None, phase=0,
+                 process_set=0):
     """Enqueues a list of host-memory operations of one kind in one native
     call (all or none) and returns a GroupHandle. names, dtypes (names),
     shapes (tuples), inputs and outputs (cffi pointers) are parallel lists.
     ``key``: a hashable that stands for all arguments but the buffers, for
     callers that submit the same group every step (it must change whenever
     they do; hold an object of your own in it so that no other caller's
-    key can equal it). ``phase``: see fuseopt_request_t (ranks must agree)."""
+    key can equal it). ``phase``, ``process_set`` (an id): see
+    fuseopt_request_t."""
     ctx = _context()
     n = len(names)
     if key is None:
         key = (collective, tuple(names), tuple(dtypes), tuple(shapes), reduce_op, prescale,
-               postscale, phase)
+               postscale, phase, process_set)
     template = _group_templates.pop(key, None)
     if template is None:
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
@@ -234,6 +237,7 @@ def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_o
                             prescale, postscale)
             reqs[i] = one[0][0]
             reqs[i].phase = phase
+            reqs[i].process_set = process_set
             keep.append(one)
         template = (reqs, keep)
     reqs = template[0]
@@ -286,23 +290,25 @@ def _template(collective, name, dtype, shape, reduce_op, root, prescale, postsca
 
 def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
             reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
-            keepalive=None, finish=None, device=None):
+            keepalive=None, finish=None, device=None, process_set=0):
     """Submits one operation on raw buffers and returns its Handle.
 
     dtype is a name ("float32"); shape a sequence of ints; pointers are cffi
     ``void*`` (or NULL). ``finish(raw)`` turns the completed operation into
     the handle's result; raw is a RuntimeOutput for allgather/alltoall.
     ``device`` (a :class:`fuseopt.devices.Device`) says the pointers are
-    device memory; None means host memory.
+    device memory; None means host memory. ``process_set``: the set's id
+    (:func:`fuseopt.process_sets.id_of`).
     """
     ctx = _context()
     req = ffi.new("fuseopt_request_t[1]")
     c_splits = _fill(req, 0, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
-                     root, prescale, postscale, splits, device)
+                     root, prescale, postscale, splits, device, process_set=process_set)
     handle = ffi.new("int64_t*")
     check(lib.fuseopt_enqueue(ctx, req, handle))
     del c_splits  # the core has copied them
-    return Handle(ctx, handle[0], keepalive, finish, _runtime_output(collective, device))
+    return Handle(ctx, handle[0], keepalive, finish,
+                  _runtime_output(collective, device, process_set))
 
 
 class Then:
@@ -336,13 +342,14 @@ class Batch:
 
     def add(self, collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
             reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
-            keepalive=None, finish=None, device=None, phase=0):
+            keepalive=None, finish=None, device=None, phase=0, process_set=0):
         self._ops.append((collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
-                          prescale, postscale, splits, device, keepalive, finish, phase))
+                          prescale, postscale, splits, device, keepalive, finish, phase,
+                          process_set))
 
     def submit(self):
         ctx, handles, ops = self._enqueue()
-        return [Handle(ctx, handles[i], op[12], op[13], _runtime_output(op[0], op[11]))
+        return [Handle(ctx, handles[i], op[12], op[13], _runtime_output(op[0], op[11], op[15]))
                 for i, op in enumerate(ops)]
 
     def submit_group(self):
@@ -359,7 +366,8 @@ class Batch:
         ctx = _context()
         n = len(self._ops)
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
-        c_splits = [_fill(reqs, i, *op[:12], phase=op[14]) for i, op in enumerate(self._ops)]
+        c_splits = [_fill(reqs, i, *op[:12], phase=op[14], process_set=op[15])
+                    for i, op in enumerate(self._ops)]
         handles = ffi.new("int64_t[]", max(n, 1))
         check(lib.fuseopt_enqueue_many(ctx, reqs, n, handles))
         del c_splits
@@ -375,7 +383,7 @@ def _context():
 
 
 def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
-          prescale, postscale, splits, device=None, phase=0):
+          prescale, postscale, splits, device=None, phase=0, process_set=0):
     """Fills reqs[i]; returns what must stay alive until enqueued."""
     if type(shape) is not tuple:
         shape = tuple(shape)
@@ -384,7 +392,8 @@ def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce
     req = reqs[i]
     req.input = input_ptr
     req.output = output_ptr
-    req.phase = phase  # templates are phase 0
+    req.phase = phase  # templates are phase 0, in the global set
+    req.process_set = process_set
     if device is not None:  # templates are host requests
         req.device_type = device.kind
         req.device_id = device.index
@@ -402,13 +411,17 @@ def _fill(reqs, i, collective, name, dtype, shape, input_ptr, output_ptr, reduce
 _RUNTIME_OUTPUT = (ALLGATHER, ALLTOALL)
 
 
-def _runtime_output(collective, device):
-    """0 when the caller supplies the output, else 1 + the result's device kind."""
+def _runtime_output(collective, device, process_set=0):
+    """None when the caller supplies the output, else (the result's device
+    kind, the number of ranks it came from: the process set's size)."""
     if collective not in _RUNTIME_OUTPUT:
-        return 0
-    return 1 + (device.kind if device is not None else 0)
+        return None
+    kind = device.kind if device is not None else 0
+    return kind, (runtime.size() if process_set == 0 else set_size(process_set))
 
 
-def enqueue_control(collective, name=None):
-    """Barrier or join: no buffers."""
-    return enqueue(collective, name, "uint8", ())
+def set_size(process_set):
+    """Ranks in the process set of this id (the core's table)."""
+    rank, size = ffi.new("int32_t*"), ffi.new("int32_t*")
+    check(lib.fuseopt_process_set_info(_context(), process_set, rank, size))
+    return size[0]

@@ -139,6 +139,19 @@ int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out) {
   return FUSEOPT_OK;
 }
 
+int fuseopt_process_set_info(fuseopt_ctx_t* ctx, int32_t process_set, int32_t* rank,
+                             int32_t* size) {
+  REQUIRE_CTX(ctx);
+  if (!rank || !size) return fail(FUSEOPT_INVALID_ARG, "rank or size is NULL");
+  fuseopt::ProcessSetTable::Set set;
+  if (!ctx->context.process_sets().find(process_set, &set))
+    return fail(FUSEOPT_INVALID_ARG, "process set " + std::to_string(process_set) +
+                                         " does not exist");
+  *rank = set.rank;
+  *size = static_cast<int32_t>(set.ranks.size());
+  return FUSEOPT_OK;
+}
+
 int fuseopt_enqueue(fuseopt_ctx_t* ctx, const fuseopt_request_t* req, int64_t* handle) {
   REQUIRE_CTX(ctx);
   if (!req || !handle) return fail(FUSEOPT_INVALID_ARG, "request or handle pointer is NULL");

@@ -298,7 +298,8 @@ void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t*
   try {
     for (int64_t i = 0; i < count; ++i) {
       entries.push_back(validate(request_at(requests, i)));  // device_request.cc
-      entries.back().handle = handles_.create(entries.back().spec.name);
+      Entry& e = entries.back();
+      e.handle = handles_.create(e.spec.name, e.process_set);
     }
   } catch (...) {
     for (const Entry& e : entries)

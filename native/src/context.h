@@ -65,6 +65,7 @@ class Context {
   // Queues count requests, all or none (throws Error), one handle each.
   void enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles);
   HandleTable& handles() { return handles_; }
+  const ProcessSetTable& process_sets() const { return process_sets_; }
   const Metrics& metrics() const { return metrics_; }
   Timeline& timeline() { return timeline_; }
 

@@ -14,15 +14,18 @@ HandleTable::~HandleTable() {
   for (auto& kv : states_) free_memory(kv.second.output.device, kv.second.output.data);
 }
 
-int64_t HandleTable::create(const std::string& name) {
+int64_t HandleTable::create(const std::string& name, int32_t process_set) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!in_flight_.insert(name).second)
+  // Names are unique per process set: sets negotiate apart.
+  const std::string key = process_set == 0 ? name : std::to_string(process_set) + ":" + name;
+  if (!in_flight_.insert(key).second)
     throw Error(FUSEOPT_INVALID_ARG,
-                "tensor name '" + name +
-                    "' is already in flight on this rank; wait for it before reusing the name");
+                "tensor name '" + name + "' is already in flight on this rank" +
+                    (process_set ? " in process set " + std::to_string(process_set) : "") +
+                    "; wait for it before reusing the name");
   int64_t h = next_++;
   State s;
-  s.name = name;
+  s.name = key;
   states_.emplace(h, std::move(s));
   return h;
 }

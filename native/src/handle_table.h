@@ -35,7 +35,7 @@ class HandleTable {
  public:
   ~HandleTable();
   // Throws Error(INVALID_ARG) if name is already in flight.
-  int64_t create(const std::string& name);
+  int64_t create(const std::string& name, int32_t process_set = 0);
   // Forgets a handle nobody was given (its enqueue was refused).
   void discard(int64_t handle);
   void complete(int64_t handle, Outcome outcome, OwnedOutput output = OwnedOutput());

@@ -228,6 +228,12 @@ int fuseopt_cancel_init(int status, const char* message);
 
 int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out);
 
+/* A process set this rank knows (0: every rank): its size, and this rank's
+ * position in it (-1 if not a member). FUSEOPT_INVALID_ARG for an id that
+ * names no set (never added, or removed). */
+int fuseopt_process_set_info(fuseopt_ctx_t* ctx, int32_t process_set, int32_t* rank,
+                             int32_t* size);
+
 /* Validates the request, copies its metadata (not its buffers) and returns a
  * handle at once. Errors that need the other ranks to detect (mismatches)
  * surface later, from fuseopt_wait. */
