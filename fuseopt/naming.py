@@ -113,7 +113,7 @@ def map_from_config(config):
             for k, v in config.items()}
 
 
-def verify_agreement(tensors, what):
+def verify_agreement(tensors, what, process_set=None):
     """Collective: checks that every rank maps the same shared names, with the
     same shape (in the shared layout) and dtype. ``tensors``: {shared name:
     (shape, dtype name)}. Raises MismatchError on every rank, listing each
@@ -121,11 +121,13 @@ def verify_agreement(tensors, what):
     mismatched job hang or fail tensor by tensor."""
     mine = {name: (tuple(int(d) for d in shape), str(dtype))
             for name, (shape, dtype) in tensors.items()}
-    everyone = objects.allgather_object(mine, name="fuseopt.naming.verify")
+    everyone = objects.allgather_object(mine, name="fuseopt.naming.verify",
+                                        process_set=process_set)
+    ranks = getattr(process_set, "ranks", None) or range(len(everyone))
     problems = []
     for name in sorted(set().union(*everyone)):
         seen = {}
-        for rank, table in enumerate(everyone):
+        for rank, table in zip(ranks, everyone):
             value = table.get(name)
             what_it_is = "no such tensor" if value is None else \
                 "%s[%s]" % (value[1], ",".join(map(str, value[0])))

@@ -6,23 +6,26 @@ import numpy as np
 from . import ops, runtime
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """Returns root_rank's ``obj`` on every rank (pickled; root's value wins)."""
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """Returns root_rank's ``obj`` on every rank (of ``process_set``; pickled;
+    root's value wins)."""
     name = name or "broadcast_object"
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if runtime.rank() == root_rank \
         else np.zeros(0, dtype=np.uint8)
-    length = ops.broadcast(np.array([payload.size], dtype=np.int64), root_rank, name + ".len")
+    length = ops.broadcast(np.array([payload.size], dtype=np.int64), root_rank, name + ".len",
+                           process_set=process_set)
     buf = payload if runtime.rank() == root_rank else np.empty(int(length[0]), dtype=np.uint8)
-    data = ops.broadcast(buf, root_rank, name + ".data")
+    data = ops.broadcast(buf, root_rank, name + ".data", process_set=process_set)
     return obj if runtime.rank() == root_rank else pickle.loads(data.tobytes())
 
 
-def allgather_object(obj, name=None):
-    """A list with every rank's ``obj``, in rank order."""
+def allgather_object(obj, name=None, process_set=None):
+    """A list with every rank's ``obj`` (of ``process_set``), in rank order."""
     name = name or "allgather_object"
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-    sizes = ops.allgather(np.array([payload.size], dtype=np.int64), name + ".len")
-    data = ops.allgather(payload, name + ".data").tobytes()
+    sizes = ops.allgather(np.array([payload.size], dtype=np.int64), name + ".len",
+                          process_set=process_set)
+    data = ops.allgather(payload, name + ".data", process_set=process_set).tobytes()
     out, offset = [], 0
     for n in sizes:
         out.append(pickle.loads(data[offset:offset + int(n)]))

@@ -135,9 +135,9 @@ def remove_process_set(process_set):
     if process_set.process_set_id == 0 or not process_set._added():
         return False
     ident = np.full(1, process_set.process_set_id, dtype=np.int32)
-    process_set.process_set_id, process_set._ctx = None, None
     _rq.enqueue(_rq.PROCESS_SET_REMOVE, None, "int32", ident.shape, _rq.ffi.from_buffer(ident),
                 keepalive=(ident,)).wait()
+    process_set.process_set_id, process_set._ctx = None, None  # only once it is gone
     return True
 
 

@@ -10,7 +10,7 @@ buckets (per-tensor coefficients are kept inside a bucket).
 """
 import torch
 
-from .. import runtime
+from .. import process_sets as _ps
 from ..compression import NoneCompressor
 from ..errors import UnsupportedError
 from . import ops
@@ -25,7 +25,9 @@ class AdasumOptimizer(OptimizerWrapper):
     (``named_parameters`` is accepted for Horovod's signature)."""
 
     def __init__(self, optimizer, named_parameters=None, compression=None,
-                 backward_passes_per_step=1):
+                 backward_passes_per_step=1, process_set=None):
+        self._process_set = process_set
+        _ps.id_of(process_set)
         if compression is not None and not isinstance(compression, NoneCompressor):
             raise UnsupportedError("DistributedOptimizer(op=Adasum) does not take compression")
         if backward_passes_per_step != 1:
@@ -47,12 +49,14 @@ class AdasumOptimizer(OptimizerWrapper):
         loss = self._optimizer.step(closure)
         with torch.no_grad():
             deltas = [p.detach() - s for p, s in zip(self._params, self._starts)]
-            combined = ops.grouped_allreduce_async(deltas, name="adasum.delta",
-                                                   op=ops.Adasum).wait() if deltas else []
+            combined = ops.grouped_allreduce_async(deltas, name="adasum.delta", op=ops.Adasum,
+                                                   process_set=self._process_set).wait() \
+                if deltas else []
             for p, s, d in zip(self._params, self._starts, combined):
                 p.copy_(s + d)
                 s.copy_(p)
         return loss
 
     def __repr__(self):
-        return "AdasumOptimizer(%r, ranks=%d)" % (self._optimizer, runtime.size())
+        return "AdasumOptimizer(%r, ranks=%d)" % (self._optimizer,
+                                                   _ps.size_of(self._process_set))

@@ -11,7 +11,8 @@ from ..errors import InvalidArgumentError
 from . import _tensors, ops
 
 
-def broadcast_parameters(params, root_rank=0, prefix="broadcast.param.", name_map=None):
+def broadcast_parameters(params, root_rank=0, prefix="broadcast.param.", name_map=None,
+                         process_set=None):
     """Copies root_rank's tensors into everyone's, in place.
 
     ``params``: a ``state_dict()`` (tensors and buffers) or an iterable of
@@ -22,7 +23,9 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.param.", name_ma
     each name to a shared name or ``fuseopt.Shared(name, perm)``; the tensors
     then travel under the shared names and layout, so a Keras rank's
     ``broadcast_variables(..., name_map=...)`` can be the root or a receiver.
-    The ranks first check together that they agree on every shared tensor."""
+    The ranks first check together that they agree on every shared tensor.
+    ``process_set``: only its members take part (root_rank is a global rank)."""
+    _ps.id_of(process_set)
     items = sorted(params.items()) if isinstance(params, dict) else list(params)
     if not all(isinstance(item, tuple) and len(item) == 2 for item in items):
         raise InvalidArgumentError("broadcast_parameters needs a state_dict or (name, tensor) "
@@ -35,14 +38,17 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.param.", name_ma
         shared = [naming.Shared(naming.BROADCAST_PREFIX + s.name, s.perm)
                   for s in naming.resolve(name_map, [n for n, _ in items])]
         naming.verify_agreement({s.name: (s.shared_shape(t.shape), _tensors.dtype_name(t))
-                                 for (_, t), s in zip(items, shared)}, "broadcast_parameters")
+                                 for (_, t), s in zip(items, shared)}, "broadcast_parameters",
+                                process_set)
     pending = []
     for (_, target), s in zip(items, shared):
         if s.perm is None and target.is_contiguous():
-            pending.append((None, s, ops.broadcast_async_(target, root_rank, name=s.name)))
+            pending.append((None, s, ops.broadcast_async_(target, root_rank, name=s.name,
+                                                          process_set=process_set)))
         else:
             view = target if s.perm is None else target.permute(s.perm)
-            pending.append((target, s, ops.broadcast_async(view, root_rank, name=s.name)))
+            pending.append((target, s, ops.broadcast_async(view, root_rank, name=s.name,
+                                                           process_set=process_set)))
     for target, s, handle in pending:
         result = handle.wait()
         if target is not None:
@@ -51,22 +57,22 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.param.", name_ma
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """root_rank's picklable object (tensors included) on every rank."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     if runtime.rank() == root_rank:
         buf = io.BytesIO()
         torch.save(obj, buf)
         payload = buf.getvalue()
     else:
         payload = None
-    payload = _objects.broadcast_object(payload, root_rank, name=name or "torch.broadcast_object")
+    payload = _objects.broadcast_object(payload, root_rank, name=name or "torch.broadcast_object",
+                                        process_set=process_set)
     return obj if runtime.rank() == root_rank else torch.load(io.BytesIO(payload),
                                                               weights_only=False)
 
 
 def allgather_object(obj, name=None, process_set=None):
     """A list of every rank's picklable object, in rank order."""
-    _ps.require_global(process_set)
-    return _objects.allgather_object(obj, name=name)
+    return _objects.allgather_object(obj, name=name, process_set=process_set)
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
@@ -77,12 +83,13 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
     step on zero gradients, so that its state exists (Adam then counts that
     step: a script gets Horovod's numbers, step for step). LBFGS, whose step
     needs a closure, is copied as it is."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     inner = getattr(optimizer, "optimizer", optimizer)
     if not inner.state_dict()["state"] and not isinstance(inner, torch.optim.LBFGS):
         _create_state(inner)
     state = broadcast_object(inner.state_dict() if runtime.rank() == root_rank else None,
-                             root_rank, name="broadcast.optimizer_state")
+                             root_rank, name="broadcast.optimizer_state",
+                             process_set=process_set)
     if runtime.rank() != root_rank:
         inner.load_state_dict(state)
 

@@ -23,7 +23,7 @@ Adasum = _np_ops.Adasum
 
 
 
-def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place):
+def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place, process_set=None):
     """enqueue()'s arguments for one allreduce (in place or into a new tensor)."""
     if tensor.requires_grad:  # e.g. a parameter; gradients themselves do not
         tensor = tensor.detach()
@@ -37,56 +37,57 @@ def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place):
     device, ready = _t.device_of(src)
     return ((_rq.ALLREDUCE, name, _t.dtype_name(src), tuple(src.shape), src_ptr, out_ptr),
             dict(reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
-                 keepalive=(src, out, ready), finish=lambda _: out, device=device))
+                 keepalive=(src, out, ready), finish=lambda _: out, device=device,
+                 process_set=_ps.id_of(process_set)))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None):
-    _ps.require_global(process_set)
     args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
-                                 postscale_factor, False)
+                                 postscale_factor, False, process_set)
     return _rq.enqueue(*args, **kwargs)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None):
-    _ps.require_global(process_set)
     args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
-                                 postscale_factor, True)
+                                 postscale_factor, True, process_set)
     return _rq.enqueue(*args, **kwargs)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None):
-    _ps.require_global(process_set)
-    allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor).wait()
+    allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                     process_set).wait()
     return tensor
 
 
 class _Allreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
-        ctx.op, ctx.scales = op, (prescale_factor, postscale_factor)
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.op, ctx.scales, ctx.process_set = op, (prescale_factor, postscale_factor), process_set
         ctx.name = derived_name(name, ".grad")
-        return allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor).wait()
+        return allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
+                               process_set).wait()
 
     @staticmethod
     def backward(ctx, grad):
-        return (allreduce_async(grad, None, ctx.name, ctx.op, *ctx.scales).wait(),
-                None, None, None, None)
+        return (allreduce_async(grad, None, ctx.name, ctx.op, *ctx.scales,
+                                process_set=ctx.process_set).wait(),
+                None, None, None, None, None)
 
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """Reduces ``tensor`` across ranks (Average by default) into a new tensor."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)  # before any work: a bad set raises here
     op = _np_ops.resolve_op(average, op)
     if compression is None:
-        return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor)
+        return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
     payloads, ctx = compression.compress(tensor, name)
     op = compression.reduce_op if compression.reduce_op is not None else op
     reduced = [_Allreduce.apply(p, derived_name(name, ".%d" % i), op,
-                                prescale_factor, postscale_factor)
+                                prescale_factor, postscale_factor, process_set)
                for i, p in enumerate(payloads)]
     return compression.decompress(reduced, ctx)
 
@@ -108,11 +109,13 @@ def _group_names(tensors, name):
     return [derived_name(name, ".%d" % i) for i in range(len(tensors))]
 
 
-def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, in_place):
+def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, in_place,
+             process_set=None):
     op = _np_ops.resolve_op(average, op)
     batch = _rq.Batch()
     for t, n in zip(tensors, _group_names(tensors, name)):
-        args, kwargs = allreduce_op(t, n, op, prescale_factor, postscale_factor, in_place)
+        args, kwargs = allreduce_op(t, n, op, prescale_factor, postscale_factor, in_place,
+                                    process_set)
         batch.add(*args, **kwargs)
     return batch.submit_group()
 
@@ -121,133 +124,136 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=None):
     """Allreduces a list of tensors: submitted in one call, negotiated in one
     round and fused."""
-    _ps.require_global(process_set)
-    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, False)
+    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, False,
+                    process_set)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
-    _ps.require_global(process_set)
-    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, True)
+    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, True,
+                    process_set)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
         ctx.name, ctx.op, ctx.scales = derived_name(name, ".grad"), op, \
             (prescale_factor, postscale_factor)
+        ctx.process_set = process_set
         return tuple(_grouped(tensors, None, name, op, prescale_factor, postscale_factor,
-                              False).wait())
+                              False, process_set).wait())
 
     @staticmethod
     def backward(ctx, *grads):
         # As Horovod: the gradient is reduced with the forward's op and scales.
-        return (None, None, None, None) + tuple(
-            _grouped(grads, None, ctx.name, ctx.op, *ctx.scales, False).wait())
+        return (None, None, None, None, None) + tuple(
+            _grouped(grads, None, ctx.name, ctx.op, *ctx.scales, False, ctx.process_set).wait())
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Allreduces a list of tensors together (one negotiation, fused);
     differentiable, with optional compression, as Horovod's."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     op = _np_ops.resolve_op(average, op)
     payloads, ctxs, restore = _compressed(compression, tensors, name)
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
-    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, *payloads)
+    reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                      *payloads)
     return [restore(t, c) for t, c in zip(reduced, ctxs)]
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=None):
-    _ps.require_global(process_set)
     grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                             postscale_factor).wait()
+                             postscale_factor, process_set).wait()
     return tensors
 
 
 def allgather_async(tensor, name=None, process_set=None):
-    _ps.require_global(process_set)
+    set_id = _ps.id_of(process_set)
     src = _t.contiguous(tensor.detach())
     if src.dim() == 0:
         raise InvalidArgumentError("allgather needs a tensor with at least one dimension")
     device, ready = _t.device_of(src)
     return _rq.enqueue(_rq.ALLGATHER, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
                        keepalive=(src, ready), finish=lambda raw: _t.from_runtime_output(raw, src),
-                       device=device)
+                       device=device, process_set=set_id)
 
 
 class _Allgather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
+    def forward(ctx, tensor, name, process_set):
         ctx.rows = tensor.shape[0]
         ctx.name = derived_name(name, ".grad")
-        out = allgather_async(tensor, name).wait()
+        ctx.process_set = process_set
+        out = allgather_async(tensor, name, process_set).wait()
         return out
 
     @staticmethod
     def backward(ctx, grad):
         # Horovod's definition: the gradient averaged over ranks, this rank's rows.
-        reduced = allreduce_async(grad, name=ctx.name, op=Average).wait()
+        ps = ctx.process_set
+        reduced = allreduce_async(grad, name=ctx.name, op=Average, process_set=ps).wait()
         rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
-                               derived_name(ctx.name, ".rows")).wait()
-        offset = int(rows[:runtime.rank()].sum())
-        return reduced[offset:offset + ctx.rows], None
+                               derived_name(ctx.name, ".rows"), ps).wait()
+        offset = int(rows[:_ps.rank_in(ps)].sum())
+        return reduced[offset:offset + ctx.rows], None, None
 
 
 def allgather(tensor, name=None, process_set=None):
     """Concatenates every rank's tensor along the first dimension (which may
     differ per rank)."""
-    _ps.require_global(process_set)
-    return _Allgather.apply(tensor, name)
+    _ps.id_of(process_set)
+    return _Allgather.apply(tensor, name, process_set)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    _ps.require_global(process_set)
+    set_id = _ps.id_of(process_set)
     src = _t.contiguous(tensor.detach())
     out = torch.empty_like(src)
     device, ready = _t.device_of(src)
     return _rq.enqueue(_rq.BROADCAST, name, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),
                        _t.ptr(out), root=root_rank, keepalive=(src, out, ready),
-                       finish=lambda _: out, device=device)
+                       finish=lambda _: out, device=device, process_set=set_id)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    _ps.require_global(process_set)
+    set_id = _ps.id_of(process_set)
     buf = _t.writable(tensor.detach(), "broadcast_ tensor")
     device, ready = _t.device_of(buf)
     return _rq.enqueue(_rq.BROADCAST, name, _t.dtype_name(buf), tuple(buf.shape), _t.ptr(buf),
                        _t.ptr(buf), root=root_rank, keepalive=(buf, ready),
-                       finish=lambda _: tensor, device=device)
+                       finish=lambda _: tensor, device=device, process_set=set_id)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
-    _ps.require_global(process_set)
-    return broadcast_async_(tensor, root_rank, name).wait()
+    return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
 class _Broadcast(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
-        ctx.root = root_rank
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root, ctx.process_set = root_rank, process_set
         ctx.name = derived_name(name, ".grad")
-        return broadcast_async(tensor, root_rank, name).wait()
+        return broadcast_async(tensor, root_rank, name, process_set).wait()
 
     @staticmethod
     def backward(ctx, grad):
         # Horovod's definition: the gradient averaged over ranks on the root,
         # zero elsewhere (the other ranks' inputs did not matter).
-        reduced = allreduce_async(grad, name=ctx.name, op=Average).wait()
+        reduced = allreduce_async(grad, name=ctx.name, op=Average,
+                                  process_set=ctx.process_set).wait()
         if runtime.rank() != ctx.root:
             reduced.zero_()
-        return reduced, None, None
+        return reduced, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """Every rank receives root_rank's tensor (a new tensor; differentiable)."""
-    _ps.require_global(process_set)
-    return _Broadcast.apply(tensor, root_rank, name)
+    _ps.id_of(process_set)
+    return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
 def synchronize(handle):
@@ -262,9 +268,8 @@ def poll(handle):
 
 
 def barrier(process_set=None):
-    """Returns once every rank has called barrier()."""
-    _ps.require_global(process_set)
-    _np_ops.barrier()
+    """Returns once every rank (of ``process_set``) has called barrier()."""
+    _np_ops.barrier(process_set)
 
 
 def join(device=-1):

@@ -18,7 +18,7 @@ import warnings
 
 import torch
 
-from .. import buckets, naming, overlap, runtime
+from .. import buckets, naming, overlap
 from ..errors import InvalidArgumentError, MismatchError
 from .. import requests as _rq
 from . import _tensors as _t
@@ -88,12 +88,12 @@ class DistributedOptimizer(OptimizerWrapper):
                 backward_passes_per_step=1, op=ops.Average, *args, **kwargs):
         # As Horovod: Adasum combines updates, not gradients (fuseopt/torch/adasum.py);
         # on one rank there is nothing to combine.
-        if op == ops.Adasum and cls is DistributedOptimizer and runtime.size() > 1:
-            _ps.require_global(kwargs.get("process_set"))
+        process_set = kwargs.get("process_set", args[4] if len(args) > 4 else None)
+        if op == ops.Adasum and cls is DistributedOptimizer and _ps.size_of(process_set) > 1:
             if kwargs.get("gradient_predivide_factor", args[0] if args else 1.0) != 1.0:
                 raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
             return AdasumOptimizer(optimizer, named_parameters, compression,
-                                   backward_passes_per_step)
+                                   backward_passes_per_step, process_set)
         return super().__new__(cls)
 
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
@@ -101,7 +101,8 @@ class DistributedOptimizer(OptimizerWrapper):
                  num_groups=0, groups=None, sparse_as_dense=False, process_set=None,
                  name_map=None, bucket_cap_mb=None):
         # No Optimizer.__init__: the wrapped optimizer owns parameters and state.
-        _ps.require_global(process_set)
+        self._process_set, self._set_id = process_set, _ps.id_of(process_set)
+        self._member = self._set_id == 0 or process_set.included()
         self._optimizer = optimizer
         self._compression = compression
         if backward_passes_per_step < 1:
@@ -229,6 +230,8 @@ class DistributedOptimizer(OptimizerWrapper):
 
     # -- communication -----------------------------------------------------------
     def _on_grad_ready(self, i, p):
+        if not self._member:  # as Horovod: outside the process set, a plain local optimizer
+            return
         if i in self._in_flight or i in self._bucket:
             raise InvalidArgumentError(
                 "gradient of %s was computed again before step()/synchronize(); for several "
@@ -285,7 +288,7 @@ class DistributedOptimizer(OptimizerWrapper):
             for k, payload in enumerate(payloads):
                 args, kwargs = ops.allreduce_op(payload.contiguous(),
                                                 name if k == 0 else "%s.%d" % (name, k), op,
-                                                scales[0], scales[1], True)
+                                                scales[0], scales[1], True, self._process_set)
                 batch.add(*args, phase=self._phase, **kwargs)
             started.append((i, len(payloads), ctx))
         # One handle per bucket: waiting on each gradient separately costs a
@@ -311,7 +314,8 @@ class DistributedOptimizer(OptimizerWrapper):
         ptrs = [_t.ptr(g) for g in grads]
         bucket = _rq.submit_group(_rq.ALLREDUCE, names, dtype_names, shapes, ptrs, ptrs,
                                   reduce_op=op, prescale=scales[0], postscale=scales[1],
-                                  keepalive=grads, key=key, phase=self._phase)
+                                  keepalive=grads, key=key, phase=self._phase,
+                                  process_set=self._set_id)
         self._in_place_buckets.append(bucket)
         for i in indices:
             self._in_flight[i] = _IN_PLACE
@@ -334,6 +338,9 @@ class DistributedOptimizer(OptimizerWrapper):
         averaged, to be mixed with the other ranks' next ones. Its requests
         carry phase 1, so that this fails with MismatchError on every rank
         (steps out of phase) unless every rank does the same."""
+        if not self._member:
+            self._synchronized = True
+            return
         if not (self._in_flight or self._bucket or self._ready or any(self._passes)):
             self._phase = int(any(p.grad is not None for p in self._params))
         for i in range(len(self._params)):  # late ones: unused parameters, incomplete groups
