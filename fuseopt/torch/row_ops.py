@@ -202,5 +202,6 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
         v, i = values.wait(), indices.wait()
         if op == Average:
             v = v / _ps.size_of(process_set)
-        return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size())
+        # Checked: indices come from other ranks, and a bad one would crash later.
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size(), check_invariants=True)
     return handle

@@ -206,13 +206,44 @@ def check_process_set_is_never_ignored():
     assert hvd.global_process_set.size() == n and hvd.global_process_set.rank() == r
     harness.expect_error(hvd.InvalidArgumentError,
                          lambda: hvd.allreduce(torch.ones(2), process_set=object()), "ProcessSet")
-    if n > 1:
-        subset = hvd.ProcessSet([0])
-        harness.expect_error(hvd.UnsupportedError,
-                             lambda: hvd.allreduce(torch.ones(2), process_set=subset),
-                             "ProcessSet([0])", "not implemented")
-        harness.expect_error(hvd.UnsupportedError, lambda: hvd.add_process_set([0]),
-                             "not implemented")
+    harness.expect_error(hvd.InvalidArgumentError,  # never added: not silently global
+                         lambda: hvd.allreduce(torch.ones(2), process_set=hvd.ProcessSet([0])),
+                         "has not been added")
+
+
+def check_sparse_gradients_stay_sparse():
+    """As Horovod: with sparse_as_dense False (allgathered indices and values)
+    or True (reduced dense), p.grad stays sparse, so SparseAdam steps; both
+    give the dense computation's numbers."""
+    r, n = hvd.rank(), hvd.size()
+    ids = [torch.tensor([k % 5, (k + 2) % 5, k % 5]) for k in range(n)]
+
+    def train(sparse_as_dense):
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(5, 3, sparse=True)
+        opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(emb.parameters(), lr=0.1),
+                                       named_parameters=emb.named_parameters(),
+                                       sparse_as_dense=sparse_as_dense)
+        for _ in range(2):
+            opt.zero_grad()
+            (emb(ids[r]) * (r + 1)).sum().backward()
+            opt.synchronize()
+            assert emb.weight.grad.is_sparse
+            with opt.skip_synchronize():
+                opt.step()
+        return emb.weight.detach()
+
+    torch.manual_seed(0)
+    ref = torch.nn.Embedding(5, 3, sparse=True)
+    ref_opt = torch.optim.SparseAdam(ref.parameters(), lr=0.1)
+    for _ in range(2):
+        ref_opt.zero_grad()
+        for k in range(n):
+            (ref(ids[k]) * (k + 1) / n).sum().backward()
+        ref.weight.grad = ref.weight.grad.coalesce()
+        ref_opt.step()
+    close(train(False), ref.weight.detach(), "sparse_as_dense=False")
+    close(train(True), ref.weight.detach(), "sparse_as_dense=True")
 
 
 if __name__ == "__main__":
@@ -221,4 +252,4 @@ if __name__ == "__main__":
                  check_alltoall_reducescatter_objects, check_clear_errors,
                  check_horovod_gradients_and_forms, check_sparse_groups_and_signatures,
                  check_fresh_optimizer_state_is_created_as_horovod_does,
-                 check_process_set_is_never_ignored])
+                 check_process_set_is_never_ignored, check_sparse_gradients_stay_sparse])
