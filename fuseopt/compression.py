@@ -16,7 +16,13 @@ et al., "Error Feedback Fixes SignSGD", 2019).
 Writing your own: subclass the framework's ``Compressor`` and implement
 ``compress``/``decompress``; set ``reduce_op = Sum`` if your payload must be
 summed (then divide by the number of ranks in ``decompress`` yourself).
+A compressor written for Horovod (``compress(tensor) -> (tensor, ctx)``,
+``decompress(tensor, ctx)``) works as it is: ``as_compressor`` adapts it.
 """
+import inspect
+
+from .errors import InvalidArgumentError
+
 
 
 class ResidualMemory:
@@ -56,6 +62,47 @@ class Compressor:
 
     def decompress(self, payloads, ctx):
         return payloads[0]
+
+
+class HorovodCompressor(Compressor):
+    """A compressor written for Horovod: ``compress(tensor) -> (tensor, ctx)``
+    and ``decompress(tensor, ctx) -> tensor``, usually static methods of a
+    class that is passed itself (``compression=MyCompressor``)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def compress(self, tensor, name=None):
+        payload, ctx = self.inner.compress(tensor)
+        return [payload], ctx
+
+    def decompress(self, payloads, ctx):
+        return self.inner.decompress(payloads[0], ctx)
+
+
+def _takes_a_name(compress):
+    """Whether compress accepts (tensor, name): fuseopt's interface."""
+    try:
+        inspect.signature(compress).bind(None, None)
+        return True
+    except TypeError:
+        return False
+
+
+def as_compressor(compression):
+    """fuseopt's compressor for a ``compression=`` argument: fuseopt's own as
+    they are, and Horovod-style ones (see HorovodCompressor) adapted, so
+    that a Horovod script's custom compressor runs unchanged."""
+    if isinstance(compression, Compressor) and _takes_a_name(compression.compress):
+        return compression
+    if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
+        raise InvalidArgumentError("compression must be a Compressor (e.g. Compression.fp16) "
+                                   "or have compress and decompress methods, not %r"
+                                   % (compression,))
+    if isinstance(compression, type) and issubclass(compression, Compressor) \
+            and _takes_a_name(compression().compress):
+        return compression()
+    return HorovodCompressor(compression)
 
 
 class NoneCompressor(Compressor):

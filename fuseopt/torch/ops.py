@@ -9,6 +9,7 @@ import torch
 from .. import ops as _np_ops
 from .. import requests as _rq
 from ..arguments import derived_name
+from ..compression import as_compressor
 from .. import runtime
 from ..errors import InvalidArgumentError
 from .. import process_sets as _ps
@@ -84,6 +85,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     op = _np_ops.resolve_op(average, op)
     if compression is None:
         return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    compression = as_compressor(compression)
     payloads, ctx = compression.compress(tensor, name)
     op = compression.reduce_op if compression.reduce_op is not None else op
     reduced = [_Allreduce.apply(p, derived_name(name, ".%d" % i), op,
@@ -97,6 +99,7 @@ def _compressed(compression, tensors, name):
     """Horovod's compression around a collective: one payload per tensor."""
     if compression is None:
         return list(tensors), [None] * len(tensors), lambda t, ctx: t
+    compression = as_compressor(compression)
     packed = [compression.compress(t, n) for t, n in zip(tensors, _group_names(tensors, name))]
     if any(len(payloads) != 1 for payloads, _ in packed):
         raise InvalidArgumentError("%s sends several payloads per tensor; only allreduce and "

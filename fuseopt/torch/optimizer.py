@@ -26,6 +26,7 @@ from . import ops, row_ops
 from .. import process_sets as _ps
 from ._wrapper import OptimizerWrapper
 from .adasum import AdasumOptimizer
+from ..compression import as_compressor
 from .compression import Compression
 
 
@@ -114,7 +115,7 @@ class DistributedOptimizer(OptimizerWrapper):
         self._process_set, self._set_id = process_set, _ps.id_of(process_set)
         self._member = self._set_id == 0 or process_set.included()
         self._optimizer = optimizer
-        self._compression = compression
+        self._compression = as_compressor(compression)
         if backward_passes_per_step < 1:
             raise InvalidArgumentError("backward_passes_per_step must be >= 1")
         self.backward_passes_per_step = backward_passes_per_step

@@ -246,10 +246,46 @@ def check_sparse_gradients_stay_sparse():
     close(train(True), ref.weight.detach(), "sparse_as_dense=True")
 
 
+class HorovodStyleFP16:
+    """A custom compressor as written for Horovod: static methods, one tensor."""
+
+    @staticmethod
+    def compress(tensor):
+        return tensor.half(), tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor.to(ctx)
+
+
+def check_horovod_style_compressor_plugs_in():
+    r, n = hvd.rank(), hvd.size()
+    x = rank_tensor(r)
+    want = hvd.allreduce(x, name="cmp.ref", compression=hvd.Compression.fp16)
+    close(hvd.allreduce(x, name="cmp.hvd", compression=HorovodStyleFP16), want, "allreduce")
+    close(hvd.grouped_allreduce([x], name="cmp.grp", compression=HorovodStyleFP16)[0], want,
+          "grouped")
+    results = []
+    for compression in (hvd.Compression.fp16, HorovodStyleFP16):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                       named_parameters=model.named_parameters(),
+                                       compression=compression)
+        model(rank_tensor(r, (4, 3))).pow(2).sum().backward()
+        opt.step()
+        results.append(model.weight.detach().clone())
+    close(results[1], results[0], "DistributedOptimizer")
+    harness.expect_error(hvd.InvalidArgumentError,
+                         lambda: hvd.allreduce(x, name="cmp.bad", compression=object()),
+                         "compress and decompress")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     harness.run([check_allreduce_forms_and_autograd, check_allgather_broadcast_autograd,
                  check_alltoall_reducescatter_objects, check_clear_errors,
                  check_horovod_gradients_and_forms, check_sparse_groups_and_signatures,
                  check_fresh_optimizer_state_is_created_as_horovod_does,
-                 check_process_set_is_never_ignored, check_sparse_gradients_stay_sparse])
+                 check_process_set_is_never_ignored, check_sparse_gradients_stay_sparse,
+                 check_horovod_style_compressor_plugs_in])
