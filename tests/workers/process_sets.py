@@ -77,6 +77,13 @@ def misuse():
     assert fuseopt.remove_process_set(first)
     expect_error(fuseopt.InvalidArgumentError,
                  lambda: fuseopt.allreduce(np.ones(1), process_set=first), "has not been added")
+    if S > 2:  # removed with an operation in flight on rank 0 (rank 1 never submits it)
+        pair = fuseopt.add_process_set([0, 1])
+        orphan = fuseopt.allreduce_async(np.ones(1), name="orphan", process_set=pair) \
+            if R == 0 else None
+        assert fuseopt.remove_process_set(pair)
+        if R == 0:
+            expect_error(fuseopt.InvalidArgumentError, orphan.wait, "was removed while")
     # Re-added: a new id, working again.
     again = fuseopt.add_process_set([0])
     assert again.process_set_id > 0
