@@ -22,18 +22,20 @@ def broadcast_variables(variables, root_rank=0, process_set=None, name_map=None)
     variable's path to a shared name or ``fuseopt.Shared(name, perm)``, so a
     PyTorch rank's ``broadcast_parameters(..., name_map=...)`` can be the root
     or a receiver. Eager only; the ranks first check together that they agree
-    on every shared tensor."""
-    _ps.require_global(process_set)
+    on every shared tensor. ``process_set``: only its members take part
+    (root_rank is a global rank)."""
+    _ps.id_of(process_set)
     variables = list(variables)
     if name_map is not None:
-        return _broadcast_mapped(variables, root_rank, name_map)
+        return _broadcast_mapped(variables, root_rank, name_map, process_set)
     names = [_var_name(v, i) for i, v in enumerate(variables)]
     if len(set(names)) != len(names):
         names = ["broadcast.var.%d" % i for i in range(len(variables))]
     if not tf.executing_eagerly():
-        return tf.group(*[v.assign(ops.broadcast(v, root_rank, name=n))
+        return tf.group(*[v.assign(ops.broadcast(v, root_rank, name=n, process_set=process_set))
                           for v, n in zip(variables, names)])
-    handles = [_np.broadcast_async(v.numpy(), root_rank, name=n) for v, n in zip(variables, names)]
+    handles = [_np.broadcast_async(v.numpy(), root_rank, name=n, process_set=process_set)
+               for v, n in zip(variables, names)]
     for v, h in zip(variables, handles):
         v.assign(h.wait())
     return None
@@ -47,7 +49,7 @@ def variable_path(v):
     return None if path is None else str(path).split(":")[0]
 
 
-def _broadcast_mapped(variables, root_rank, name_map):
+def _broadcast_mapped(variables, root_rank, name_map, process_set):
     if not tf.executing_eagerly():
         raise InvalidArgumentError("broadcast_variables(name_map=...) runs eagerly; call it "
                                    "outside tf.function")
@@ -56,8 +58,9 @@ def _broadcast_mapped(variables, root_rank, name_map):
     values = [v.numpy() if s.perm is None else np.ascontiguousarray(v.numpy().transpose(s.perm))
               for v, s in zip(variables, shared)]
     naming.verify_agreement({s.name: (x.shape, x.dtype.name) for s, x in zip(shared, values)},
-                            "broadcast_variables")
-    handles = [_np.broadcast_async(x, root_rank, name=s.name) for s, x in zip(shared, values)]
+                            "broadcast_variables", process_set)
+    handles = [_np.broadcast_async(x, root_rank, name=s.name, process_set=process_set)
+               for s, x in zip(shared, values)]
     for v, s, h in zip(variables, shared, handles):
         x = h.wait()
         v.assign(x if s.perm is None else x.transpose(s.inverse))

@@ -26,7 +26,7 @@ def mapped_gradients(sources, name_map):
 
 
 def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
-                     sparse_as_dense, name_map=None, bucket_cap=None):
+                     sparse_as_dense, name_map=None, bucket_cap=None, process_set=None):
     """Averages a list of gradients across ranks in one grouped allreduce
     (inside a graph: buckets of ``bucket_cap`` bytes, each started as soon as
     backward has produced it; see ops._started_allreduce).
@@ -34,7 +34,10 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
     None gradients (a variable unused on this rank) take part as zeros, so
     every rank submits the same set of names. IndexedSlices are allgathered
     unless sparse_as_dense. With a name_map, gradients travel under their
-    shared names, permuted into the shared layout and back."""
+    shared names, permuted into the shared layout and back. ``process_set``:
+    the ranks that average (outside it, gradients stay local, as Horovod)."""
+    if _ps.id_of(process_set) != 0 and not process_set.included():
+        return list(grads)
     grads = [tf.zeros_like(s) if g is None else g for g, s in zip(grads, sources)]
     shared = None
     if name_map is not None:
@@ -54,13 +57,13 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
     compression = None if compression is Compression.none else compression
     reduced = ops.allreduce_named([grads[i] for i in dense_idx], [names[i] for i in dense_idx],
                                   op, compression, *scales, meter=overlap.GRADIENTS,
-                                  bucket_cap=bucket_cap) \
+                                  bucket_cap=bucket_cap, process_set=process_set) \
         if dense_idx else []
     for i, r in zip(dense_idx, reduced):
         out[i] = r
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices):
-            out[i] = ops.allreduce(g, op=op, name=names[i])
+            out[i] = ops.allreduce(g, op=op, name=names[i], process_set=process_set)
     if shared is not None:
         out = [o if s.perm is None else tf.transpose(o, s.inverse) for o, s in zip(out, shared)]
     return out
@@ -81,7 +84,8 @@ class DistributedGradientTape:
                  sparse_as_dense=False, op=ops.Average, gradient_predivide_factor=1.0,
                  num_groups=0, groups=None, process_set=None, name_map=None,
                  bucket_cap_mb=None):
-        _ps.require_global(process_set)
+        _ps.id_of(process_set)
+        self._process_set = process_set
         self._tape = gradtape
         self._bucket_cap = buckets.cap_bytes(bucket_cap_mb)
         self._name_map = name_map
@@ -96,7 +100,7 @@ class DistributedGradientTape:
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         reduced = reduce_gradients(flat_grads, flat_sources, self._compression, self._op,
                                    self._predivide, self._sparse_as_dense, self._name_map,
-                                   self._bucket_cap)
+                                   self._bucket_cap, self._process_set)
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def __getattr__(self, name):

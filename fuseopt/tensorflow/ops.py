@@ -15,6 +15,7 @@ from .. import buckets
 from .. import objects as _objects
 from .. import ops as _np
 from ..arguments import derived_name
+from ..compression import as_compressor
 from .. import runtime
 from ..errors import FuseoptError, InvalidArgumentError
 from . import _tensors as _t
@@ -70,7 +71,7 @@ def _finish_abandoned(token):
             pass  # that step's error was raised back then
 
 
-def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter):
+def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter, process_set):
     """Graph mode with overlap: the list is cut into buckets of about
     ``bucket_cap`` bytes in the order backward produces gradients (the
     reverse of the variables'), one op per bucket only *starts* its
@@ -93,7 +94,7 @@ def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, mete
             if last:
                 _finish_abandoned(last.pop())
             handle = _np._grouped(list(arrays), bucket_names, op, prescale, postscale, False,
-                                  outputs.take(arrays))
+                                  outputs.take(arrays), process_set)
             token = next(_tokens)
             _in_flight[token] = handle
             last.append(token)
@@ -116,7 +117,7 @@ def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, mete
 
 
 def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
-                           bucket_cap=None):
+                           bucket_cap=None, process_set=None):
     """One numpy call for the whole list: all enqueued, then all waited
     (inside ``meter.waiting()`` when given: the train step blocks on it).
     In a graph with ``bucket_cap`` (bytes), buckets start as soon as their
@@ -126,7 +127,8 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
     for t in tensors:
         _t.dtype_name(t)
     if bucket_cap is not None and tensors and not tf.executing_eagerly():
-        outs = _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter)
+        outs = _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter,
+                                  process_set)
         for o, t in zip(outs, tensors):
             o.set_shape(t.shape)
         return outs
@@ -137,7 +139,7 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
     def fn(*arrays):
         with meter.waiting() if meter is not None else contextlib.nullcontext():
             return _np._grouped(list(arrays), names, op, prescale, postscale, False,
-                                outputs.take(arrays) if outputs else None).wait()
+                                outputs.take(arrays) if outputs else None, process_set).wait()
 
     outs = _t.run(fn, tensors, dtypes, "allreduce")
     for o, t in zip(outs, tensors):
@@ -158,19 +160,22 @@ def _names(n, name, kind):
 def grouped_allreduce(tensors, average=None, compression=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, name=None, process_set=None):
     """Allreduces a list of tensors together (one negotiation, fused)."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     tensors = list(tensors)
     return allreduce_named(tensors, _names(len(tensors), name, "grouped_allreduce"),
                            _np.resolve_op(average, op), compression, prescale_factor,
-                           postscale_factor)
+                           postscale_factor, process_set=process_set)
 
 
 def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
-                    postscale_factor=1.0, meter=None, bucket_cap=None):
+                    postscale_factor=1.0, meter=None, bucket_cap=None, process_set=None):
     """grouped_allreduce with explicit negotiation names (None: automatic),
     differentiable, with optional compression (payload names get '.k');
     meter: an overlap.OverlapMeter timing the wait; bucket_cap: bytes per
-    early-started bucket in graphs (None: one op for the whole list)."""
+    early-started bucket in graphs (None: one op for the whole list);
+    process_set: the set the list is reduced in (its gradient too)."""
+    if compression is not None:
+        compression = as_compressor(compression)
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
     if compression is not None and not isinstance(compression, NoneCompressor):
@@ -179,7 +184,7 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
         payload_names = [n if (k == 0 or n is None) else "%s.%d" % (n, k)
                          for (ps, _), n in zip(packed, names) for k in range(len(ps))]
         reduced = allreduce_named(payloads, payload_names, op, None, prescale_factor,
-                                  postscale_factor, meter, bucket_cap)
+                                  postscale_factor, meter, bucket_cap, process_set)
         out, i = [], 0
         for ps, ctx in packed:
             out.append(compression.decompress(reduced[i:i + len(ps)], ctx))
@@ -189,11 +194,12 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
     @tf.custom_gradient
     def reduce(*xs):
         outs = _grouped_allreduce_raw(xs, names, op, prescale_factor, postscale_factor, meter,
-                                      bucket_cap)
+                                      bucket_cap, process_set)
 
         def grad(*dys):
             grad_names = [None if n is None else n + ".grad" for n in names]
-            return _grouped_allreduce_raw(dys, grad_names, op, prescale_factor, postscale_factor)
+            return _grouped_allreduce_raw(dys, grad_names, op, prescale_factor, postscale_factor,
+                                          process_set=process_set)
         return outs, grad
 
     return list(reduce(*tensors))
@@ -204,21 +210,23 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
               ignore_name_scope=False):
     """Reduces ``tensor`` across ranks (Average by default). IndexedSlices are
     allgathered (values and indices) as in Horovod."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     if isinstance(tensor, tf.IndexedSlices):
         op = _np.resolve_op(average, op)
-        values = allgather(tensor.values, name=derived_name(name, ".values"))
-        indices = allgather(tensor.indices, name=derived_name(name, ".indices"))
+        values = allgather(tensor.values, name=derived_name(name, ".values"),
+                           process_set=process_set)
+        indices = allgather(tensor.indices, name=derived_name(name, ".indices"),
+                            process_set=process_set)
         if op == Average:
-            values = values / runtime.size()
+            values = values / _ps.size_of(process_set)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     return grouped_allreduce([tensor], average, compression, op, prescale_factor,
-                             postscale_factor, name)[0]
+                             postscale_factor, name, process_set)[0]
 
 
-def _allgather_raw(tensor, name):
+def _allgather_raw(tensor, name, process_set=None):
     def fn(a):
-        return [_np.allgather_async(a, name=name).wait()]
+        return [_np.allgather_async(a, name=name, process_set=process_set).wait()]
 
     out = _t.run(fn, [tensor], [tensor.dtype], "allgather")[0]
     out.set_shape([None] + tensor.shape.as_list()[1:])
@@ -227,7 +235,7 @@ def _allgather_raw(tensor, name):
 
 def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
     """Concatenates every rank's tensor along the first dimension."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     if tensor.shape.rank == 0:
@@ -236,24 +244,24 @@ def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
 
     @tf.custom_gradient
     def gather(x):
-        out = _allgather_raw(x, name)
+        out = _allgather_raw(x, name, process_set)
 
         def grad(dy):
             # Horovod's definition: averaged over ranks, then this rank's rows.
             reduced = _grouped_allreduce_raw([dy], [derived_name(name, ".grad")],
-                                             Average, 1.0, 1.0)[0]
+                                             Average, 1.0, 1.0, process_set=process_set)[0]
             rows = _allgather_raw(tf.shape(x, out_type=tf.int64)[:1],
-                                  derived_name(name, ".rows"))
-            offset = tf.reduce_sum(rows[:runtime.rank()])
+                                  derived_name(name, ".rows"), process_set)
+            offset = tf.reduce_sum(rows[:_ps.rank_in(process_set)])
             return reduced[offset:offset + tf.shape(x, out_type=tf.int64)[0]]
         return out, grad
 
     return gather(tensor)
 
 
-def _broadcast_raw(tensor, root_rank, name):
+def _broadcast_raw(tensor, root_rank, name, process_set=None):
     def fn(a):
-        return [_np.broadcast_async(a, root_rank, name=name).wait()]
+        return [_np.broadcast_async(a, root_rank, name=name, process_set=process_set).wait()]
 
     out = _t.run(fn, [tensor], [tensor.dtype], "broadcast")[0]
     out.set_shape(tensor.shape)
@@ -263,18 +271,18 @@ def _broadcast_raw(tensor, root_rank, name):
 def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
     """Every rank receives root_rank's tensor (differentiable, as Horovod's:
     the root's gradient is the average over ranks, the others' zero)."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     name = _names(1, name, "broadcast")[0]
 
     @tf.custom_gradient
     def bcast(x):
-        out = _broadcast_raw(x, root_rank, name)
+        out = _broadcast_raw(x, root_rank, name, process_set)
 
         def grad(dy):
             reduced = _grouped_allreduce_raw([dy], [derived_name(name, ".grad")],
-                                             Average, 1.0, 1.0)[0]
+                                             Average, 1.0, 1.0, process_set=process_set)[0]
             return reduced if runtime.rank() == root_rank else tf.zeros_like(reduced)
         return out, grad
 
@@ -285,31 +293,32 @@ def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope
     """Sends splits[r] rows to rank r (an even split if None). As in Horovod:
     returns the received tensor, and ``(received, received_splits)`` when
     ``splits`` is given."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     name = _names(1, name, "alltoall")[0]
     inputs = [tensor] + ([tf.convert_to_tensor(splits, dtype=tf.int64)] if splits is not None else [])
 
     def fn(a, *s):
-        out, recv = _np.alltoall_async(a, splits=s[0] if s else None, name=name).wait()
+        out, recv = _np.alltoall_async(a, splits=s[0] if s else None, name=name,
+                                       process_set=process_set).wait()
         return [out, recv.astype(np.int32)]
 
     out, recv = _t.run(fn, inputs, [tensor.dtype, tf.int32], "alltoall")
     out.set_shape([None] + tensor.shape.as_list()[1:])
-    recv.set_shape([runtime.size()])
+    recv.set_shape([_ps.size_of(process_set)])
     return out if splits is None else (out, recv)
 
 
 def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False):
     """Reduces across ranks; this rank gets its slice of the first dimension."""
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     name = _names(1, name, "reducescatter")[0]
 
     def fn(a):
-        return [_np.reducescatter_async(a, name=name, op=op).wait()]
+        return [_np.reducescatter_async(a, name=name, op=op, process_set=process_set).wait()]
 
     out = _t.run(fn, [tensor], [tensor.dtype], "reducescatter")[0]
     out.set_shape([None] + tensor.shape.as_list()[1:])
@@ -317,10 +326,11 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_s
 
 
 def barrier(process_set=None):
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     if tf.executing_eagerly():
-        return _np.barrier()
-    return _t.run(lambda: [np.int32(_np.barrier() or 0)], [], [tf.int32], "barrier")[0]
+        return _np.barrier(process_set)
+    return _t.run(lambda: [np.int32(_np.barrier(process_set) or 0)], [], [tf.int32],
+                  "barrier")[0]
 
 
 def join():
@@ -333,10 +343,8 @@ def join():
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
-    _ps.require_global(process_set)
-    return _objects.broadcast_object(obj, root_rank, name=name)
+    return _objects.broadcast_object(obj, root_rank, name=name, process_set=process_set)
 
 
 def allgather_object(obj, name=None, process_set=None):
-    _ps.require_global(process_set)
-    return _objects.allgather_object(obj, name=name)
+    return _objects.allgather_object(obj, name=name, process_set=process_set)

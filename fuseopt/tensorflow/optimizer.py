@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
-from .. import buckets, naming, runtime
+from .. import buckets, naming
 from ..errors import InvalidArgumentError, UnsupportedError
 from . import ops
 from .compression import Compression
@@ -60,6 +60,7 @@ class _Reducer:
             else name_map
         self._local_vars = set()  # ids of variables whose gradients stay on this rank
         self.scale_local_gradients = True
+        self.process_set = None  # the ranks that average (set by DistributedOptimizer)
 
     def register_local_var(self, var):
         """Horovod's: ``var``'s gradient is not averaged across ranks; each rank
@@ -88,11 +89,13 @@ class _Reducer:
         shared = [i for i, v in enumerate(variables) if id(v) not in self._local_vars]
         reduced = reduce_gradients([grads[i] for i in shared], [variables[i] for i in shared],
                                    self.compression, self.op, self.gradient_predivide_factor,
-                                   self.sparse_as_dense, self.name_map, self._bucket_cap)
+                                   self.sparse_as_dense, self.name_map, self._bucket_cap,
+                                   self.process_set)
         if len(shared) == len(grads):
             return reduced
         # Local gradients, scaled as Horovod does (its pull 3695).
-        out = [g / runtime.size() if self.scale_local_gradients and g is not None else g
+        size = _ps.size_of(self.process_set)
+        out = [g / size if self.scale_local_gradients and g is not None else g
                for g in grads]
         for i, g in zip(shared, reduced):
             out[i] = g
@@ -225,8 +228,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     Inside ``fit`` / ``tf.function``, gradients start reducing in buckets of
     ``bucket_cap_mb`` MiB (default 4, or ``FUSEOPT_BUCKET_CAP_MB``; ``inf``
     for one allreduce after backward) as soon as backward has produced them.
+    ``process_set``: the ranks that average; on other ranks the optimizer
+    applies local gradients, as Horovod's.
     """
-    _ps.require_global(process_set)
+    _ps.id_of(process_set)
     kwargs = dict(compression=compression, backward_passes_per_step=backward_passes_per_step,
                   average_aggregated_gradients=average_aggregated_gradients, op=op,
                   gradient_predivide_factor=gradient_predivide_factor,
@@ -243,6 +248,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     else:
         wrapped = DistributedKerasOptimizer(optimizer, **kwargs)
     wrapped.scale_local_gradients = scale_local_gradients
+    wrapped.process_set = process_set
     return wrapped
 
 
