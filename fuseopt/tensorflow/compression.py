@@ -2,6 +2,8 @@
 
 The same algorithms as fuseopt.torch.compression, so a mixed job compresses
 identically on both sides; the residual bookkeeping is shared."""
+import contextlib
+import contextvars
 import itertools
 
 import tensorflow as tf
@@ -10,6 +12,29 @@ from .. import runtime
 from ..compression import Compressor, NoneCompressor, ResidualMemory
 from ..errors import UnsupportedError
 from ..ops import Sum
+
+# The number of ranks the payloads being compressed are reduced over. The
+# compressor contract has no process set, so ops.allreduce_named sets this
+# around compress/decompress: a compressor that sums (EFSign) must average
+# over the set's members, not over size().
+_reducing_ranks = contextvars.ContextVar("fuseopt_tf_reducing_ranks", default=None)
+
+
+def reduction_size():
+    """Ranks in the reduction being compressed: the process set's size inside
+    ``allreduce(..., process_set=)``, else size(). For compressors with
+    ``reduce_op = Sum`` that divide in ``decompress``."""
+    n = _reducing_ranks.get()
+    return runtime.size() if n is None else n
+
+
+@contextlib.contextmanager
+def reducing_over(nranks):
+    token = _reducing_ranks.set(nranks)
+    try:
+        yield
+    finally:
+        _reducing_ranks.reset(token)
 
 
 class _CastCompressor(Compressor):
@@ -44,7 +69,8 @@ class EFSignCompressor(Compressor):
         self._unnamed = itertools.count()
 
     def compress(self, tensor, name=None):
-        if runtime.size() > 127:
+        n = reduction_size()
+        if n > 127:
             raise UnsupportedError("EFSignCompressor sums int8 signs: at most 127 ranks")
         name = name if name is not None else "unnamed.%d" % next(self._unnamed)
         residual = self.memory.get(name)
@@ -56,12 +82,14 @@ class EFSignCompressor(Compressor):
         sign = tf.where(corrected >= 0, tf.ones_like(corrected), -tf.ones_like(corrected))
         update = residual.assign(corrected - scale * sign)
         with tf.control_dependencies([update]):
-            return [tf.cast(sign, tf.int8), tf.identity(scale)], tensor.dtype
+            # n travels in ctx so that decompress divides by what was summed
+            return [tf.cast(sign, tf.int8), tf.identity(scale)], (tensor.dtype, n)
 
     def decompress(self, payloads, ctx):
         sign_sum, scale_sum = payloads
-        n = float(runtime.size())
-        return tf.cast(tf.cast(sign_sum, tf.float32) * (scale_sum / n) / n, ctx)
+        dtype, n = ctx
+        n = float(n)
+        return tf.cast(tf.cast(sign_sum, tf.float32) * (scale_sum / n) / n, dtype)
 
 
 class Compression:

@@ -20,7 +20,7 @@ from .. import runtime
 from ..errors import FuseoptError, InvalidArgumentError
 from . import _tensors as _t
 from .. import process_sets as _ps
-from .compression import NoneCompressor
+from .compression import NoneCompressor, reducing_over
 
 Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
 Adasum = _np.Adasum
@@ -71,7 +71,8 @@ def _finish_abandoned(token):
             pass  # that step's error was raised back then
 
 
-def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter, process_set):
+def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter,
+                       process_set=None):
     """Graph mode with overlap: the list is cut into buckets of about
     ``bucket_cap`` bytes in the order backward produces gradients (the
     reverse of the variables'), one op per bucket only *starts* its
@@ -179,16 +180,19 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
     if compression is not None and not isinstance(compression, NoneCompressor):
-        packed = [compression.compress(t, n) for t, n in zip(tensors, names)]
+        # Compressors that sum divide by the ranks reduced over: the set's.
+        with reducing_over(_ps.size_of(process_set)):
+            packed = [compression.compress(t, n) for t, n in zip(tensors, names)]
         payloads = [p for ps, _ in packed for p in ps]
         payload_names = [n if (k == 0 or n is None) else "%s.%d" % (n, k)
                          for (ps, _), n in zip(packed, names) for k in range(len(ps))]
         reduced = allreduce_named(payloads, payload_names, op, None, prescale_factor,
                                   postscale_factor, meter, bucket_cap, process_set)
         out, i = [], 0
-        for ps, ctx in packed:
-            out.append(compression.decompress(reduced[i:i + len(ps)], ctx))
-            i += len(ps)
+        with reducing_over(_ps.size_of(process_set)):
+            for ps, ctx in packed:
+                out.append(compression.decompress(reduced[i:i + len(ps)], ctx))
+                i += len(ps)
         return out
 
     @tf.custom_gradient
@@ -297,7 +301,8 @@ def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     name = _names(1, name, "alltoall")[0]
-    inputs = [tensor] + ([tf.convert_to_tensor(splits, dtype=tf.int64)] if splits is not None else [])
+    inputs = [tensor] + ([tf.convert_to_tensor(splits, dtype=tf.int64)]
+                         if splits is not None else [])
 
     def fn(a, *s):
         out, recv = _np.alltoall_async(a, splits=s[0] if s else None, name=name,

@@ -17,6 +17,7 @@ from fuseopt._native import ffi, lib
 from fuseopt.runtime import context
 
 MAX_ELEMENTS = 4096
+CONTROL = (lib.FUSEOPT_PROCESS_SET_ADD, lib.FUSEOPT_PROCESS_SET_REMOVE)
 BUF = np.zeros(MAX_ELEMENTS * 8, np.uint8)   # big enough for any accepted request
 OUT = np.zeros(MAX_ELEMENTS * 8, np.uint8)
 
@@ -41,6 +42,7 @@ def requests(draw):
         prescale=draw(scales), postscale=draw(scales),
         splits=draw(st.one_of(st.none(), st.lists(st.integers(-1, 5), max_size=3))),
         name=draw(st.one_of(st.none(), st.just(""), st.text(min_size=1, max_size=8))),
+        process_set=draw(st.one_of(st.just(0), st.integers(-2, 3))),
     )
 
 
@@ -65,6 +67,7 @@ def fill(spec):
     if not spec["null_output"]:
         req.output = ffi.cast("void*", OUT.ctypes.data)
     req.root = spec["root"]
+    req.process_set = spec["process_set"]
     req.prescale = spec["prescale"]
     req.postscale = spec["postscale"]
     if spec["splits"] is not None:
@@ -93,6 +96,14 @@ def check_enqueue_validates_everything(spec):
     BUF[:] = 0
     out = ffi.new("fuseopt_output_t*")
     rc = lib.fuseopt_wait_output(ctx, handle[0], 10000, out)
+    if spec["collective"] in CONTROL:
+        # Adding or removing a set is validated against the table of sets as
+        # negotiated, so it may fail at completion ("exists already", the
+        # global set); it must fail cleanly, with a message.
+        assert rc in (lib.FUSEOPT_OK, lib.FUSEOPT_INVALID_ARG), (rc, spec)
+        assert rc == lib.FUSEOPT_OK or ffi.string(lib.fuseopt_last_error()), spec
+        if rc != lib.FUSEOPT_OK:
+            return
     assert rc == lib.FUSEOPT_OK, (rc, ffi.string(lib.fuseopt_last_error()), spec)
     lib.fuseopt_free(out.data)
     lib.fuseopt_free(out.recv_splits)
