@@ -1,12 +1,13 @@
 """Builds and runs native/tests/policy_test.cc: the pure policy of the core
 (fusion planner, response cache, coordinator table, wire format, float16 and
-bfloat16 conversion, autotune search) tested without MPI or ranks."""
+bfloat16 conversion and kernels (vector against scalar, bit for bit),
+autotune search) tested without MPI or ranks."""
 import os
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICY_SOURCES = ["autotune", "fusion_planner", "response_cache", "coordinator", "message", "wire", "dtype",
-                  "names"]
+                  "half16", "names"]
 
 
 def test_native_policy(tmp_path):

@@ -32,74 +32,6 @@ bool is_floating(fuseopt_dtype_t dtype) {
          dtype == FUSEOPT_FLOAT32 || dtype == FUSEOPT_FLOAT64;
 }
 
-// IEEE binary16 <-> binary32, round to nearest even, with subnormals, inf, nan.
-float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: renormalise
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400) == 0) { mant <<= 1; --exp; }
-      mant &= 0x3ff;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000 | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint16_t sign = (x >> 16) & 0x8000;
-  uint32_t absx = x & 0x7fffffff;
-  if (absx >= 0x7f800000)  // inf or nan (keep nan quiet)
-    return sign | 0x7c00 | (absx > 0x7f800000 ? 0x200 : 0);
-  if (absx >= 0x477ff000) return sign | 0x7c00;  // rounds to overflow
-  if (absx < 0x38800000) {                        // subnormal or zero in half
-    if (absx < 0x33000000) return sign;           // rounds to zero
-    // value = M * 2^(e-150) and a half subnormal is r * 2^-24, so r = M >> (126-e)
-    uint32_t e = absx >> 23;
-    uint32_t m = (absx & 0x7fffff) | 0x800000;
-    uint32_t shift = 126 - e;
-    uint32_t r = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1);
-    uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (r & 1))) ++r;  // r == 0x400 is the smallest normal
-    return sign | (uint16_t)r;
-  }
-  uint32_t e = (absx >> 23) - 127 + 15;
-  uint32_t m = absx & 0x7fffff;
-  uint16_t out = (uint16_t)((e << 10) | (m >> 13));
-  uint32_t rem = m & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (out & 1))) ++out;  // may carry into exp
-  return sign | out;
-}
-
-float bfloat_to_float(uint16_t b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t float_to_bfloat(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
-  uint32_t rounding = 0x7fff + ((x >> 16) & 1);
-  return (uint16_t)((x + rounding) >> 16);
-}
-
 namespace {
 
 template <typename T>
@@ -119,14 +51,6 @@ void scale_typed(const void* src, void* dst, int64_t n, double factor) {
                      : v >= hi ? std::numeric_limits<T>::max() : static_cast<T>(v);
     }
   }
-}
-
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void scale_16(const void* src, void* dst, int64_t n, double factor) {
-  const uint16_t* s = static_cast<const uint16_t*>(src);
-  uint16_t* d = static_cast<uint16_t*>(dst);
-  const float f = static_cast<float>(factor);
-  for (int64_t i = 0; i < n; ++i) d[i] = FromF(ToF(s[i]) * f);
 }
 
 template <typename T>
@@ -182,9 +106,10 @@ void scale_copy(fuseopt_dtype_t dtype, const void* src, void* dst, int64_t count
     case FUSEOPT_UINT16: return scale_typed<uint16_t>(src, dst, count, factor);
     case FUSEOPT_INT32: return scale_typed<int32_t>(src, dst, count, factor);
     case FUSEOPT_INT64: return scale_typed<int64_t>(src, dst, count, factor);
-    case FUSEOPT_FLOAT16: return scale_16<half_to_float, float_to_half>(src, dst, count, factor);
+    case FUSEOPT_FLOAT16:
     case FUSEOPT_BFLOAT16:
-      return scale_16<bfloat_to_float, float_to_bfloat>(src, dst, count, factor);
+      return scale16(dtype, static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), count,
+                     static_cast<float>(factor));
     case FUSEOPT_FLOAT32: return scale_typed<float>(src, dst, count, factor);
     case FUSEOPT_FLOAT64: return scale_typed<double>(src, dst, count, factor);
     default: throw Error(FUSEOPT_INTERNAL, "scale_copy: bad dtype");

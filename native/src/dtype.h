@@ -1,12 +1,13 @@
 // Element types: sizes, names, and the element-wise work the core does itself
 // on the host (scaling on the way into / out of the fusion buffer, the
-// identity element a joined rank contributes, and 16-bit float conversion).
+// identity element a joined rank contributes). 16-bit floats: half16.h.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "fuseopt/fuseopt.h"
+#include "half16.h"
 
 namespace fuseopt {
 
@@ -28,10 +29,5 @@ void divide_integers(fuseopt_dtype_t dtype, void* buf, int64_t count, int64_t di
 // of data) leaves every other rank's contribution unchanged.
 void fill_identity(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, void* buf,
                    int64_t count);
-
-float half_to_float(uint16_t h);
-uint16_t float_to_half(float f);
-float bfloat_to_float(uint16_t b);
-uint16_t float_to_bfloat(float f);
 
 }  // namespace fuseopt

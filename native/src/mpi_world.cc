@@ -19,22 +19,11 @@ namespace fuseopt {
 namespace {
 
 // User reduction ops for float16 / bfloat16: each pairwise step widens to
-// float, combines, and rounds once. Created once per process, never freed
-// (MPI ops must outlive every communicator that might use them).
-template <float (*ToF)(uint16_t), uint16_t (*FromF)(float), int Kind>
+// float, combines, and rounds once (half16.h). Created once per process, never
+// freed (MPI ops must outlive every communicator that might use them).
+template <fuseopt_dtype_t Dtype, fuseopt_reduce_op_t Op>
 void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    float x = ToF(a[i]), y = ToF(b[i]), r;
-    switch (Kind) {
-      case FUSEOPT_MIN: r = x < y ? x : y; break;
-      case FUSEOPT_MAX: r = x > y ? x : y; break;
-      case FUSEOPT_PRODUCT: r = x * y; break;
-      default: r = x + y; break;
-    }
-    b[i] = FromF(r);
-  }
+  combine16(Dtype, Op, static_cast<const uint16_t*>(in), static_cast<uint16_t*>(inout), *len);
 }
 
 struct Ops16 {
@@ -44,10 +33,10 @@ struct Ops16 {
 Ops16 g_ops16;
 std::once_flag g_ops16_once;
 
-template <int Kind>
+template <fuseopt_reduce_op_t Kind>
 void create_pair(Ops16& ops) {
-  MPI_Op_create(&reduce16<half_to_float, float_to_half, Kind>, 1, &ops.half[Kind]);
-  MPI_Op_create(&reduce16<bfloat_to_float, float_to_bfloat, Kind>, 1, &ops.bfloat[Kind]);
+  MPI_Op_create(&reduce16<FUSEOPT_FLOAT16, Kind>, 1, &ops.half[Kind]);
+  MPI_Op_create(&reduce16<FUSEOPT_BFLOAT16, Kind>, 1, &ops.bfloat[Kind]);
 }
 
 void create_ops16() {

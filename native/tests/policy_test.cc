@@ -1,10 +1,11 @@
 // Unit tests of the pure policy parts of the core: fusion planning, the
 // response cache, the coordinator's message table, the wire encoding and
-// 16-bit float conversion. No MPI, no ranks. Built and run by
+// 16-bit float conversion and its vector kernels. No MPI, no ranks. Built and run by
 // tests/test_native_policy.py.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -244,6 +245,54 @@ static void test_half() {
   CHECK(idi == -128);
 }
 
+// 16-bit values of every class, in random order: random bits (normals,
+// subnormals, zeros, infinities, quiet and signalling NaNs) mixed with the
+// edges rounding cares about.
+static std::vector<uint16_t> bits16(bool half, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<uint16_t> edges =
+      half ? std::vector<uint16_t>{0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0x7c00,
+                                   0xfc00, 0x7c01, 0x7e00, 0xfe01, 0x3c00, 0x3c01, 0x8001}
+           : std::vector<uint16_t>{0x0000, 0x8000, 0x0001, 0x007f, 0x0080, 0x7f7f, 0x7f80,
+                                   0xff80, 0x7f81, 0x7fc0, 0xffc1, 0x3f80, 0x3f81, 0x8001};
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = (rng() % 4 == 0) ? edges[rng() % edges.size()] : uint16_t(rng());
+  return v;
+}
+
+// The F16C + AVX2 kernels give the scalar kernels' bits, NaN payloads
+// included, for every op and both 16-bit types, at lengths with tails.
+static void test_half16_kernels() {
+  std::printf("16-bit kernels on this CPU: %s\n", kernels16_name(best_kernels16()));
+  if (best_kernels16() == Kernels16::kScalar) return;  // nothing to compare against
+  for (fuseopt_dtype_t dtype : {FUSEOPT_FLOAT16, FUSEOPT_BFLOAT16}) {
+    const bool half = dtype == FUSEOPT_FLOAT16;
+    for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(37), size_t(1) << 18}) {
+      const std::vector<uint16_t> in = bits16(half, n, 1 + n), acc = bits16(half, n, 2 + n);
+      for (fuseopt_reduce_op_t op :
+           {FUSEOPT_SUM, FUSEOPT_AVERAGE, FUSEOPT_MIN, FUSEOPT_MAX, FUSEOPT_PRODUCT}) {
+        std::vector<uint16_t> scalar = acc, vector = acc;
+        combine16(dtype, op, in.data(), scalar.data(), n, Kernels16::kScalar);
+        combine16(dtype, op, in.data(), vector.data(), n, Kernels16::kAvx2);
+        size_t first_diff = n;
+        for (size_t i = 0; i < n && first_diff == n; ++i)
+          if (scalar[i] != vector[i]) first_diff = i;
+        if (first_diff != n)
+          std::printf("combine16 dtype %d op %d: %04x op %04x -> scalar %04x, vector %04x\n",
+                      dtype, op, in[first_diff], acc[first_diff], scalar[first_diff],
+                      vector[first_diff]);
+        CHECK(first_diff == n);
+      }
+      for (float factor : {0.5f, 1.0f / 3.0f, 3.0f, 1e-5f, 6e4f, -1.0f}) {
+        std::vector<uint16_t> scalar(n), vector(n);
+        scale16(dtype, in.data(), scalar.data(), n, factor, Kernels16::kScalar);
+        scale16(dtype, in.data(), vector.data(), n, factor, Kernels16::kAvx2);
+        CHECK(scalar == vector);
+      }
+    }
+  }
+}
+
 // A synthetic job whose throughput peaks at a 16 MiB threshold and a 500 us
 // cycle time: the tuner must try each candidate once, end on that pair, and
 // hold it afterwards.
@@ -278,6 +327,7 @@ int main() {
   test_coordinator();
   test_wire();
   test_half();
+  test_half16_kernels();
   std::printf("%d failures\n", g_failures);
   return g_failures ? 1 : 0;
 }
