@@ -75,18 +75,21 @@ def allgather_object(obj, name=None, process_set=None):
     return _objects.allgather_object(obj, name=name, process_set=process_set)
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
+def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=None):
     """Makes every rank's optimizer state (buffers such as momentum, step
     counts, and hyper-parameters like lr in param_groups) equal root_rank's.
 
     As Horovod does, an optimizer with no state yet first takes one local
     step on zero gradients, so that its state exists (Adam then counts that
-    step: a script gets Horovod's numbers, step for step). LBFGS, whose step
-    needs a closure, is copied as it is."""
+    step: a script gets Horovod's numbers, step for step). ``model``, as in
+    Horovod, names the sparse parameters (``nn.Embedding(sparse=True)``) whose
+    zero gradient must be sparse for that step under SGD (SparseAdam's always
+    are). LBFGS, whose step needs a closure, is copied as it is."""
     _ps.id_of(process_set)
+    sparse = _sparse_parameters(model)
     inner = getattr(optimizer, "optimizer", optimizer)
     if not inner.state_dict()["state"] and not isinstance(inner, torch.optim.LBFGS):
-        _create_state(inner)
+        _create_state(inner, sparse)
     state = broadcast_object(inner.state_dict() if runtime.rank() == root_rank else None,
                              root_rank, name="broadcast.optimizer_state",
                              process_set=process_set)
@@ -94,13 +97,26 @@ def broadcast_optimizer_state(optimizer, root_rank=0, process_set=None):
         inner.load_state_dict(state)
 
 
-def _create_state(optimizer):
+def _sparse_parameters(model):
+    if model is None:
+        return set()
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError("broadcast_optimizer_state: model= takes a torch.nn.Module, "
+                                   "not %s" % type(model).__name__)
+    return {id(p) for m in model.modules()
+            if isinstance(m, torch.nn.Embedding) and m.sparse for p in m.parameters()}
+
+
+def _create_state(optimizer, sparse):
     """Horovod's initialising step: zero gradients, one local step (the
-    wrapped optimizer's own, so nothing is communicated)."""
+    wrapped optimizer's own, so nothing is communicated). Gradients are
+    sparse where the step needs them so: SparseAdam's, and SGD's for the
+    parameters in ``sparse`` (ids)."""
     for group in optimizer.param_groups:
         for p in group["params"]:
             if p.requires_grad:
                 p.grad = torch.zeros_like(p)
-                if isinstance(optimizer, torch.optim.SparseAdam):
+                if isinstance(optimizer, torch.optim.SparseAdam) or \
+                        (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
                     p.grad = p.grad.to_sparse()
     optimizer.step()

@@ -14,12 +14,13 @@ be subclassed.
 """
 import contextlib
 import functools
+import inspect
 import warnings
 
 import torch
 
 from .. import buckets, naming, overlap
-from ..errors import InvalidArgumentError, MismatchError
+from ..errors import InvalidArgumentError, MismatchError, UnsupportedError
 from .. import requests as _rq
 from . import _tensors as _t
 from . import ops, row_ops
@@ -95,17 +96,27 @@ class DistributedOptimizer(OptimizerWrapper):
             docs/benchmarks.md). Default: ``FUSEOPT_BUCKET_CAP_MB`` or 4.
     """
 
-    def __new__(cls, optimizer, named_parameters=None, compression=Compression.none,
-                backward_passes_per_step=1, op=ops.Average, *args, **kwargs):
+    def __new__(cls, *args, **kwargs):
         # As Horovod: Adasum combines updates, not gradients (fuseopt/torch/adasum.py);
         # on one rank there is nothing to combine.
-        process_set = kwargs.get("process_set", args[4] if len(args) > 4 else None)
-        if op == ops.Adasum and cls is DistributedOptimizer and _ps.size_of(process_set) > 1:
-            if kwargs.get("gradient_predivide_factor", args[0] if args else 1.0) != 1.0:
-                raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
-            return AdasumOptimizer(optimizer, named_parameters, compression,
-                                   backward_passes_per_step, process_set)
-        return super().__new__(cls)
+        if cls is not DistributedOptimizer:
+            return super().__new__(cls)
+        a = _INIT_SIGNATURE.bind(None, *args, **kwargs)
+        a.apply_defaults()
+        a = a.arguments
+        if a["op"] != ops.Adasum or _ps.size_of(a["process_set"]) == 1:
+            return super().__new__(cls)
+        if a["gradient_predivide_factor"] != 1.0:
+            raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
+        # Horovod's Adasum ignores the fusion groups and sparse_as_dense too
+        # (each update is combined whole); fuseopt's own options have no
+        # meaning there and are refused rather than ignored.
+        for extra in ("name_map", "bucket_cap_mb"):
+            if a[extra] is not None:
+                raise UnsupportedError("DistributedOptimizer(op=Adasum) does not take %s"
+                                       % extra)
+        return AdasumOptimizer(a["optimizer"], a["named_parameters"], a["compression"],
+                               a["backward_passes_per_step"], a["process_set"])
 
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
                  backward_passes_per_step=1, op=ops.Average, gradient_predivide_factor=1.0,
@@ -443,3 +454,8 @@ class DistributedOptimizer(OptimizerWrapper):
         self._hook_handles = []
 
 
+_INIT_SIGNATURE = inspect.signature(DistributedOptimizer.__init__)
+# What help() and inspect show: __init__'s parameters (Horovod's, then
+# fuseopt's), not __new__'s (*args, **kwargs).
+DistributedOptimizer.__signature__ = _INIT_SIGNATURE.replace(
+    parameters=list(_INIT_SIGNATURE.parameters.values())[1:])

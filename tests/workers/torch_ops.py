@@ -199,6 +199,32 @@ def check_fresh_optimizer_state_is_created_as_horovod_does():
     assert int(opt.state_dict()["state"][0]["step"]) == 2
 
 
+def check_broadcast_optimizer_state_model_names_sparse_parameters():
+    """Horovod's third positional argument, model=: under SGD with momentum
+    the sparse embedding's initialising gradient is sparse, so its momentum
+    buffer is created sparse (as Horovod's), on every rank equal to the root's."""
+    for with_model in (False, True):
+        torch.manual_seed(hvd.rank())  # different starts: the broadcast must equalise
+        model = torch.nn.Sequential(torch.nn.Embedding(6, 3, sparse=True))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        if with_model:
+            hvd.broadcast_optimizer_state(opt, 0, model)  # positional, as Horovod's scripts
+        else:
+            hvd.broadcast_optimizer_state(opt, 0)
+        buf = opt.state_dict()["state"][0]["momentum_buffer"]
+        want = torch.sparse_coo if with_model else torch.strided
+        assert buf.layout == want, (with_model, buf.layout)
+        model(torch.tensor([1, 4])).sum().backward()
+        opt.step()  # and training goes on from there
+        gathered = hvd.allgather_object(opt.state_dict()["state"][0]["momentum_buffer"]
+                                        .to_dense())
+        for other in gathered:
+            close(other, gathered[0], "momentum buffers equal after one step")
+    harness.expect_error(hvd.InvalidArgumentError,
+                         lambda: hvd.broadcast_optimizer_state(opt, 0, model=object()),
+                         "torch.nn.Module")
+
+
 def check_process_set_is_never_ignored():
     r, n = hvd.rank(), hvd.size()
     close(hvd.allreduce(torch.ones(2), name="ps.g", op=hvd.Sum,
@@ -287,5 +313,6 @@ if __name__ == "__main__":
                  check_alltoall_reducescatter_objects, check_clear_errors,
                  check_horovod_gradients_and_forms, check_sparse_groups_and_signatures,
                  check_fresh_optimizer_state_is_created_as_horovod_does,
+                 check_broadcast_optimizer_state_model_names_sparse_parameters,
                  check_process_set_is_never_ignored, check_sparse_gradients_stay_sparse,
                  check_horovod_style_compressor_plugs_in])
