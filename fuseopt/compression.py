@@ -15,13 +15,41 @@ et al., "Error Feedback Fixes SignSGD", 2019).
 
 Writing your own: subclass the framework's ``Compressor`` and implement
 ``compress``/``decompress``; set ``reduce_op = Sum`` if your payload must be
-summed (then divide by the number of ranks in ``decompress`` yourself).
+summed (then divide in ``decompress`` by ``reduction_size()`` as it was in
+``compress``: the ranks of the process set being reduced over).
 A compressor written for Horovod (``compress(tensor) -> (tensor, ctx)``,
 ``decompress(tensor, ctx)``) works as it is: ``as_compressor`` adapts it.
 """
+import contextlib
+import contextvars
 import inspect
 
+from . import runtime
 from .errors import InvalidArgumentError
+
+# The number of ranks the payloads being compressed are reduced over. The
+# compressor contract has no process set, so the collectives set this around
+# compress(): a compressor that sums (EFSign) must average over the set's
+# members, not over size().
+_reducing_ranks = contextvars.ContextVar("fuseopt_reducing_ranks", default=None)
+
+
+def reduction_size():
+    """Ranks in the reduction being compressed: the process set's size inside
+    ``allreduce(..., process_set=)`` and ``DistributedOptimizer(process_set=)``,
+    else size(). For compressors with ``reduce_op = Sum``; read it in
+    ``compress`` and carry it to ``decompress`` in ``ctx``."""
+    n = _reducing_ranks.get()
+    return runtime.size() if n is None else n
+
+
+@contextlib.contextmanager
+def reducing_over(nranks):
+    token = _reducing_ranks.set(nranks)
+    try:
+        yield
+    finally:
+        _reducing_ranks.reset(token)
 
 
 

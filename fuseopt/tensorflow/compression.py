@@ -2,40 +2,13 @@
 
 The same algorithms as fuseopt.torch.compression, so a mixed job compresses
 identically on both sides; the residual bookkeeping is shared."""
-import contextlib
-import contextvars
 import itertools
 
 import tensorflow as tf
 
-from .. import runtime
-from ..compression import Compressor, NoneCompressor, ResidualMemory
+from ..compression import Compressor, NoneCompressor, ResidualMemory, reduction_size
 from ..errors import UnsupportedError
 from ..ops import Sum
-
-# The number of ranks the payloads being compressed are reduced over. The
-# compressor contract has no process set, so ops.allreduce_named sets this
-# around compress/decompress: a compressor that sums (EFSign) must average
-# over the set's members, not over size().
-_reducing_ranks = contextvars.ContextVar("fuseopt_tf_reducing_ranks", default=None)
-
-
-def reduction_size():
-    """Ranks in the reduction being compressed: the process set's size inside
-    ``allreduce(..., process_set=)``, else size(). For compressors with
-    ``reduce_op = Sum`` that divide in ``decompress``."""
-    n = _reducing_ranks.get()
-    return runtime.size() if n is None else n
-
-
-@contextlib.contextmanager
-def reducing_over(nranks):
-    token = _reducing_ranks.set(nranks)
-    try:
-        yield
-    finally:
-        _reducing_ranks.reset(token)
-
 
 class _CastCompressor(Compressor):
     target = None

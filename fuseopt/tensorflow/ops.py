@@ -20,7 +20,8 @@ from .. import runtime
 from ..errors import FuseoptError, InvalidArgumentError
 from . import _tensors as _t
 from .. import process_sets as _ps
-from .compression import NoneCompressor, reducing_over
+from ..compression import reducing_over
+from .compression import NoneCompressor
 
 Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
 Adasum = _np.Adasum

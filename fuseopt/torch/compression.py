@@ -4,8 +4,7 @@ import itertools
 
 import torch
 
-from .. import runtime
-from ..compression import Compressor, NoneCompressor, ResidualMemory
+from ..compression import Compressor, NoneCompressor, ResidualMemory, reduction_size
 from ..errors import UnsupportedError
 from ..ops import Sum
 
@@ -52,19 +51,21 @@ class EFSignCompressor(Compressor):
         self._unnamed = itertools.count()
 
     def compress(self, tensor, name=None):
-        if runtime.size() > 127:
+        n = reduction_size()
+        if n > 127:
             raise UnsupportedError("EFSignCompressor sums int8 signs: at most 127 ranks")
         name = name if name is not None else "unnamed.%d" % next(self._unnamed)
         corrected = self.memory.add_to(name, tensor.detach().float())
         scale = corrected.abs().mean().reshape(1)
         sign = torch.where(corrected >= 0, 1, -1).to(torch.int8)
         self.memory.keep(name, corrected - scale * sign)
-        return [sign, scale], tensor.dtype
+        # n travels in ctx so that decompress divides by what was summed
+        return [sign, scale], (tensor.dtype, n)
 
     def decompress(self, payloads, ctx):
         sign_sum, scale_sum = payloads
-        n = runtime.size()
-        return (sign_sum.float() * (scale_sum / n) / n).to(ctx)
+        dtype, n = ctx
+        return (sign_sum.float() * (scale_sum / n) / n).to(dtype)
 
 
 class Compression:

@@ -9,7 +9,7 @@ import torch
 from .. import ops as _np_ops
 from .. import requests as _rq
 from ..arguments import derived_name
-from ..compression import as_compressor
+from ..compression import as_compressor, reducing_over
 from .. import runtime
 from ..errors import InvalidArgumentError
 from .. import process_sets as _ps
@@ -86,7 +86,8 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     if compression is None:
         return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
     compression = as_compressor(compression)
-    payloads, ctx = compression.compress(tensor, name)
+    with reducing_over(_ps.size_of(process_set)):
+        payloads, ctx = compression.compress(tensor, name)
     op = compression.reduce_op if compression.reduce_op is not None else op
     reduced = [_Allreduce.apply(p, derived_name(name, ".%d" % i), op,
                                 prescale_factor, postscale_factor, process_set)

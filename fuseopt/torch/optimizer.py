@@ -27,7 +27,7 @@ from . import ops, row_ops
 from .. import process_sets as _ps
 from ._wrapper import OptimizerWrapper
 from .adasum import AdasumOptimizer
-from ..compression import as_compressor
+from ..compression import as_compressor, reducing_over
 from .compression import Compression
 
 
@@ -125,6 +125,7 @@ class DistributedOptimizer(OptimizerWrapper):
         # No Optimizer.__init__: the wrapped optimizer owns parameters and state.
         self._process_set, self._set_id = process_set, _ps.id_of(process_set)
         self._member = self._set_id == 0 or process_set.included()
+        self._set_size = _ps.size_of(process_set)  # ranks a compressor's sum is over
         self._optimizer = optimizer
         self._compression = as_compressor(compression)
         if backward_passes_per_step < 1:
@@ -311,7 +312,8 @@ class DistributedOptimizer(OptimizerWrapper):
             if plain:
                 payloads, ctx = (grad,), None
             else:
-                payloads, ctx = self._compression.compress(grad, name)
+                with reducing_over(self._set_size):
+                    payloads, ctx = self._compression.compress(grad, name)
             for k, payload in enumerate(payloads):
                 args, kwargs = ops.allreduce_op(payload.contiguous(),
                                                 name if k == 0 else "%s.%d" % (name, k), op,

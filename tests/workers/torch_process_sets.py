@@ -59,6 +59,17 @@ def check_collectives_and_gradients():
     w = torch.ones(R + 1, 2, requires_grad=True)
     (hvd.allgather(w, name="grad.ag", process_set=mine) * 2).sum().backward()
     close(w.grad, torch.full_like(w, 2.0), "allgather grad")
+    # A compressor that sums (ef_sign) averages over the set, not over size().
+    plus_one = sum(r + 1 for r in members) / n
+    ef = hvd.allreduce(torch.ones(3) * (R + 1), name="ef",
+                       compression=hvd.Compression.ef_sign(), process_set=mine)
+    close(ef, torch.full((3,), plus_one), "ef_sign allreduce in the set")
+    p = torch.nn.Parameter(torch.zeros(3))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=1.0), named_parameters=[("ef.p", p)],
+                                   compression=hvd.Compression.ef_sign(), process_set=mine)
+    (p * (R + 1)).sum().backward()
+    opt.step()
+    close(p.detach(), torch.full((3,), -plus_one), "ef_sign DistributedOptimizer in the set")
     objs = hvd.allgather_object({"rank": R}, process_set=mine)
     assert objs == [{"rank": r} for r in members], objs
     assert hvd.broadcast_object(R, root_rank=root, process_set=mine) == root
