@@ -3,7 +3,9 @@ hands to the core per call while backward still runs.
 
 Small buckets start communication early (more overlap with backward); each
 call costs a little, so they should not be tiny. Shared by the PyTorch and
-TensorFlow optimizers (``bucket_cap_mb=``, ``FUSEOPT_BUCKET_CAP_MB``)."""
+TensorFlow optimizers (``bucket_cap_mb=``, ``FUSEOPT_BUCKET_CAP_MB``), as are
+Horovod's explicit gradient groups (``groups=``, ``num_groups=``): gradients
+of one group are handed over together, as one fused unit."""
 import os
 
 from .errors import InvalidArgumentError
@@ -42,3 +44,52 @@ def split(sizes, cap):
     if current:
         buckets.append(current)
     return buckets
+
+
+def check_groups(num_groups=0, groups=None):
+    """Validates Horovod's ``groups=`` / ``num_groups=`` (before the
+    variables are known); returns them as (num_groups, list of lists or None).
+
+    ``groups`` is a positive int (that many near-equal runs in order, the
+    first ``n % k`` one longer, as Horovod's split_list) or a list of lists
+    of parameters; ``num_groups`` is Horovod's older spelling of the int."""
+    if groups is not None and not isinstance(groups, bool) and isinstance(groups, int):
+        if groups <= 0:
+            raise InvalidArgumentError("groups should be a positive integer or a list of "
+                                       "lists of parameters, not %d" % groups)
+        return groups, None
+    if groups is not None:
+        if not isinstance(groups, (list, tuple)) or \
+                not all(isinstance(g, (list, tuple)) for g in groups):
+            raise InvalidArgumentError("groups should be a positive integer or a list of lists "
+                                       "of parameters, not %r" % (groups,))
+        return 0, groups
+    if not isinstance(num_groups, int) or isinstance(num_groups, bool) or num_groups < 0:
+        raise InvalidArgumentError("num_groups should be a non-negative integer, not %r"
+                                   % (num_groups,))
+    return num_groups, None
+
+
+def group_of(items, num_groups=0, groups=None):
+    """Horovod's explicit groups (see check_groups), as the group index of
+    each of ``items`` (the optimizer's parameters or variables, in order;
+    None: in no group, bucketed as usual). Items are matched by identity
+    (TensorFlow variables are not hashable)."""
+    num_groups, groups = check_groups(num_groups, groups)
+    n = len(items)
+    if groups is not None:
+        index_of = {id(x): i for i, x in enumerate(items)}
+        out = [None] * n
+        for k, group in enumerate(groups):
+            for x in group:
+                i = index_of.get(id(x))
+                if i is None:
+                    raise InvalidArgumentError(
+                        "groups: %s is not one of the optimizer's parameters"
+                        % getattr(x, "path", getattr(x, "name", type(x).__name__)))
+                out[i] = k
+        return out
+    if not num_groups:
+        return [None] * n
+    per, extra = divmod(n, num_groups)
+    return [k for k in range(num_groups) for _ in range(per + (1 if k < extra else 0))]

@@ -26,7 +26,8 @@ def mapped_gradients(sources, name_map):
 
 
 def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
-                     sparse_as_dense, name_map=None, bucket_cap=None, process_set=None):
+                     sparse_as_dense, name_map=None, bucket_cap=None, process_set=None,
+                     group_of=None):
     """Averages a list of gradients across ranks in one grouped allreduce
     (inside a graph: buckets of ``bucket_cap`` bytes, each started as soon as
     backward has produced it; see ops._started_allreduce).
@@ -35,7 +36,9 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
     every rank submits the same set of names. IndexedSlices are allgathered
     unless sparse_as_dense. With a name_map, gradients travel under their
     shared names, permuted into the shared layout and back. ``process_set``:
-    the ranks that average (outside it, gradients stay local, as Horovod)."""
+    the ranks that average (outside it, gradients stay local, as Horovod).
+    ``group_of`` (buckets.group_of): Horovod's explicit groups, each reduced
+    as one fused unit; the ungrouped gradients are bucketed as usual."""
     if _ps.id_of(process_set) != 0 and not process_set.included():
         return list(grads)
     grads = [tf.zeros_like(s) if g is None else g for g, s in zip(grads, sources)]
@@ -55,12 +58,19 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
     dense_idx = [i for i, g in enumerate(grads) if not isinstance(g, tf.IndexedSlices)]
     out = list(grads)
     compression = None if compression is Compression.none else compression
-    reduced = ops.allreduce_named([grads[i] for i in dense_idx], [names[i] for i in dense_idx],
-                                  op, compression, *scales, meter=overlap.GRADIENTS,
-                                  bucket_cap=bucket_cap, process_set=process_set) \
-        if dense_idx else []
-    for i, r in zip(dense_idx, reduced):
-        out[i] = r
+    group_of = group_of or [None] * len(grads)
+    units = {}  # group -> dense indices; None: the ungrouped ones, bucketed
+    for i in dense_idx:
+        units.setdefault(group_of[i], []).append(i)
+    # The same order on every rank (blocking ops run in program order).
+    for group in sorted(units, key=lambda g: (g is not None, g or 0)):
+        idx = units[group]
+        reduced = ops.allreduce_named([grads[i] for i in idx], [names[i] for i in idx], op,
+                                      compression, *scales, meter=overlap.GRADIENTS,
+                                      bucket_cap=bucket_cap if group is None else None,
+                                      process_set=process_set)
+        for i, r in zip(idx, reduced):
+            out[i] = r
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices):
             out[i] = ops.allreduce(g, op=op, name=names[i], process_set=process_set)
@@ -93,6 +103,7 @@ class DistributedGradientTape:
         self._sparse_as_dense = sparse_as_dense
         self._op = op
         self._predivide = gradient_predivide_factor
+        self._num_groups, self._groups = buckets.check_groups(num_groups, groups)
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = self._tape.gradient(target, sources, output_gradients, **kwargs)
@@ -100,7 +111,8 @@ class DistributedGradientTape:
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         reduced = reduce_gradients(flat_grads, flat_sources, self._compression, self._op,
                                    self._predivide, self._sparse_as_dense, self._name_map,
-                                   self._bucket_cap, self._process_set)
+                                   self._bucket_cap, self._process_set,
+                                   buckets.group_of(flat_sources, self._num_groups, self._groups))
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def __getattr__(self, name):

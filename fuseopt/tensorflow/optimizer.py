@@ -61,6 +61,7 @@ class _Reducer:
         self._local_vars = set()  # ids of variables whose gradients stay on this rank
         self.scale_local_gradients = True
         self.process_set = None  # the ranks that average (set by DistributedOptimizer)
+        self.num_groups, self.groups = 0, None  # Horovod's explicit groups (likewise)
 
     def register_local_var(self, var):
         """Horovod's: ``var``'s gradient is not averaged across ranks; each rank
@@ -87,10 +88,12 @@ class _Reducer:
     def _reduce(self, grads, variables):
         grads, variables = list(grads), list(variables)
         shared = [i for i, v in enumerate(variables) if id(v) not in self._local_vars]
-        reduced = reduce_gradients([grads[i] for i in shared], [variables[i] for i in shared],
+        sources = [variables[i] for i in shared]
+        reduced = reduce_gradients([grads[i] for i in shared], sources,
                                    self.compression, self.op, self.gradient_predivide_factor,
                                    self.sparse_as_dense, self.name_map, self._bucket_cap,
-                                   self.process_set)
+                                   self.process_set,
+                                   buckets.group_of(sources, self.num_groups, self.groups))
         if len(shared) == len(grads):
             return reduced
         # Local gradients, scaled as Horovod does (its pull 3695).
@@ -249,6 +252,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         wrapped = DistributedKerasOptimizer(optimizer, **kwargs)
     wrapped.scale_local_gradients = scale_local_gradients
     wrapped.process_set = process_set
+    # Validated now; matched to the variables when gradients arrive.
+    wrapped.num_groups, wrapped.groups = buckets.check_groups(num_groups, groups)
     return wrapped
 
 

@@ -151,7 +151,7 @@ class DistributedOptimizer(OptimizerWrapper):
                 self._names[i] = naming.GRADIENT_PREFIX + shared.name
                 if shared.perm is not None:
                     self._perms[i] = shared
-        self._group_of = self._parameter_groups(num_groups, groups)
+        self._group_of = buckets.group_of(self._params, num_groups, groups)
         self._group_size = {}
         for g in self._group_of:
             if g is not None:
@@ -223,27 +223,6 @@ class DistributedOptimizer(OptimizerWrapper):
                 "model.named_parameters() of the model this optimizer trains" % (
                     len(missing), missing[:5]))
         return [by_param[p] for p in self._params]
-
-    def _parameter_groups(self, num_groups, groups):
-        """The group of each parameter index (None: not grouped)."""
-        n = len(self._params)
-        if isinstance(groups, int) and not isinstance(groups, bool):
-            if groups <= 0:
-                raise InvalidArgumentError("groups should be a positive integer or a list of "
-                                           "lists of parameters, not %d" % groups)
-            num_groups, groups = groups, None
-        if groups is not None:
-            index_of = {p: i for i, p in enumerate(self._params)}
-            group_of = [None] * n
-            for gi, group in enumerate(groups):
-                for p in group:
-                    group_of[index_of[p]] = gi
-            return group_of
-        if num_groups and num_groups > 0:
-            # Horovod's split: near-equal runs in order, the first n % k one longer.
-            per, extra = divmod(n, num_groups)
-            return [g for g in range(num_groups) for _ in range(per + (1 if g < extra else 0))]
-        return [None] * n
 
     def set_backward_passes_per_step(self, passes):
         """Horovod's setter: local passes per allreduce from the next step on."""

@@ -100,6 +100,54 @@ def check_abandoned_bucket_is_finished_by_the_next_start():
             close(out, np.full(3, n * (n + 1) / 2.0), "allreduce after an abandoned start")
 
 
+def check_explicit_groups_are_reduced_as_units():
+    """Horovod's groups=/num_groups= on the Keras optimizer and the tape: each
+    group is one allreduce call (one fused unit), the rest go together, and
+    the update is the same as without groups."""
+    import keras
+    from fuseopt.tensorflow import ops
+    calls = []
+    real = ops.allreduce_named
+
+    def recording(tensors, names, *args, **kwargs):
+        calls.append(len(tensors))
+        return real(tensors, names, *args, **kwargs)
+
+    def train(**group_args):
+        keras.utils.set_random_seed(5)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+        k1, b1, k2, b2 = model.trainable_variables
+        if group_args.get("groups") == "lists":
+            group_args["groups"] = [[k2, k1]]
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), **group_args)
+        x = tf.ones([2, 3]) * (hvd.rank() + 1)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x) ** 2)
+        del calls[:]
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                model.trainable_variables))
+        return [v.numpy() for v in model.trainable_variables], list(calls)
+
+    ops.allreduce_named = recording
+    try:
+        plain, plain_calls = train()
+        lists, list_calls = train(groups="lists")
+        split, split_calls = train(groups=3)
+        older, older_calls = train(num_groups=2)
+    finally:
+        ops.allreduce_named = real
+    assert plain_calls == [4], plain_calls
+    assert list_calls == [2, 2], list_calls     # the ungrouped biases, then the group
+    assert split_calls == [2, 1, 1], split_calls
+    assert older_calls == [2, 2], older_calls
+    for got in (lists, split, older):
+        for a, b in zip(got, plain):
+            close(a, b, "grouped update equals the ungrouped one")
+    harness.expect_error(hvd.InvalidArgumentError,
+                         lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), groups=0),
+                         "positive integer")
+
+
 def check_errors():
     harness.expect_error(hvd.InvalidArgumentError,
                          lambda: hvd.allreduce(tf.constant([True, False])), "bool")
@@ -119,4 +167,5 @@ def check_errors():
 if __name__ == "__main__":
     harness.run([check_keras_module_signatures, check_ops_eager_and_graph,
                  check_gradients_through_collectives,
-                 check_abandoned_bucket_is_finished_by_the_next_start, check_errors])
+                 check_abandoned_bucket_is_finished_by_the_next_start,
+                 check_explicit_groups_are_reduced_as_units, check_errors])
