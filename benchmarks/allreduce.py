@@ -24,7 +24,11 @@ Workloads (float32, op Sum, in place where the contender allows):
      all_reduce calls and 200 async_op=True calls then wait);
   c. a lone 4 KiB allreduce after a 20 ms idle gap (after a barrier);
   d. fuseopt only: CPU used by the process while both ranks sleep 3 s after
-     init (the loop thread's idle cost), in % of one core.
+     init (the loop thread's idle cost), in % of one core;
+  e. 16-bit floats: 256K and 4M elements as float32, float16 and bfloat16
+     (fuseopt and gloo; raw MPI has no standard 16-bit float type, so its
+     float32 row is the reference). Halving the bytes should halve the time:
+     the target is float16/bfloat16 <= 0.6x fuseopt's float32 of the same count.
 
 Per iteration every rank times the operation from its own start; the figure
 used is the slowest rank's time (conservative: it includes any skew in how the
@@ -61,6 +65,8 @@ BATCH_BYTES = 16 * KIB
 LONE_BYTES = 4 * KIB
 IDLE_GAP_S = 0.020
 IDLE_SLEEP_S = 3.0
+HALF_COUNTS = [256 * 1024, 4 * 1024 * 1024]
+HALF_DTYPES = ("float32", "float16", "bfloat16")
 
 # Targets (see the table): fuseopt must be close to raw MPI where it matters.
 TARGET_BW_RATIO = 0.9          # fuseopt bandwidth / raw MPI bandwidth, sizes >= 1 MiB
@@ -68,15 +74,18 @@ TARGET_BATCH_VS_ONE = 1.5      # fuseopt 200x16KiB time / one raw 3.2 MB MPI all
 TARGET_BATCH_VS_GLOO = 50.0    # 200 gloo sync calls time / fuseopt 200x16KiB time
 TARGET_LONE_US = 100.0         # fuseopt lone 4 KiB median latency
 TARGET_IDLE_CPU_PCT = 1.0      # fuseopt idle CPU, % of one core
+TARGET_HALF_RATIO = 0.6        # fuseopt 16-bit time / its float32 time, same element count
 
 
 def settings(quick):
     """Iteration budgets; identical on every rank so the loops stay in step."""
     if quick:
         return dict(sizes=SIZES_QUICK, target_s=0.2, min_iters=3, max_iters=1000,
-                    batch_warm=3, batch_reps=12, lone_warm=3, lone_reps=30)
+                    batch_warm=3, batch_reps=12, lone_warm=3, lone_reps=30,
+                    half_counts=HALF_COUNTS, half_reps=10)
     return dict(sizes=SIZES_FULL, target_s=0.5, min_iters=5, max_iters=2000,
-                batch_warm=5, batch_reps=40, lone_warm=3, lone_reps=30)
+                batch_warm=5, batch_reps=40, lone_warm=3, lone_reps=30,
+                half_counts=HALF_COUNTS, half_reps=30)
 
 
 def warmup_iters(nbytes):
@@ -116,6 +125,12 @@ class FuseoptContender:
 
     def allreduce_(self, buf, name):
         self.fo.allreduce_async_(buf, name=name, op=self.fo.Sum).wait()
+
+    def typed_buffer(self, count, dtype):
+        if dtype == "bfloat16":
+            import ml_dtypes  # comes with TensorFlow; numpy has no bfloat16
+            return self.np.ones(count, ml_dtypes.bfloat16)
+        return self.np.ones(count, dtype)
 
     def batch_variants(self):
         return {"grouped_200": self._batch_grouped, "async_200": self._batch_async}
@@ -169,6 +184,9 @@ class Mpi4pyContender:
     def allreduce_(self, buf, name):
         self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
 
+    def typed_buffer(self, count, dtype):
+        return self.np.ones(count, dtype) if dtype == "float32" else None
+
     def batch_variants(self):
         return {"one_3.2MB": self._batch_one, "separate_200": self._batch_separate}
 
@@ -218,6 +236,9 @@ class GlooContender:
 
     def allreduce_(self, buf, name):
         self.dist.all_reduce(buf, op=self.dist.ReduceOp.SUM)
+
+    def typed_buffer(self, count, dtype):
+        return self.torch.ones(count, dtype=getattr(self.torch, dtype))
 
     def batch_variants(self):
         return {"sync_200": self._batch_sync, "async_200": self._batch_async}
@@ -343,6 +364,21 @@ def worker_main(contender, quick):
         _log(c, "single %-8s iters=%-5d median(rank0)=%.1f us  (%.2f s)  verified=%s"
              % (size_label(nbytes), iters, 1e6 * statistics.median(samples), elapsed, ok))
         del buf, wrapped
+
+    # (e) 16-bit floats against float32 of the same element count.
+    half = w["half_precision"] = {}
+    for count in cfg["half_counts"]:
+        for dtype in HALF_DTYPES:
+            buf = c.typed_buffer(count, dtype)
+            if buf is None:
+                continue
+            name = "bench.half.%s.%d" % (dtype, count)
+            _timed(c, lambda: c.allreduce_(buf, name), 3)
+            samples = _timed(c, lambda: c.allreduce_(buf, name), cfg["half_reps"])
+            half["%s/%d" % (dtype, count)] = _record(c, samples, count=count, dtype=dtype)
+            _log(c, "%s x %d: median(rank0)=%.1f us"
+                 % (dtype, count, 1e6 * statistics.median(samples)))
+            del buf
 
     # (b) 200 x 16 KiB submitted together.
     flat = np.zeros(BATCH_COUNT * BATCH_BYTES // 4, dtype=np.float32)
@@ -489,6 +525,8 @@ def summarize(jobs, sizes):
         for variant, rec in w["batch_200x16KiB"].items():
             add(c, "batch/%s" % variant, slowest_rank_median_us(rec))
             add(c, "batch_rank0/%s" % variant, rank0_median_us(rec))
+        for key, rec in w.get("half_precision", {}).items():
+            add(c, "half/" + key, slowest_rank_median_us(rec))
         rec = w["lone_4KiB_after_gap"]
         add(c, "lone", slowest_rank_median_us(rec))
         add(c, "lone_rank0", rank0_median_us(rec))
@@ -602,6 +640,21 @@ def build_table(summary, sizes):
     if idle2 is not None:
         rows.append("| idle CPU, %d s sleep after the workloads | %.2f %% | — | — | (info) "
                     "| | | |" % (IDLE_SLEEP_S, idle2))
+    for count in HALF_COUNTS:
+        f32 = get("fuseopt", "half/float32/%d" % count)
+        for dtype in HALF_DTYPES:
+            cells = [fmt_time(get(c, "half/%s/%d" % (dtype, count))) for c in CONTENDERS]
+            if dtype == "float32":
+                rows.append("| %s x %dK elements | %s | %s | %s | (reference) | | | |"
+                            % (dtype, count // 1024, *cells))
+                continue
+            fo = get("fuseopt", "half/%s/%d" % (dtype, count))
+            ratio = fo / f32 if fo and f32 else None
+            rows.append("| %s x %dK elements | %s | %s | %s | fuseopt %s / its float32 | %s "
+                        "| ≤ %.1fx | %s |"
+                        % (dtype, count // 1024, *cells, dtype,
+                           "%.2fx" % ratio if ratio else "—", TARGET_HALF_RATIO,
+                           verdict(ratio <= TARGET_HALF_RATIO) if ratio else "n/a"))
     return header + "\n" + "\n".join(rows), verdicts
 
 
@@ -716,6 +769,15 @@ def driver_main(args):
     paired["batch_gloo_sync_over_fuseopt"] = paired_ratios(jobs, batch("gloo", "sync_200"),
                                                            batch("fuseopt", "grouped_200"))
 
+    def half(dtype, n):
+        return lambda rep: slowest_rank_median_us(
+            rep["fuseopt"]["result"]["workloads"]["half_precision"]["%s/%d" % (dtype, n)])
+
+    for n in HALF_COUNTS:
+        for dtype in HALF_DTYPES[1:]:
+            paired["fuseopt_%s_over_float32/%d" % (dtype, n)] = paired_ratios(
+                jobs, half(dtype, n), half("float32", n))
+
     meta = {
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
@@ -727,7 +789,8 @@ def driver_main(args):
                      "table: median over jobs",
         "targets": {"bw_ratio_min": TARGET_BW_RATIO, "batch_vs_one_mpi_max": TARGET_BATCH_VS_ONE,
                     "batch_vs_gloo_min": TARGET_BATCH_VS_GLOO, "lone_us_max": TARGET_LONE_US,
-                    "idle_cpu_pct_max": TARGET_IDLE_CPU_PCT},
+                    "idle_cpu_pct_max": TARGET_IDLE_CPU_PCT,
+                    "half_over_float32_max": TARGET_HALF_RATIO},
     }
     with open(os.path.join(out_dir, "allreduce.json"), "w") as f:
         # Compact: the raw samples are large; allreduce.md has the readable table.

@@ -24,4 +24,6 @@ from .checkpoint import CheckpointError
 from .naming import Shared
 from .timeline import start_timeline, stop_timeline
 
-__version__ = "0.1.0"
+from ._version import version as _version
+
+__version__ = _version()

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 
+from .._version import version as _version
 from . import hosts as _hosts
 from . import metrics_summary as _metrics_summary
 from . import rank_wrapper, records, shm_litter
@@ -48,6 +49,7 @@ def build_parser():
         prog="fuseoptrun", description="Run a fuseopt job on one or more hosts.",
         epilog="Separate MPMD programs with ':' (each part with its own -np).")
     p.add_argument("-np", "--num-proc", type=int, dest="np", help="number of ranks")
+    p.add_argument("--version", action="version", version="fuseoptrun (fuseopt) " + _version())
     p.add_argument("-H", "--hosts", help="host:slots,... (default: this machine)")
     p.add_argument("--hostfile", help="file with one 'host slots=N' per line")
     p.add_argument("--mpiexec", help="path of the MPI launcher to use")

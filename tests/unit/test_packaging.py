@@ -1,0 +1,38 @@
+"""What the package says about itself agrees with pyproject.toml: one version
+string (fuseopt.__version__, fuseoptrun --version), the license that ships,
+and the Python floor the README states."""
+import os
+import re
+import subprocess
+import sys
+
+import fuseopt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYPROJECT = open(os.path.join(ROOT, "pyproject.toml")).read()
+
+
+def project_field(name):
+    return re.search(r'^%s = "([^"]+)"' % name, PYPROJECT, re.M).group(1)
+
+
+def test_one_version_string():
+    version = project_field("version")
+    assert fuseopt.__version__ == version
+    out = subprocess.run([sys.executable, "-m", "fuseopt.launcher.cli", "--version"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["fuseoptrun", "(fuseopt)", version]
+
+
+def test_the_declared_license_ships():
+    assert 'license = {text = "Apache-2.0"}' in PYPROJECT
+    text = open(os.path.join(ROOT, "LICENSE")).read()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+
+
+def test_readme_states_the_python_floor_of_pyproject():
+    floor = re.fullmatch(r">=(\d+\.\d+)", project_field("requires-python")).group(1)
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert "Python %s+" % floor in readme.split("```")[0]
