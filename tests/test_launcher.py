@@ -68,6 +68,20 @@ def test_settings_reach_every_rank(run_ranks):
         assert "rank%d FUSEOPT_CACHE_CAPACITY=64" % rank in r.output
 
 
+def test_every_rank_gets_torchruns_variables(run_ranks):
+    """RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE as torchrun sets them,
+    and OMP_NUM_THREADS = this host's cores / its ranks unless already set."""
+    from fuseopt.launcher import rank_env
+    r = run_ranks(2, "launch_probe.py", "env", env={"OMP_NUM_THREADS": ""})  # "" is unset
+    threads = max(1, rank_env.usable_cpus() // 2)
+    for rank in (0, 1):
+        for line in ("RANK=%d" % rank, "LOCAL_RANK=%d" % rank, "WORLD_SIZE=2",
+                     "LOCAL_WORLD_SIZE=2", "OMP_NUM_THREADS=%d" % threads):
+            assert "rank%d %s\n" % (rank, line) in r.output, (line, r.output)
+    r = run_ranks(2, "launch_probe.py", "env", env={"OMP_NUM_THREADS": "3"})
+    assert r.output.count("OMP_NUM_THREADS=3\n") == 2, r.output
+
+
 def test_four_ranks_on_two_cores_get_nolocal(run_ranks):
     r = run_ranks(4, "launch_probe.py", "env")
     if (os.cpu_count() or 1) < 4:

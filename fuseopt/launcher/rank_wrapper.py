@@ -1,7 +1,7 @@
 """Runs one rank's command and records how it ended, for fuseoptrun's summary.
 
 mpiexec starts ``python -m fuseopt.launcher.rank_wrapper CMD...`` per rank.
-The wrapper forwards termination signals to the command, makes sure the
+The wrapper gives the command torchrun's variables (rank_env.py), forwards termination signals to the command, makes sure the
 command dies with it (PR_SET_PDEATHSIG), and writes start-N.json and
 rank-N.json into $FUSEOPT_LAUNCH_DIR (fuseopt/launcher/records.py).
 
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from . import records
+from . import rank_env, records
 
 # Long enough for the survivors' watchers (polling every 0.2 s) to see the
 # record and report; short enough not to hold up the end of a failed job.
@@ -52,8 +52,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     rank = records.env_rank()
     status_dir = records.directory()
+    env = dict(os.environ, **rank_env.torchrun_variables(os.environ, rank_env.usable_cpus()))
     # close_fds=False: the rank inherits the PMI connection (PMI_FD) from mpiexec.
-    child = subprocess.Popen(argv, preexec_fn=_die_with_parent, close_fds=False)
+    child = subprocess.Popen(argv, preexec_fn=_die_with_parent, close_fds=False, env=env)
     if status_dir:
         records.write_record(status_dir, "start-", rank, {
             "rank": rank, "host": socket.gethostname(), "pid": child.pid})

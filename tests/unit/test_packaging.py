@@ -36,3 +36,18 @@ def test_readme_states_the_python_floor_of_pyproject():
     floor = re.fullmatch(r">=(\d+\.\d+)", project_field("requires-python")).group(1)
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert "Python %s+" % floor in readme.split("```")[0]
+
+
+def test_torchrun_variables_from_each_launcher():
+    from fuseopt.launcher.rank_env import torchrun_variables
+    hydra = {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+    assert torchrun_variables(hydra, cpus=8) == {
+        "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+        "OMP_NUM_THREADS": "4"}
+    ompi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "OMP_NUM_THREADS": "2"}  # the user's own setting wins
+    assert torchrun_variables(ompi, cpus=1) == {
+        "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+    assert torchrun_variables({"MPI_LOCALNRANKS": "4"}, cpus=2)["OMP_NUM_THREADS"] == "1"
+    assert torchrun_variables({}, cpus=2) == {}
