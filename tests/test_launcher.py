@@ -124,3 +124,41 @@ def test_sigterm_stops_every_rank(tmp_path):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_export_flag_gives_ranks_variables(capsys, monkeypatch):
+    monkeypatch.setenv("FROM_HERE", "7")
+    cmd = _dry_run(["-np", "2", "-x", "FROM_HERE", "-x", "GIVEN=a=b", "python", "a.py"], capsys)
+    genv = {cmd[i + 1]: cmd[i + 2] for i, c in enumerate(cmd) if c == "-genv"}
+    assert genv["FROM_HERE"] == "7" and genv["GIVEN"] == "a=b"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-H", "a:b"], "-H a:b: slots must be a positive integer, not 'b'"),
+    (["-H", "a:0"], "slots must be a positive integer"),
+    (["-H", ","], "names no host"),
+    (["--hostfile", "/nonexistent/hosts"], "--hostfile /nonexistent/hosts: No such file"),
+    (["-x", "NOT_SET_ANYWHERE_42"], "-x NOT_SET_ANYWHERE_42: NOT_SET_ANYWHERE_42 is not set"),
+    (["-x", "1BAD=2"], "is not a variable name"),
+    (["-np", "2", "--", ], "no command given")])
+def test_bad_flags_give_one_line_and_exit_code_2(argv, message):
+    """As argparse does for unknown flags: one 'fuseoptrun: error:' line on
+    stderr, exit code 2, no traceback."""
+    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "--dry-run"] + argv
+    if "no command given" not in message:
+        cmd += ["python", "x.py"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p
+    assert p.stderr.strip().splitlines() == ["fuseoptrun: error: " + p.stderr.split(
+        "fuseoptrun: error: ", 1)[1].strip()], p.stderr
+    assert message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_hostfile_errors_name_the_line(tmp_path):
+    f = tmp_path / "hosts"
+    f.write_text("node1 slots=4\nnode2 slots=two\n")
+    with pytest.raises(hosts.HostError, match="line 2: slots must be a positive integer"):
+        hosts.parse_hostfile(str(f))
+    f.write_text("node1 cpus=4\n")
+    with pytest.raises(hosts.HostError, match="unknown field 'cpus=4'"):
+        hosts.parse_hostfile(str(f))

@@ -59,6 +59,9 @@ def build_parser():
     p.add_argument("--network-interface", metavar="IFACE",
                    help="interface the launcher's processes use to reach each other (e.g. eth0)")
     p.add_argument("--mpi-args", default="", help="extra arguments for mpiexec (quoted)")
+    p.add_argument("-x", dest="export", action="append", default=[], metavar="VAR[=VALUE]",
+                   help="give every rank VAR (this environment's value, or VALUE), as "
+                        "mpirun's and horovodrun's -x; repeatable")
     p.add_argument("--nolocal", choices=("auto", "on", "off"), default="auto",
                    help="set MPIR_CVAR_NOLOCAL=1 (auto: when ranks > cores here)")
     p.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
@@ -114,6 +117,17 @@ def rank_environment(args, total_ranks, host_list, environ):
         value = getattr(args, "knob_" + knob.name)
         if value is not None:
             env[knob.env] = str(value)
+    for item in args.export:
+        name, eq, value = item.partition("=")
+        if not name or not (name[0].isalpha() or name[0] == "_") or \
+                not all(c.isalnum() or c == "_" for c in name):
+            raise UsageError("-x %s: %r is not a variable name" % (item, name))
+        if not eq:
+            if name not in environ:
+                raise UsageError("-x %s: %s is not set here (give -x %s=VALUE)"
+                                 % (name, name, name))
+            value = environ[name]
+        env[name] = value
     nolocal = args.nolocal == "on" or (
         args.nolocal == "auto" and _hosts.local_oversubscribed(host_list, total_ranks))
     if nolocal:
@@ -242,13 +256,15 @@ def _signal_job(proc, signum):
 def run(argv):
     parts_argv = split_mpmd(argv)
     args = build_parser().parse_args(parts_argv[0])
+    if args.command[:1] == ["--"]:  # fuseoptrun -np 2 -- python train.py
+        args.command = args.command[1:]
     if not args.command:
-        raise SystemExit("fuseoptrun: no command given (e.g. fuseoptrun -np 2 python train.py)")
+        raise UsageError("no command given (e.g. fuseoptrun -np 2 python train.py)")
     parts = [(args.np or 1, args.command)]
     for extra in parts_argv[1:]:
         e = parse_extra_part(extra)
         if not e.command:
-            raise SystemExit("fuseoptrun: an MPMD part has no command")
+            raise UsageError("an MPMD part has no command")
         parts.append((e.np, e.command))
     total = sum(n for n, _ in parts)
     launch_dir = "FUSEOPT_LAUNCH_DIR" if args.dry_run else tempfile.mkdtemp(prefix="fuseoptrun-")
@@ -289,8 +305,17 @@ def run(argv):
     return result
 
 
+class UsageError(Exception):
+    """A bad flag, value or host string: one line, exit code 2 (argparse's)."""
+
+
 def main():
-    sys.exit(run(sys.argv[1:]))
+    try:
+        code = run(sys.argv[1:])
+    except (UsageError, _hosts.HostError) as e:
+        print("fuseoptrun: error: %s" % e, file=sys.stderr)
+        code = 2
+    sys.exit(code)
 
 
 if __name__ == "__main__":

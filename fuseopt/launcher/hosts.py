@@ -3,29 +3,59 @@ import os
 import socket
 
 
+class HostError(ValueError):
+    """A host string or hostfile fuseoptrun cannot use (its message says why)."""
+
+
+def _slots(text, where):
+    if not text:
+        return 1
+    if not text.isdigit() or int(text) < 1:
+        raise HostError("%s: slots must be a positive integer, not %r" % (where, text))
+    return int(text)
+
+
+def _name(name, where):
+    if not name or any(c.isspace() for c in name):
+        raise HostError("%s: %r is not a host name" % (where, name))
+    return name
+
+
 def parse_host_list(text):
     """'a:2,b' -> [('a', 2), ('b', 1)]."""
     hosts = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, _, slots = item.partition(":")
-        hosts.append((name, int(slots) if slots else 1))
+        where = "-H %s" % item
+        hosts.append((_name(name, where), _slots(slots, where)))
+    if not hosts:
+        raise HostError("-H %r names no host" % text)
     return hosts
 
 
 def parse_hostfile(path):
     """Lines 'host', 'host:4' or 'host slots=4'; '#' starts a comment."""
     hosts = []
-    with open(path) as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            words = line.split()
-            name, _, slots = words[0].partition(":")
-            for w in words[1:]:
-                if w.startswith("slots="):
-                    slots = w[len("slots="):]
-            hosts.append((name, int(slots) if slots else 1))
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise HostError("--hostfile %s: %s" % (path, getattr(e, "strerror", None) or e)) from None
+    for number, line in enumerate(lines, 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = "--hostfile %s line %d" % (path, number)
+        words = line.split()
+        name, _, slots = words[0].partition(":")
+        for w in words[1:]:
+            if w.startswith("slots="):
+                slots = w[len("slots="):]
+            else:
+                raise HostError("%s: unknown field %r (expected 'host slots=N')" % (where, w))
+        hosts.append((_name(name, where), _slots(slots, where)))
+    if not hosts:
+        raise HostError("--hostfile %s names no host" % path)
     return hosts
 
 
