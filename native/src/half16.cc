@@ -8,6 +8,19 @@
 #endif
 
 namespace fuseopt {
+namespace {
+inline float float_from_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint32_t bits_of(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  return x;
+}
+}  // namespace
 
 // IEEE binary16 <-> binary32, round to nearest even, with subnormals and
 // infinities. A NaN is quieted (as F16C does): signalling NaNs come out quiet.
@@ -30,14 +43,11 @@ float half_to_float(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return float_from_bits(bits);
 }
 
 uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  const uint32_t x = bits_of(f);
   uint16_t sign = (x >> 16) & 0x8000;
   uint32_t absx = x & 0x7fffffff;
   if (absx > 0x7f800000)  // nan: quiet, top payload bits kept
@@ -63,16 +73,10 @@ uint16_t float_to_half(float f) {
   return sign | out;
 }
 
-float bfloat_to_float(uint16_t b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float bfloat_to_float(uint16_t b) { return float_from_bits((uint32_t)b << 16); }
 
 uint16_t float_to_bfloat(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  const uint32_t x = bits_of(f);
   if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
   uint32_t rounding = 0x7fff + ((x >> 16) & 1);
   return (uint16_t)((x + rounding) >> 16);
