@@ -96,12 +96,15 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
 
 
 
-def _compressed(compression, tensors, name):
-    """Horovod's compression around a collective: one payload per tensor."""
+def _compressed(compression, tensors, name, process_set):
+    """Horovod's compression around a collective: one payload per tensor,
+    compressed knowing the ranks reduced over (reducing_over)."""
     if compression is None:
         return list(tensors), [None] * len(tensors), lambda t, ctx: t
     compression = as_compressor(compression)
-    packed = [compression.compress(t, n) for t, n in zip(tensors, _group_names(tensors, name))]
+    with reducing_over(_ps.size_of(process_set)):
+        packed = [compression.compress(t, n)
+                  for t, n in zip(tensors, _group_names(tensors, name))]
     if any(len(payloads) != 1 for payloads, _ in packed):
         raise InvalidArgumentError("%s sends several payloads per tensor; only allreduce and "
                                    "DistributedOptimizer take it" % type(compression).__name__)
@@ -160,7 +163,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     differentiable, with optional compression, as Horovod's."""
     _ps.id_of(process_set)
     op = _np_ops.resolve_op(average, op)
-    payloads, ctxs, restore = _compressed(compression, tensors, name)
+    payloads, ctxs, restore = _compressed(compression, tensors, name, process_set)
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
     reduced = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,

@@ -112,7 +112,7 @@ def _reducescatter_list(tensors, name, names, compression, op, prescale_factor,
                         postscale_factor, process_set):
     """Differentiable, compressed reducescatter of tensors under these names."""
     _ps.id_of(process_set)
-    payloads, ctxs, restore = _compressed(compression, tensors, name)
+    payloads, ctxs, restore = _compressed(compression, tensors, name, process_set)
     out = _Reducescatter.apply(name, names, op, prescale_factor, postscale_factor, process_set,
                                *payloads)
     return [restore(t, c) for t, c in zip(out, ctxs)]

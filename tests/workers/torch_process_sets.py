@@ -70,6 +70,27 @@ def check_collectives_and_gradients():
     (p * (R + 1)).sum().backward()
     opt.step()
     close(p.detach(), torch.full((3,), -plus_one), "ef_sign DistributedOptimizer in the set")
+    # A compressor that sums and divides by reduction_size() sees the set's
+    # size in grouped_allreduce and reducescatter too (reducescatter takes
+    # the caller's op, not the compressor's reduce_op: Sum is passed).
+    from fuseopt.compression import reduction_size
+    from fuseopt.torch.compression import Compressor
+
+    class SumThenDivide(Compressor):
+        reduce_op = hvd.Sum
+
+        def compress(self, tensor, name=None):
+            return [tensor], reduction_size()
+
+        def decompress(self, payloads, ctx):
+            return payloads[0] / ctx
+
+    g = hvd.grouped_allreduce([torch.ones(2) * (R + 1)], name="sd", compression=SumThenDivide(),
+                              process_set=mine)
+    close(g[0], torch.full((2,), plus_one), "summing compressor in grouped_allreduce")
+    rs = hvd.reducescatter(torch.ones(2 * n, 2) * (R + 1), name="sd.rs", op=hvd.Sum,
+                           compression=SumThenDivide(), process_set=mine)
+    close(rs, torch.full((2, 2), plus_one), "summing compressor in reducescatter")
     objs = hvd.allgather_object({"rank": R}, process_set=mine)
     assert objs == [{"rank": r} for r in members], objs
     assert hvd.broadcast_object(R, root_rank=root, process_set=mine) == root
