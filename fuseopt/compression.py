@@ -52,7 +52,6 @@ def reducing_over(nranks):
         _reducing_ranks.reset(token)
 
 
-
 class ResidualMemory:
     """Per-name residuals of an error-feedback compressor (framework-neutral:
     it only stores whatever tensors the framework gives it)."""

@@ -9,13 +9,15 @@ intra-op pool takes every core, and N ranks on N cores oversubscribe N-fold.
 """
 import os
 
-_RANK = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-_SIZE = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+# Where each launcher puts a rank's place in the job (also read by records.py).
+RANK_SOURCES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+SIZE_SOURCES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 _LOCAL_RANK = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 _LOCAL_SIZE = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
-def _first(environ, names):
+def first_int(environ, names):
+    """The first of ``names`` set to a non-negative integer, or None."""
     for name in names:
         value = environ.get(name, "")
         if value.isdigit():
@@ -34,12 +36,12 @@ def torchrun_variables(environ, cpus):
     """{name: value} to add to a rank's environment (strings). Missing
     launcher information leaves the matching variable out."""
     out = {}
-    for name, sources in (("RANK", _RANK), ("WORLD_SIZE", _SIZE),
+    for name, sources in (("RANK", RANK_SOURCES), ("WORLD_SIZE", SIZE_SOURCES),
                           ("LOCAL_RANK", _LOCAL_RANK), ("LOCAL_WORLD_SIZE", _LOCAL_SIZE)):
-        value = _first(environ, sources)
+        value = first_int(environ, sources)
         if value is not None:
             out[name] = str(value)
-    local_size = _first(environ, _LOCAL_SIZE)
+    local_size = first_int(environ, _LOCAL_SIZE)
     if not environ.get("OMP_NUM_THREADS") and local_size:  # unset or empty
         out["OMP_NUM_THREADS"] = str(max(1, cpus // local_size))
     return out

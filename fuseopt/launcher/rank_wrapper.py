@@ -1,9 +1,10 @@
 """Runs one rank's command and records how it ended, for fuseoptrun's summary.
 
 mpiexec starts ``python -m fuseopt.launcher.rank_wrapper CMD...`` per rank.
-The wrapper gives the command torchrun's variables (rank_env.py), forwards termination signals to the command, makes sure the
-command dies with it (PR_SET_PDEATHSIG), and writes start-N.json and
-rank-N.json into $FUSEOPT_LAUNCH_DIR (fuseopt/launcher/records.py).
+The wrapper gives the command torchrun's variables (rank_env.py), forwards
+termination signals to it, makes sure it dies with the wrapper
+(PR_SET_PDEATHSIG), and writes start-N.json and rank-N.json into
+$FUSEOPT_LAUNCH_DIR (fuseopt/launcher/records.py).
 
 A command that exits 0 while fuseopt is still running in it (no shutdown():
 ``os._exit(0)``, a library that ended the process) is a failure: the other

@@ -23,6 +23,8 @@ import json
 import os
 import signal
 
+from . import rank_env
+
 RUNNING = "running"
 SHUT_DOWN = "shut_down"
 
@@ -34,21 +36,15 @@ def directory(environ=None):
 
 
 def env_rank(environ=None):
-    """This process's rank as the launcher told it (before fuseopt.init)."""
-    return _first_int(environ, ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"))
+    """This process's rank as the launcher told it (before fuseopt.init), or 0."""
+    return rank_env.first_int(os.environ if environ is None else environ,
+                              rank_env.RANK_SOURCES) or 0
 
 
 def env_size(environ=None):
     """The job's number of ranks as the launcher told it, or 0 if unknown."""
-    return _first_int(environ, ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"))
-
-
-def _first_int(environ, names):
-    environ = os.environ if environ is None else environ
-    for name in names:
-        if environ.get(name, "").isdigit():
-            return int(environ[name])
-    return 0
+    return rank_env.first_int(os.environ if environ is None else environ,
+                              rank_env.SIZE_SOURCES) or 0
 
 
 def write_record(status_dir, prefix, rank, record):

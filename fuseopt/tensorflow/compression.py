@@ -10,6 +10,7 @@ from ..compression import Compressor, NoneCompressor, ResidualMemory, reduction_
 from ..errors import UnsupportedError
 from ..ops import Sum
 
+
 class _CastCompressor(Compressor):
     target = None
 

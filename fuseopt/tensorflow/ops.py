@@ -181,7 +181,8 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
     if compression is not None and not isinstance(compression, NoneCompressor):
-        # Compressors that sum divide by the ranks reduced over: the set's.
+        # Compressors that sum divide by the ranks reduced over: the set's
+        # (read in compress, carried to decompress in ctx).
         with reducing_over(_ps.size_of(process_set)):
             packed = [compression.compress(t, n) for t, n in zip(tensors, names)]
         payloads = [p for ps, _ in packed for p in ps]
@@ -190,10 +191,9 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
         reduced = allreduce_named(payloads, payload_names, op, None, prescale_factor,
                                   postscale_factor, meter, bucket_cap, process_set)
         out, i = [], 0
-        with reducing_over(_ps.size_of(process_set)):
-            for ps, ctx in packed:
-                out.append(compression.decompress(reduced[i:i + len(ps)], ctx))
-                i += len(ps)
+        for ps, ctx in packed:
+            out.append(compression.decompress(reduced[i:i + len(ps)], ctx))
+            i += len(ps)
         return out
 
     @tf.custom_gradient
