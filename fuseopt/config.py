@@ -10,16 +10,17 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
+from . import log as _log
 from ._native import ffi, lib
 from .errors import InvalidArgumentError
-
-_LOG_LEVELS = {"trace": 0, "debug": 1, "info": 2, "warning": 3, "error": 4}
 
 
 def _parse_log_level(text):
     text = str(text).strip().lower()
-    if text in _LOG_LEVELS:
-        return _LOG_LEVELS[text]
+    if text == "fatal":  # Horovod's highest level
+        text = "error"
+    if text in _log.LEVEL_NAMES:
+        return _log.LEVEL_NAMES.index(text)
     return _parse_int(text)
 
 
@@ -50,7 +51,8 @@ def _parse_float(value):
     return number
 
 
-def _parse_flag(value):
+def parse_flag(value):
+    """A boolean from a keyword or environment text (1/0, true/false, yes/no, on/off)."""
     text = str(value).strip().lower()
     if text in ("1", "true", "yes", "on"):
         return True
@@ -120,18 +122,19 @@ KNOBS = (
          "RankFailedError (a rank died before or during its init()); 0 waits forever. "
          "Under fuseoptrun a rank that failed is reported within a second anyway."),
     Knob("log_level", "FUSEOPT_LOG_LEVEL", "log_level", _parse_log_level, int,
-         lambda v: [k for k, n in _LOG_LEVELS.items() if n == v][0],
-         "trace, debug, info, warning (default) or error."),
+         lambda v: _log.LEVEL_NAMES[v],
+         "trace, debug, info, warning (default) or error. Without it (or init(log_level=)), "
+         "the core takes the level set on Python's 'fuseopt' logger, if any."),
     Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", _parse_int, int, _same,
          "Allreduces of at least this many bytes go through fuseopt's shared-memory "
          "path when every rank runs on one host (each rank reduces a slice of all "
          "ranks' data in place: ~2x MPICH's bandwidth here); -1 always uses MPI."),
     Knob("hierarchical_allreduce", "FUSEOPT_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce",
-         _parse_flag, int, bool,
+         parse_flag, int, bool,
          "1: allreduce in three steps (reduce within each node, allreduce among one leader "
          "per node, broadcast within the node), so only one copy per node crosses the "
          "network; used when there are several nodes of several ranks."),
-    Knob("autotune", "FUSEOPT_AUTOTUNE", "autotune", _parse_flag, int, bool,
+    Knob("autotune", "FUSEOPT_AUTOTUNE", "autotune", parse_flag, int, bool,
          "1: during the first rounds of training, try fusion thresholds and cycle times "
          "(one window of rounds each, scored by bytes reduced per second), then hold the "
          "best; rank 0 decides and every rank switches at the same round."),
@@ -164,6 +167,8 @@ def build_config(overrides=None, environ=None):
             raw, where = overrides[knob.name], "init(%s=...)" % knob.name
         elif environ.get(knob.env, "") != "":
             raw, where = environ[knob.env], knob.env
+        elif knob.name == "log_level" and _log.explicit_level() is not None:
+            raw, where = _log.core_level(_log.explicit_level()), "the 'fuseopt' logger's level"
         else:
             continue
         try:

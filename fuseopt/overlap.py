@@ -21,6 +21,8 @@ import threading
 import time
 from contextlib import contextmanager
 
+from .log import report_logger
+
 _COUNTERS = ("communication_s", "negotiation_s", "bytes", "collectives", "tensors",
              "cache_hits", "cache_misses", "stalls")
 
@@ -103,10 +105,12 @@ def format_report(r, prefix="fuseopt"):
                "n/a" if hit is None else "%.0f%%" % (100 * hit), r["stalls"]))
 
 
-def log_epoch(epoch=None, log_fn=print, reset=True, meter=None):
+def log_epoch(epoch=None, log_fn=report_logger.info, reset=True, meter=None):
     """Logs (on rank 0) and returns this rank's report for the window since
     the last call: the per-epoch helper behind ``fuseopt.torch.log_metrics``
-    and the Keras ``MetricsCallback``."""
+    and the Keras ``MetricsCallback``. By default the line is an INFO record
+    of the ``fuseopt.report`` logger (fuseopt/log.py); ``log_fn=None`` only
+    returns the report."""
     from .runtime import rank
     report = (meter or GRADIENTS).report(reset=reset)
     if log_fn is not None and rank() == 0:

@@ -9,9 +9,11 @@ import threading
 
 from . import _launch_notes, _peer_watch
 from . import config as _config
+from . import horovod_env as _horovod_env
+from . import log as _log
 from .launcher import records as _records
 from ._native import ffi, lib
-from .errors import NotInitializedError, check
+from .errors import InvalidArgumentError, NotInitializedError, check
 
 _lock = threading.Lock()
 _ctx = None
@@ -33,6 +35,11 @@ def init(**settings):
     """
     global _ctx, _info, _settings, _watch
     with _lock:
+        # Horovod's variables become their FUSEOPT_* twins in this process's
+        # environment, so that every reader (config, timeline) sees them.
+        translated, notices = _horovod_env.translate(os.environ)
+        os.environ.update(translated)
+        _log.apply_environment_level()
         cfg = _config.build_config(settings)  # a bad setting raises even when already running
         if _ctx is not None:
             return
@@ -52,9 +59,29 @@ def init(**settings):
                  ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")}
         _launch_notes.set_state(_records.RUNNING)
         aborter.attach(out[0])
+        _log.set_rank(_info["rank"])
+    _refuse_lone_srun_task(_info["size"])
+    if _info["rank"] == 0:
+        for notice in notices:
+            _log.logger.warning("%s", notice)
     from .timeline import start_from_environment
     start_from_environment()
     _info["homogeneous"] = _agree_homogeneous()
+
+
+def _refuse_lone_srun_task(size):
+    """srun without a PMI the mpich wheel speaks (its default --mpi=none)
+    starts N processes that each initialise MPI as a world of one: N
+    independent jobs that all call themselves rank 0, training N copies
+    without a word. Slurm says how many tasks it started; MPI must agree."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
+    launched_by_mpi = any(v in os.environ for v in ("PMI_RANK", "PMI_FD", "PMIX_RANK",
+                                                    "OMPI_COMM_WORLD_RANK"))
+    if size == 1 and tasks.isdigit() and int(tasks) > 1 and not launched_by_mpi:
+        shutdown()
+        raise InvalidArgumentError(
+            "srun started %s tasks, but MPI initialised each as a world of 1 (no PMI reached "
+            "it): launch with 'srun --mpi=pmi2 ...' (docs/scaling.md)" % tasks)
 
 
 def _agree_homogeneous():

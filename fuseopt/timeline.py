@@ -12,6 +12,7 @@ import os
 
 from ._native import lib
 from .errors import check
+from .log import logger
 
 TIMELINE_ENV = "FUSEOPT_TIMELINE"
 MARK_CYCLES_ENV = "FUSEOPT_TIMELINE_MARK_CYCLES"
@@ -49,9 +50,8 @@ def start_from_environment(environ=None):
     path = environ.get(TIMELINE_ENV, "")
     if not path:
         return
-    from .config import _parse_flag
+    from .config import parse_flag
     try:
-        start_timeline(path, _parse_flag(environ.get(MARK_CYCLES_ENV, "0")))
+        start_timeline(path, parse_flag(environ.get(MARK_CYCLES_ENV, "0")))
     except Exception as e:  # the job itself is fine: say so loudly and go on
-        import warnings
-        warnings.warn("%s: no timeline will be written: %s" % (TIMELINE_ENV, e), stacklevel=2)
+        logger.warning("%s: no timeline will be written: %s", TIMELINE_ENV, e)

@@ -19,16 +19,16 @@ import sys
 import tempfile
 import time
 
+from .. import config as _config
+from .. import horovod_env
 from .._version import version as _version
+from ..errors import InvalidArgumentError
+from . import horovod_flags
 from . import hosts as _hosts
+from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
 from . import rank_wrapper, records, shm_litter
 from .records import read_records
-
-
-def _knobs():
-    from ..config import KNOBS  # loads the native core; only needed for flags
-    return KNOBS
 
 
 def find_mpiexec(explicit=None):
@@ -44,14 +44,55 @@ def find_mpiexec(explicit=None):
     return found
 
 
+class UsageError(Exception):
+    """A bad flag, value or host string: one line, exit code 2 (argparse's)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _knob_value(knob):
+    """argparse type: the text as given, once the knob accepts it."""
+    def check(text):
+        try:
+            knob.parse(text)
+        except (TypeError, ValueError, OverflowError):
+            raise argparse.ArgumentTypeError("%r is not a %s value" % (text, knob.name)) from None
+        return text
+    check.__name__ = knob.name
+    return check
+
+
+def _add_knob_flags(p):
+    """One flag per knob (--autotune/--no-autotune for on/off knobs, which take
+    no value, as in horovodrun), plus horovodrun's other spellings."""
+    aliases = {}
+    for flag, name in horovod_flags.KNOB_ALIASES.items():
+        aliases.setdefault(name, []).append(flag)
+    for knob in _config.KNOBS:
+        flag, dest = "--" + knob.name.replace("_", "-"), "knob_" + knob.name
+        if knob.parse is _config.parse_flag:
+            p.add_argument(flag, dest=dest, action="store_const", const="1",
+                           help="%s (sets %s=1)" % (knob.doc, knob.env))
+            p.add_argument("--no-" + flag[2:], dest=dest, action="store_const", const="0",
+                           help=argparse.SUPPRESS)
+        else:
+            p.add_argument(flag, *aliases.get(knob.name, []), dest=dest, type=_knob_value(knob),
+                           metavar="VALUE", help="%s (sets %s)" % (knob.doc, knob.env))
+
+
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="fuseoptrun", description="Run a fuseopt job on one or more hosts.",
         epilog="Separate MPMD programs with ':' (each part with its own -np).")
-    p.add_argument("-np", "--num-proc", type=int, dest="np", help="number of ranks")
-    p.add_argument("--version", action="version", version="fuseoptrun (fuseopt) " + _version())
-    p.add_argument("-H", "--hosts", help="host:slots,... (default: this machine)")
-    p.add_argument("--hostfile", help="file with one 'host slots=N' per line")
+    p.add_argument("-np", "--num-proc", type=int, dest="np",
+                   help="number of ranks (default: Slurm's task count in an allocation, else 1)")
+    p.add_argument("-v", "--version", action="version", version="fuseoptrun (fuseopt) " + _version())
+    p.add_argument("-H", "--hosts", help="host:slots,... (default: Slurm's nodes in an "
+                                         "allocation, else this machine)")
+    p.add_argument("-hostfile", "--hostfile", help="file with one 'host slots=N' per line")
     p.add_argument("--mpiexec", help="path of the MPI launcher to use")
     p.add_argument("--remote-exec", metavar="CMD",
                    help="command that starts processes on other hosts, called like ssh "
@@ -65,19 +106,20 @@ def build_parser():
     p.add_argument("--nolocal", choices=("auto", "on", "off"), default="auto",
                    help="set MPIR_CVAR_NOLOCAL=1 (auto: when ranks > cores here)")
     p.add_argument("--dry-run", action="store_true", help="print the mpiexec command only")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="print the mpiexec command too")
     p.add_argument("--timeline-filename", metavar="PATH",
                    help="write a Chrome-trace timeline (sets FUSEOPT_TIMELINE; rank 0 writes "
                         "it, or every rank if PATH contains {rank})")
-    p.add_argument("--timeline-mark-cycles", action="store_true",
+    p.add_argument("--timeline-mark-cycles", action="store_const", const=True,
                    help="mark negotiation rounds in the timeline")
+    p.add_argument("--no-timeline-mark-cycles", dest="timeline_mark_cycles",
+                   action="store_const", const=False, help=argparse.SUPPRESS)
     p.add_argument("--metrics-summary", action="store_true",
                    help="print a table of each rank's fuseopt metrics when the job ends")
     p.add_argument("--fusion-threshold-mb", type=float,
                    help="fusion threshold in MiB (sets FUSEOPT_FUSION_THRESHOLD)")
-    for knob in _knobs():
-        p.add_argument("--" + knob.name.replace("_", "-"), dest="knob_" + knob.name,
-                       help="%s (sets %s)" % (knob.doc, knob.env))
+    _add_knob_flags(p)
+    horovod_flags.add_to(p)
     p.add_argument("command", nargs=argparse.REMAINDER)
     return p
 
@@ -95,7 +137,7 @@ def split_mpmd(argv):
 
 
 def parse_extra_part(argv):
-    p = argparse.ArgumentParser(prog="fuseoptrun (MPMD part)")
+    p = _Parser(prog="fuseoptrun (MPMD part)")
     p.add_argument("-np", "--num-proc", type=int, dest="np", required=True)
     p.add_argument("command", nargs=argparse.REMAINDER)
     return p.parse_args(argv)
@@ -105,6 +147,7 @@ def rank_environment(args, total_ranks, host_list, environ):
     """FUSEOPT_* variables every rank receives."""
     env = {k: v for k, v in environ.items() if k.startswith("FUSEOPT_")}
     env.pop("FUSEOPT_MPIEXEC", None)
+    env.update(horovod_env.translate(environ)[0])  # flags below take precedence
     if args.timeline_filename:
         env["FUSEOPT_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:
@@ -113,7 +156,9 @@ def rank_environment(args, total_ranks, host_list, environ):
         env[_metrics_summary.ENV] = "1"
     if args.fusion_threshold_mb is not None:
         env["FUSEOPT_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * (1 << 20)))
-    for knob in _knobs():
+    if args.no_stall_check:
+        args.knob_stall_check_s = "0"
+    for knob in _config.KNOBS:
         value = getattr(args, "knob_" + knob.name)
         if value is not None:
             env[knob.env] = str(value)
@@ -135,17 +180,52 @@ def rank_environment(args, total_ranks, host_list, environ):
     return env
 
 
-def build_command(args, parts, env, launch_dir):
+def host_list_of(args, environ):
+    """(hosts, from_slurm): -H or --hostfile, else the Slurm allocation we
+    run in, else [] (this machine)."""
+    if args.hostfile:
+        return _hosts.parse_hostfile(args.hostfile), False
+    if args.hosts:
+        return _hosts.parse_host_list(args.hosts), False
+    if _slurm.in_allocation(environ):
+        return _slurm.hosts(environ), True
+    return [], False
+
+
+def _one_program(command, launch_dir, dry_run):
+    """Hydra runs -launcher-exec as one file name, arguments and all: a
+    command with arguments ('ssh -p 2222') becomes a script that runs it."""
+    words = shlex.split(command)
+    if len(words) == 1:
+        return words[0]
+    path = os.path.join(launch_dir, "remote-exec")
+    if not dry_run:
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\nexec %s \"$@\"\n" % " ".join(shlex.quote(w) for w in words))
+        os.chmod(path, 0o700)
+    return path
+
+
+def build_command(args, parts, env, launch_dir, host_list, from_slurm=False):
     """The full mpiexec argv for the (possibly MPMD) job."""
-    host_list = _hosts.parse_hostfile(args.hostfile) if args.hostfile else (
-        _hosts.parse_host_list(args.hosts) if args.hosts else [])
     cmd = [find_mpiexec(args.mpiexec)]
     if host_list:
         cmd += ["-hosts", ",".join("%s:%d" % h for h in host_list)]
-    if args.remote_exec:  # hydra calls it exactly as it would call ssh
-        cmd += ["-launcher", "ssh", "-launcher-exec", args.remote_exec]
-    if args.network_interface:
-        cmd += ["-iface", args.network_interface]
+    remote_exec = args.remote_exec or horovod_flags.remote_exec(args)
+    if remote_exec:  # hydra calls it exactly as it would call ssh
+        cmd += ["-launcher", "ssh", "-launcher-exec",
+                _one_program(remote_exec, launch_dir, args.dry_run)]
+    elif from_slurm:  # proxies started by srun inside the allocation: no ssh needed
+        cmd += ["-launcher", "slurm"]
+    interface = args.network_interface or args.network_interfaces
+    if interface:
+        if "," in interface:
+            raise UsageError("--network-interfaces %s: fuseoptrun takes one interface "
+                             "(Hydra's -iface)" % interface)
+        cmd += ["-iface", interface]
+    if args.output_filename:
+        pattern = os.path.join(os.path.abspath(args.output_filename), "rank.%r")
+        cmd += ["-outfile-pattern", pattern + "/stdout", "-errfile-pattern", pattern + "/stderr"]
     for k, v in sorted(dict(env, FUSEOPT_LAUNCH_DIR=launch_dir).items()):
         cmd += ["-genv", k, v]
     cmd += shlex.split(args.mpi_args)
@@ -154,7 +234,7 @@ def build_command(args, parts, env, launch_dir):
         if i:
             cmd.append(":")
         cmd += ["-n", str(np_)] + wrapper + command
-    return cmd, host_list
+    return cmd
 
 
 def summarize(launch_dir, total_ranks, mpiexec_code, started):
@@ -256,22 +336,32 @@ def _signal_job(proc, signum):
 def run(argv):
     parts_argv = split_mpmd(argv)
     args = build_parser().parse_args(parts_argv[0])
+    if args.check_build:
+        print(horovod_flags.check_build_report(_version()))
+        return 0
     if args.command[:1] == ["--"]:  # fuseoptrun -np 2 -- python train.py
         args.command = args.command[1:]
     if not args.command:
         raise UsageError("no command given (e.g. fuseoptrun -np 2 python train.py)")
-    parts = [(args.np or 1, args.command)]
+    host_list, from_slurm = host_list_of(args, os.environ)
+    default_np = sum(n for _, n in host_list) if from_slurm else 1
+    parts = [(default_np if args.np is None else args.np, args.command)]
     for extra in parts_argv[1:]:
         e = parse_extra_part(extra)
         if not e.command:
             raise UsageError("an MPMD part has no command")
         parts.append((e.np, e.command))
+    if any(n < 1 for n, _ in parts):
+        raise UsageError("-np must be at least 1")
     total = sum(n for n, _ in parts)
     launch_dir = "FUSEOPT_LAUNCH_DIR" if args.dry_run else tempfile.mkdtemp(prefix="fuseoptrun-")
-    host_list = _hosts.parse_hostfile(args.hostfile) if args.hostfile else (
-        _hosts.parse_host_list(args.hosts) if args.hosts else [])
     env = rank_environment(args, total, host_list, os.environ)
-    cmd, _ = build_command(args, parts, env, launch_dir)
+    for line in horovod_flags.notices(args) + horovod_env.translate(os.environ)[1]:
+        print("fuseoptrun: %s" % line, file=sys.stderr)
+    cmd = build_command(args, parts, env, launch_dir, host_list, from_slurm)
+    if args.output_filename and not args.dry_run:
+        for rank in range(total):
+            os.makedirs(os.path.join(args.output_filename, "rank.%d" % rank), exist_ok=True)
     if args.dry_run or args.verbose:
         print(" ".join(shlex.quote(c) for c in cmd), file=sys.stdout if args.dry_run else sys.stderr)
         if args.dry_run:
@@ -305,14 +395,10 @@ def run(argv):
     return result
 
 
-class UsageError(Exception):
-    """A bad flag, value or host string: one line, exit code 2 (argparse's)."""
-
-
 def main():
     try:
         code = run(sys.argv[1:])
-    except (UsageError, _hosts.HostError) as e:
+    except (UsageError, _hosts.HostError, InvalidArgumentError) as e:
         print("fuseoptrun: error: %s" % e, file=sys.stderr)
         code = 2
     sys.exit(code)

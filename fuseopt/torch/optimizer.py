@@ -15,12 +15,12 @@ be subclassed.
 import contextlib
 import functools
 import inspect
-import warnings
 
 import torch
 
 from .. import buckets, naming, overlap
 from ..errors import InvalidArgumentError, MismatchError, UnsupportedError
+from ..log import logger
 from .. import requests as _rq
 from . import _tensors as _t
 from . import ops, row_ops
@@ -407,8 +407,8 @@ class DistributedOptimizer(OptimizerWrapper):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() after optimizer.synchronize() without "
-                              "optimizer.skip_synchronize(): gradients are reduced twice")
+                logger.warning("optimizer.step() after optimizer.synchronize() without "
+                               "optimizer.skip_synchronize(): gradients are reduced twice")
             if closure is None:
                 self.synchronize()
         self._synchronized = False

@@ -32,7 +32,9 @@ else:
         total = fuseopt.allreduce(np.array([fuseopt.rank()], np.int64), name="r", op=fuseopt.Sum)
         n = fuseopt.size()
         assert total[0] == n * (n - 1) // 2, total
-        print("rank %d of %d ok (%s)" % (fuseopt.rank(), n, sys.argv[3] if len(sys.argv) > 3 else ""))
+        print("rank %d of %d ok (%s) slurm step %s" % (
+            fuseopt.rank(), n, sys.argv[3] if len(sys.argv) > 3 else "",
+            os.environ.get("SLURM_STEP_ID", "-")))
     elif mode == "fail":
         if fuseopt.rank() == int(sys.argv[2]):
             time.sleep(0.3)

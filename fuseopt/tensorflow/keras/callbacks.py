@@ -1,16 +1,13 @@
 """Keras callbacks for data-parallel training (Horovod's names)."""
-import logging
-
 import keras
 import numpy as np
 import tensorflow as tf
 
 from ... import ops as _np
 from ... import overlap, runtime
+from ...log import logger, report_logger
 from ..functions import broadcast_variables
 from .checkpoint import save_checkpoint
-
-logger = logging.getLogger("fuseopt")
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
@@ -88,7 +85,7 @@ class MetricsCallback(keras.callbacks.Callback):
     adds ``fuseopt_communication_s``, ``fuseopt_exposed_wait_s`` and
     ``fuseopt_overlap_efficiency`` (this rank's) to the epoch's logs."""
 
-    def __init__(self, log_fn=print):
+    def __init__(self, log_fn=report_logger.info):
         super().__init__()
         self.log_fn = log_fn
 
@@ -201,8 +198,8 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0 and runtime.rank() == 0:
-            print("\nEpoch %d: finished gradual learning rate warmup to %g."
-                  % (epoch + 1, float(np.asarray(self.model.optimizer.learning_rate))))
+            report_logger.info("Epoch %d: finished gradual learning rate warmup to %g.",
+                               epoch + 1, float(np.asarray(self.model.optimizer.learning_rate)))
 
 
 class LocalSGDCallback(keras.callbacks.Callback):

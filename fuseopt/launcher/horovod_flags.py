@@ -1,0 +1,127 @@
+"""horovodrun's flags on fuseoptrun: each one honoured, or refused with a reason.
+
+A command line copied from a horovodrun job must either do what it did there
+or stop before anything starts (exit 2, one line). Flags that set a knob are
+generated from config.KNOBS by cli.py; this module adds horovodrun's other
+spellings of them and its flags that are not knobs.
+"""
+import argparse
+
+from .. import horovod_env
+
+# horovodrun spelling -> fuseopt knob (its value is the knob's value)
+KNOB_ALIASES = {
+    "--stall-check-warning-time-seconds": "stall_check_s",
+    "--stall-check-time-seconds": "stall_check_s",
+    "--stall-check-shutdown-time-seconds": "stall_shutdown_s",
+    "--start-timeout": "init_timeout_s",
+    "--autotune-log-file": "autotune_log",
+}
+
+# horovodrun flags fuseopt cannot honour -> (takes a value, why); the reason
+# is horovod_env's for the flag's variable where there is one.
+_R = horovod_env.REFUSED
+REFUSED = {
+    "--hierarchical-allgather": (False, _R["HOROVOD_HIERARCHICAL_ALLGATHER"]),
+    "--torus-allreduce": (False, _R["HOROVOD_TORUS_ALLREDUCE"]),
+    "--autotune-warmup-samples": (True, _R["HOROVOD_AUTOTUNE_WARMUP_SAMPLES"]),
+    "--autotune-steps-per-sample": (True, _R["HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"]),
+    "--autotune-bayes-opt-max-samples": (True, _R["HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES"]),
+    "--autotune-gaussian-process-noise": (True, _R["HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"]),
+    "--thread-affinity": (True, _R["HOROVOD_THREAD_AFFINITY"]),
+    "--gloo-timeout-seconds": (True, _R["HOROVOD_GLOO_TIMEOUT_SECONDS"]),
+    "--gloo": (False, "fuseoptrun always launches with MPI (mpiexec)"),
+    "--jsrun": (False, "fuseoptrun launches with mpiexec; under LSF run jsrun yourself"),
+    "--tcp": (False, "the MPI library picks its transport; pass its options with --mpi-args"),
+    "--binding-args": (True, "pass binding options with --mpi-args (Hydra: '-bind-to core')"),
+    "--config-file": (True, "fuseoptrun reads no config file; give flags or FUSEOPT_* "
+                            "variables"),
+    "--prefix-output-with-timestamp": (False, "fuseoptrun cannot timestamp output lines"),
+    "--log-with-timestamp": (False, horovod_env.SAME_BEHAVIOUR["HOROVOD_LOG_HIDE_TIME"][1]),
+    "--min-np": (True, _R["HOROVOD_ELASTIC"]),
+    "--max-np": (True, _R["HOROVOD_ELASTIC"]),
+    "--slots-per-host": (True, _R["HOROVOD_ELASTIC"]),
+    "--elastic-timeout": (True, _R["HOROVOD_ELASTIC"]),
+    "--reset-limit": (True, _R["HOROVOD_ELASTIC"]),
+    "--blacklist-cooldown-range": (True, _R["HOROVOD_ELASTIC"]),
+    "--host-discovery-script": (True, _R["HOROVOD_ELASTIC"]),
+}
+_REFUSED_SHORT = {"--prefix-output-with-timestamp": ["-prefix-timestamp"],
+                  "--min-np": ["--min-num-proc"], "--max-np": ["--max-num-proc"]}
+
+# horovodrun flags that ask for what fuseoptrun always does -> what it does
+ALREADY = {
+    "--mpi": "fuseoptrun always launches with MPI",
+    "--disable-cache": "fuseoptrun caches no start-up checks",
+    "--log-without-timestamp": horovod_env.SAME_BEHAVIOUR["HOROVOD_LOG_HIDE_TIME"][1],
+    "--mpi-threads-disable": horovod_env.SAME_BEHAVIOUR["HOROVOD_MPI_THREADS_DISABLE"][1],
+    "--no-mpi-threads-disable": horovod_env.SAME_BEHAVIOUR["HOROVOD_MPI_THREADS_DISABLE"][1],
+    "--stall-check": "the stall check is on unless FUSEOPT_STALL_CHECK_S=0",
+}
+
+
+class _Refuse(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error("%s: %s" % (option_string, REFUSED[self.dest[len("refused"):]][1]))
+
+
+def add_to(parser):
+    """Adds horovodrun's non-knob flags (the aliases are added by cli.py)."""
+    group = parser.add_argument_group("horovodrun flags")
+    group.add_argument("--output-filename", metavar="DIR",
+                       help="write each rank's stdout and stderr to DIR/rank.N/{stdout,stderr}")
+    group.add_argument("--network-interfaces", metavar="IFACE",
+                       help="horovodrun's spelling of --network-interface (one interface)")
+    group.add_argument("-p", "--ssh-port", type=int, help="ssh port for other hosts")
+    group.add_argument("-i", "--ssh-identity-file", help="ssh identity file for other hosts")
+    group.add_argument("--no-stall-check", action="store_true",
+                       help="no stall warnings (sets FUSEOPT_STALL_CHECK_S=0)")
+    group.add_argument("-cb", "--check-build", action="store_true",
+                       help="print which frameworks and devices this fuseopt can use, and exit")
+    for flag in ALREADY:
+        group.add_argument(flag, dest="already" + flag, action="store_true",
+                           help="accepted: %s" % ALREADY[flag])
+    for flag, (takes_value, _why) in REFUSED.items():
+        group.add_argument(flag, *_REFUSED_SHORT.get(flag, []), dest="refused" + flag,
+                           action=_Refuse, nargs=None if takes_value else 0,
+                           help=argparse.SUPPRESS)
+
+
+def notices(args):
+    """Lines saying what the accepted no-op flags mean here."""
+    return ["%s: %s" % (flag, why) for flag, why in ALREADY.items()
+            if getattr(args, "already" + flag)]
+
+
+def remote_exec(args):
+    """The ssh command that -p/-i ask for, or None."""
+    if args.ssh_port is None and args.ssh_identity_file is None:
+        return None
+    cmd = ["ssh"]
+    if args.ssh_port is not None:
+        cmd += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        cmd += ["-i", args.ssh_identity_file]
+    return " ".join(cmd)
+
+
+def check_build_report(version):
+    """horovodrun --check-build's table, for what this install can use."""
+    import importlib.util
+
+    from .. import capabilities
+
+    def mark(flag):
+        return "[X]" if flag else "[ ]"
+
+    frameworks = [("TensorFlow", importlib.util.find_spec("tensorflow") is not None),
+                  ("PyTorch", importlib.util.find_spec("torch") is not None),
+                  ("MXNet", False)]
+    operations = [("NCCL", capabilities.nccl_built()), ("DDL", False), ("CCL", False),
+                  ("MPI", True), ("Gloo", False)]
+    lines = ["fuseopt v%s:" % version, "", "Available Frameworks:"]
+    lines += ["    %s %s" % (mark(ok), name) for name, ok in frameworks]
+    lines += ["", "Available Controllers:", "    [X] MPI", "    [ ] Gloo", "",
+              "Available Tensor Operations:"]
+    lines += ["    %s %s" % (mark(ok), name) for name, ok in operations]
+    return "\n".join(lines)

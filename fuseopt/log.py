@@ -1,0 +1,111 @@
+"""Python-side messages go through the standard ``logging`` module.
+
+Every record comes from the ``fuseopt`` logger or a child of it and carries
+the rank in ``record.rank`` (-1 before ``init()``), so a user's own logging
+configuration can show it (``%(rank)s``). The level follows
+``FUSEOPT_LOG_LEVEL``, the same variable that sets the native core's level, and
+the core takes the ``fuseopt`` logger's level when the user set one in Python
+and not the variable (config.py), so both sides print the same things.
+
+Until the program configures logging itself (a handler on the root logger),
+records print to stderr as the core prints its lines:
+``[fuseopt rank 1] WARNING: ...``. Once it does, they reach its handlers
+instead, never both.
+
+Reports the user asked for (``log_metrics()``, Keras callbacks with
+``verbose=1``) are INFO records of ``fuseopt.report``, shown by default;
+``logging.getLogger("fuseopt.report").setLevel(logging.WARNING)`` hides them.
+"""
+import logging
+import os
+import sys
+
+# FUSEOPT_LOG_LEVEL's words, in the core's order (0 = trace).
+LEVEL_NAMES = ("trace", "debug", "info", "warning", "error")
+_PYTHON_LEVELS = {"trace": 5, "debug": logging.DEBUG, "info": logging.INFO,
+                  "warning": logging.WARNING, "error": logging.ERROR}
+_FORMAT = "[fuseopt rank %(rank)s] %(levelname)s: %(message)s"
+
+
+def python_level(core_level):
+    """The ``logging`` level of a core level (0..4)."""
+    return _PYTHON_LEVELS[LEVEL_NAMES[core_level]]
+
+
+def core_level(python_level_value):
+    """The core level (0..4) that shows what a ``logging`` level shows."""
+    for index, name in enumerate(LEVEL_NAMES):
+        if python_level_value <= _PYTHON_LEVELS[name]:
+            return index
+    return len(LEVEL_NAMES) - 1
+
+
+_rank = -1  # set by runtime.init(); kept after shutdown() for late messages
+
+
+def set_rank(rank):
+    global _rank
+    _rank = rank
+
+
+class _RankFilter(logging.Filter):
+    def filter(self, record):
+        if not hasattr(record, "rank"):
+            record.rank = _rank
+        return True
+
+
+class _UntilConfigured(logging.StreamHandler):
+    """stderr, unless the root logger has handlers (then propagation shows
+    the record there; printing it here too would show it twice)."""
+
+    def emit(self, record):
+        if not logging.getLogger().handlers:
+            super().emit(record)
+
+
+def get_logger(name="fuseopt"):
+    """The ``fuseopt`` logger or a child, with the rank filter."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, _RankFilter) for f in logger.filters):
+        logger.addFilter(_RankFilter())
+    return logger
+
+
+def _level_from_environment():
+    text = os.environ.get("FUSEOPT_LOG_LEVEL", "").strip().lower()
+    if text in _PYTHON_LEVELS:
+        return _PYTHON_LEVELS[text]
+    if text.isdigit() and int(text) < len(LEVEL_NAMES):
+        return python_level(int(text))
+    return None
+
+
+def apply_environment_level():
+    """Sets the loggers' levels from FUSEOPT_LOG_LEVEL (at import, and again
+    in init(), which may have taken it from HOROVOD_LOG_LEVEL)."""
+    level = _level_from_environment()
+    if level is not None:
+        logging.getLogger("fuseopt").setLevel(level)
+        logging.getLogger("fuseopt.report").setLevel(
+            logging.ERROR if level >= logging.ERROR else logging.INFO)
+
+
+def _setup():
+    handler = _UntilConfigured(sys.stderr)
+    handler.setFormatter(logging.Formatter(_FORMAT))
+    get_logger("fuseopt").addHandler(handler)
+    logging.getLogger("fuseopt.report").setLevel(logging.INFO)
+    apply_environment_level()
+
+
+def explicit_level():
+    """The ``fuseopt`` logger's level if the program (or FUSEOPT_LOG_LEVEL)
+    set one, else None."""
+    level = logging.getLogger("fuseopt").level
+    return None if level == logging.NOTSET else level
+
+
+logger = get_logger("fuseopt")
+report_logger = get_logger("fuseopt.report")
+_setup()
