@@ -5,48 +5,50 @@ time) and never Gloo, oneCCL or DDL. NCCL and HCCL are not built in: the core
 loads them at run time (see docs/devices.md), so ``nccl_built()`` looks for
 the library the core would load.
 """
+from __future__ import annotations
+
 import ctypes
 import os
 
 from . import runtime
 
 
-def mpi_built():
+def mpi_built() -> bool:
     """True: MPI is the host-memory engine and the control plane."""
     return True
 
 
-def mpi_enabled():
+def mpi_enabled() -> bool:
     """True: fuseopt always runs over MPI."""
     return True
 
 
-def gloo_built():
+def gloo_built() -> bool:
     """False: there is no Gloo controller (MPI does its job)."""
     return False
 
 
-def gloo_enabled():
+def gloo_enabled() -> bool:
     """False: there is no Gloo controller (MPI does its job)."""
     return False
 
 
-def ccl_built():
+def ccl_built() -> bool:
     """False: oneCCL is not supported."""
     return False
 
 
-def ddl_built():
+def ddl_built() -> bool:
     """False: IBM DDL is not supported."""
     return False
 
 
-def rocm_built():
+def rocm_built() -> bool:
     """False: ROCm (RCCL) is not supported."""
     return False
 
 
-def mpi_threads_supported():
+def mpi_threads_supported() -> bool:
     """Whether other threads of this process may call MPI while fuseopt runs
     (Horovod: MPI_THREAD_MULTIPLE). False: fuseopt asks for
     MPI_THREAD_SERIALIZED and only its loop thread calls MPI, which measured
@@ -55,7 +57,7 @@ def mpi_threads_supported():
     return False
 
 
-def nccl_built():
+def nccl_built() -> int:
     """NCCL's version code (e.g. 21903 for 2.19.3) when the library the core
     would load for CUDA tensors is there (``FUSEOPT_NCCL_LIBRARY``, else
     ``libnccl.so.2`` on the loader's path or from the nvidia-nccl-cu12
@@ -73,12 +75,12 @@ def nccl_built():
     return int(version.value)
 
 
-def cuda_built():
+def cuda_built() -> bool:
     """Whether CUDA tensors can be reduced: NCCL can be loaded (see nccl_built)."""
     return nccl_built() != 0
 
 
-def is_homogeneous():
+def is_homogeneous() -> bool:
     """Whether every node runs the same number of ranks."""
     runtime.context()
     return runtime.homogeneous()

@@ -71,6 +71,7 @@ class Knob:
     from_native: Callable     # field value -> Python value
     doc: str
     test_only: bool = False
+    agreed: bool = False      # rank 0's value is used by every rank (loop_lifecycle.cc)
 
 
 def _same(x):
@@ -96,21 +97,21 @@ KNOBS = (
     Knob("fusion_threshold", "FUSEOPT_FUSION_THRESHOLD", "fusion_threshold_bytes",
          _parse_int, int, _same,
          "Bytes per fused bucket. Tensors ready in the same round share one collective "
-         "up to this size; 0 turns fusion off."),
+         "up to this size; 0 turns fusion off.", agreed=True),
     Knob("cycle_time_ms", "FUSEOPT_CYCLE_TIME_MS", "cycle_time_us",
          _parse_float, lambda ms: int(round(ms * 1000)), lambda us: us / 1000.0,
          "Extra time the loop waits after a wake-up to collect more tensors before "
-         "negotiating. 0 (no delay) is right for almost every job."),
+         "negotiating. 0 (no delay) is right for almost every job.", agreed=True),
     Knob("cache_capacity", "FUSEOPT_CACHE_CAPACITY", "cache_capacity", _parse_int, int, _same,
          "Response-cache entries (tensor names negotiated by one bit in steady state); "
-         "0 disables the cache."),
+         "0 disables the cache.", agreed=True),
     Knob("stall_check_s", "FUSEOPT_STALL_CHECK_S", "stall_check_s", _parse_int, int, _same,
          "Seconds a tensor may wait for other ranks before a warning names it and the "
-         "missing ranks; 0 disables."),
+         "missing ranks; 0 disables.", agreed=True),
     Knob("stall_shutdown_s", "FUSEOPT_STALL_SHUTDOWN_S", "stall_shutdown_s", _parse_int, int,
          _same,
          "Seconds after which a stalled tensor stops fuseopt on every rank with "
-         "RankFailedError instead of waiting forever; 0 (default) waits."),
+         "RankFailedError instead of waiting forever; 0 (default) waits.", agreed=True),
     Knob("peer_timeout_s", "FUSEOPT_PEER_TIMEOUT_S", "peer_timeout_s", _parse_float, float,
          _same,
          "Seconds a negotiation round or collective may wait on the other ranks before "
@@ -128,19 +129,20 @@ KNOBS = (
     Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", _parse_int, int, _same,
          "Allreduces of at least this many bytes go through fuseopt's shared-memory "
          "path when every rank runs on one host (each rank reduces a slice of all "
-         "ranks' data in place: ~2x MPICH's bandwidth here); -1 always uses MPI."),
+         "ranks' data in place: ~2x MPICH's bandwidth here); -1 always uses MPI.", agreed=True),
     Knob("hierarchical_allreduce", "FUSEOPT_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce",
          parse_flag, int, bool,
          "1: allreduce in three steps (reduce within each node, allreduce among one leader "
          "per node, broadcast within the node), so only one copy per node crosses the "
-         "network; used when there are several nodes of several ranks."),
+         "network; used when there are several nodes of several ranks.", agreed=True),
     Knob("autotune", "FUSEOPT_AUTOTUNE", "autotune", parse_flag, int, bool,
          "1: during the first rounds of training, try fusion thresholds and cycle times "
          "(one window of rounds each, scored by bytes reduced per second), then hold the "
-         "best; rank 0 decides and every rank switches at the same round."),
+         "best; rank 0 decides and every rank switches at the same round.", agreed=True),
     Knob("autotune_window_rounds", "FUSEOPT_AUTOTUNE_WINDOW_ROUNDS", "autotune_window_rounds",
          _parse_int, int, _same,
-         "Rounds with collectives per autotune trial (a training step is one to a few)."),
+         "Rounds with collectives per autotune trial (a training step is one to a few).",
+         agreed=True),
     Knob("autotune_log", "FUSEOPT_AUTOTUNE_LOG", "autotune_log", str, _c_string, _py_string,
          "CSV file where rank 0 logs each autotune trial and the chosen setting."),
     Knob("emulated_local_size", "FUSEOPT_EMULATED_LOCAL_SIZE", "emulated_local_size",

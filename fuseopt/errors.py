@@ -10,14 +10,20 @@ class FuseoptError(RuntimeError):
 
 
 class InvalidArgumentError(FuseoptError, ValueError):
+    """A bad argument or setting (raised on every rank when ranks disagree)."""
+
     status = "INVALID_ARG"
 
 
 class NotInitializedError(FuseoptError):
+    """An operation before ``init()`` or after ``shutdown()``."""
+
     status = "NOT_INITIALIZED"
 
 
 class UnsupportedError(FuseoptError):
+    """A feature this build or device cannot provide."""
+
     status = "UNSUPPORTED"
 
 
@@ -27,22 +33,32 @@ class MismatchError(FuseoptError):
 
 
 class BackendError(FuseoptError):
+    """MPI, NCCL or HCCL reported an error."""
+
     status = "BACKEND"
 
 
 class TimeoutError(FuseoptError):  # noqa: A001  (fuseopt.TimeoutError, like Horovod's names)
+    """A wait with a timeout ran out (the operation is still pending)."""
+
     status = "TIMEOUT"
 
 
 class ShutDownError(FuseoptError):
+    """fuseopt shut down while the operation was pending."""
+
     status = "SHUT_DOWN"
 
 
 class RankFailedError(FuseoptError):
+    """Another rank died, froze or stopped; the message names it."""
+
     status = "RANK_FAILED"
 
 
 class InternalError(FuseoptError):
+    """A fuseopt bug: please report it with the message."""
+
     status = "INTERNAL"
 
 

@@ -1,12 +1,19 @@
 """Picklable Python objects across ranks, built on the byte collectives."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, List, Optional
 import pickle
 
 import numpy as np
 
 from . import ops, runtime
 
+if TYPE_CHECKING:  # names used only in annotations
+    from .process_sets import ProcessSet
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set: Optional[ProcessSet] = None) -> Any:
     """Returns root_rank's ``obj`` on every rank (of ``process_set``; pickled;
     root's value wins)."""
     name = name or "broadcast_object"
@@ -19,7 +26,8 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     return obj if runtime.rank() == root_rank else pickle.loads(data.tobytes())
 
 
-def allgather_object(obj, name=None, process_set=None):
+def allgather_object(obj: Any, name: Optional[str] = None,
+                     process_set: Optional[ProcessSet] = None) -> List[Any]:
     """A list with every rank's ``obj`` (of ``process_set``), in rank order."""
     name = name or "allgather_object"
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)

@@ -6,6 +6,10 @@ returning the result. Results are new arrays unless the in-place form
 name on every rank, or none (then the n-th unnamed call of each kind matches
 the n-th on every other rank).
 """
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, ParamSpec, Sequence
 import numpy as np
 
 from ._native import lib
@@ -13,6 +17,11 @@ from . import process_sets as _ps
 from . import requests as _rq
 from .errors import InvalidArgumentError
 
+if TYPE_CHECKING:  # names used only in annotations
+    from .process_sets import ProcessSet
+    from .requests import Handle
+
+_P = ParamSpec("_P")
 Sum = lib.FUSEOPT_SUM
 Average = lib.FUSEOPT_AVERAGE
 Min = lib.FUSEOPT_MIN
@@ -21,7 +30,7 @@ Product = lib.FUSEOPT_PRODUCT
 Adasum = lib.FUSEOPT_ADASUM  # allreduce of float tensors on a power-of-two number of ranks
 
 
-_dtype_names = {}  # np.dtype -> name; dtype.name is slow enough to matter per tensor
+_dtype_names: Dict[Any, str] = {}  # np.dtype -> name; dtype.name is slow enough to matter per tensor
 
 
 def _dtype_name(array):
@@ -71,8 +80,9 @@ def _allreduce_op(array, name, op, prescale_factor, postscale_factor, in_place, 
                  keepalive=(src, out), finish=lambda _: out, process_set=_ps.id_of(process_set)))
 
 
-def allreduce_async(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=None):
+def allreduce_async(array: np.ndarray, name: Optional[str] = None, op: Optional[int] = Average,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: Optional[ProcessSet] = None) -> Handle:
     """Reduces ``array`` across ranks into a new array (``op``: Average, Sum,
     Min, Max, Product, Adasum; Average divides the sum by the number of ranks).
     ``process_set``: an added :class:`fuseopt.ProcessSet` (default: every rank)."""
@@ -81,8 +91,9 @@ def allreduce_async(array, name=None, op=Average, prescale_factor=1.0, postscale
     return _rq.enqueue(*args, **kwargs)
 
 
-def allreduce_async_(array, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=None):
+def allreduce_async_(array: np.ndarray, name: Optional[str] = None, op: Optional[int] = Average,
+                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: Optional[ProcessSet] = None) -> Handle:
     """In-place allreduce: ``array`` holds the result when the handle completes."""
     args, kwargs = _allreduce_op(array, name, op, prescale_factor, postscale_factor, True,
                                  process_set=process_set)
@@ -107,16 +118,20 @@ def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, out
                             finish=lambda _: list(outs), process_set=_ps.id_of(process_set))
 
 
-def grouped_allreduce_async(arrays, names=None, op=Average, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=None):
+def grouped_allreduce_async(arrays: Sequence[np.ndarray], names: Optional[Sequence[str]] = None,
+                            op: Optional[int] = Average, prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0,
+                            process_set: Optional[ProcessSet] = None) -> Handle:
     """Allreduces a list together: submitted in one call (all or none),
     negotiated in one round and fused."""
     return _grouped(arrays, names, op, prescale_factor, postscale_factor, False,
                     process_set=process_set)
 
 
-def grouped_allreduce_async_(arrays, names=None, op=Average, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=None):
+def grouped_allreduce_async_(arrays: Sequence[np.ndarray], names: Optional[Sequence[str]] = None,
+                             op: Optional[int] = Average, prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0,
+                             process_set: Optional[ProcessSet] = None) -> Handle:
     """In-place grouped allreduce."""
     return _grouped(arrays, names, op, prescale_factor, postscale_factor, True,
                     process_set=process_set)
@@ -131,7 +146,8 @@ def resolve_op(average, op):
     return Average if op is None else op
 
 
-def allgather_async(array, name=None, process_set=None):
+def allgather_async(array: np.ndarray, name: Optional[str] = None,
+                    process_set: Optional[ProcessSet] = None) -> Handle:
     """Concatenates every rank's array along the first dimension (which may
     differ per rank; the other dimensions must match)."""
     src = _contiguous(array)
@@ -145,7 +161,8 @@ def allgather_async(array, name=None, process_set=None):
                        keepalive=(src,), finish=finish, process_set=_ps.id_of(process_set))
 
 
-def broadcast_async(array, root_rank, name=None, process_set=None):
+def broadcast_async(array: np.ndarray, root_rank: int, name: Optional[str] = None,
+                    process_set: Optional[ProcessSet] = None) -> Handle:
     """Every rank receives ``root_rank``'s array (as a new array).
     ``root_rank`` is a global rank, also with a ``process_set``."""
     src = _contiguous(array)
@@ -155,7 +172,8 @@ def broadcast_async(array, root_rank, name=None, process_set=None):
                        process_set=_ps.id_of(process_set))
 
 
-def broadcast_async_(array, root_rank, name=None, process_set=None):
+def broadcast_async_(array: np.ndarray, root_rank: int, name: Optional[str] = None,
+                     process_set: Optional[ProcessSet] = None) -> Handle:
     """In-place broadcast into ``array``."""
     buf = _writable(array, "broadcast_ input")
     return _rq.enqueue(_rq.BROADCAST, name, _dtype_name(buf), buf.shape, _ptr(buf), _ptr(buf),
@@ -163,7 +181,8 @@ def broadcast_async_(array, root_rank, name=None, process_set=None):
                        process_set=_ps.id_of(process_set))
 
 
-def alltoall_async(array, splits=None, name=None, process_set=None):
+def alltoall_async(array: np.ndarray, splits: Any = None, name: Optional[str] = None,
+                   process_set: Optional[ProcessSet] = None) -> Handle:
     """Sends ``splits[r]`` consecutive rows to rank r (an even split when
     None). The result is ``(received_rows, received_splits)``."""
     src = _contiguous(array)
@@ -187,8 +206,9 @@ def reducescatter_rows(rows, rank, size):
     return rows // size + (1 if rank < rows % size else 0)
 
 
-def reducescatter_async(array, name=None, op=Average, prescale_factor=1.0,
-                        postscale_factor=1.0, process_set=None):
+def reducescatter_async(array: np.ndarray, name: Optional[str] = None, op: Optional[int] = Average,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                        process_set: Optional[ProcessSet] = None) -> Handle:
     """Reduces across ranks and returns this rank's slice of the first
     dimension (see :func:`reducescatter_rows`; with a process set, by
     position in the set)."""
@@ -204,11 +224,14 @@ def reducescatter_async(array, name=None, op=Average, prescale_factor=1.0,
                        process_set=set_id)
 
 
-def _blocking(async_fn):
-    def run(*args, **kwargs):
+def _blocking(async_fn: Callable[_P, Handle]) -> Callable[_P, Any]:
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> Any:
         return async_fn(*args, **kwargs).wait()
     run.__name__ = async_fn.__name__.replace("_async", "")
     run.__doc__ = "Blocking form of :func:`%s`." % async_fn.__name__
+    # help() and inspect show the real parameters, not (*args, **kwargs).
+    run.__signature__ = inspect.signature(async_fn).replace(  # type: ignore[attr-defined]
+        return_annotation="Any")
     return run
 
 
@@ -223,12 +246,12 @@ alltoall = _blocking(alltoall_async)
 reducescatter = _blocking(reducescatter_async)
 
 
-def barrier(process_set=None):
+def barrier(process_set: Optional[ProcessSet] = None) -> None:
     """Returns once every rank (of ``process_set``) has called barrier()."""
     _rq.enqueue(_rq.BARRIER, None, "uint8", (), process_set=_ps.id_of(process_set)).wait()
 
 
-def join():
+def join() -> int:
     """Declares this rank out of data. Until every rank has joined, it keeps
     taking part in the others' collectives with neutral values (zeros for
     sums, so averages still divide by size()). Returns, once all have joined,
@@ -240,10 +263,11 @@ def join():
     return int(last[0])
 
 
-def poll(handle):
+def poll(handle: Handle) -> bool:
+    """Whether the operation behind ``handle`` has finished (never blocks)."""
     return handle.poll()
 
 
-def synchronize(handle, timeout=None):
+def synchronize(handle: Handle, timeout: Optional[float] = None) -> Any:
     """Waits for a handle and returns its result (Horovod's name for wait)."""
     return handle.wait(timeout)

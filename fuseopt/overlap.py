@@ -17,6 +17,9 @@ holds negotiation and waiting for slower ranks, so it can exceed the
 communication time. Both bindings feed one meter per process,
 :data:`GRADIENTS`.
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
 import threading
 import time
 from contextlib import contextmanager
@@ -105,7 +108,9 @@ def format_report(r, prefix="fuseopt"):
                "n/a" if hit is None else "%.0f%%" % (100 * hit), r["stalls"]))
 
 
-def log_epoch(epoch=None, log_fn=report_logger.info, reset=True, meter=None):
+def log_epoch(epoch: Optional[int] = None,
+              log_fn: Optional[Callable[[str], Any]] = report_logger.info, reset: bool = True,
+              meter: Any = None) -> Dict[str, Any]:
     """Logs (on rank 0) and returns this rank's report for the window since
     the last call: the per-epoch helper behind ``fuseopt.torch.log_metrics``
     and the Keras ``MetricsCallback``. By default the line is an INFO record

@@ -8,12 +8,14 @@ response cache, and its tensors are never fused with another set's
 (docs/design.md). Ranks in arguments (``root_rank``) stay global ranks;
 ``ProcessSet.rank()`` is this rank's position in the set.
 """
+from __future__ import annotations
+
+from typing import Any, Optional
 import numpy as np
 
 from . import requests as _rq
 from . import runtime
 from .errors import InvalidArgumentError, UnsupportedError
-
 
 class ProcessSet:
     """A set of global ranks. Horovod's fields: ``ranks`` (ascending) and
@@ -108,7 +110,7 @@ def rank_in(process_set):
     return runtime.rank() if id_of(process_set) == 0 else process_set.rank()
 
 
-def add_process_set(process_set):
+def add_process_set(process_set: Optional[ProcessSet]) -> ProcessSet:
     """Adds a set of ranks (a ProcessSet or a list of ranks) and returns it
     with its id. Collective: every rank calls it, with the same ranks (else
     every rank raises MismatchError). A set with the same ranks as an existing
@@ -126,7 +128,7 @@ def add_process_set(process_set):
     return ps
 
 
-def remove_process_set(process_set):
+def remove_process_set(process_set: Optional[ProcessSet]) -> bool:
     """Removes an added set (collective, on every rank) and returns True;
     False for a set that is not added or is the global set, as in Horovod.
     Operations of the set still in flight fail."""
@@ -141,7 +143,7 @@ def remove_process_set(process_set):
     return True
 
 
-def init(comm=None, process_sets=None, **settings):
+def init(comm: Any = None, process_sets: Any = None, **settings: Any) -> None:
     """Horovod's ``init(comm=None, process_sets=None)`` plus fuseopt's knobs
     (see :func:`fuseopt.init`). ``process_sets``: ProcessSets (or lists of
     ranks) to add on every rank, in order; ``"dynamic"`` is accepted (sets can

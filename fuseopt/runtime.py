@@ -3,6 +3,9 @@
 The native core takes an explicit context; this module holds the single one
 that Python users see, the way ``hvd.init()`` does.
 """
+from __future__ import annotations
+
+from typing import Any, Dict
 import atexit
 import os
 import threading
@@ -23,7 +26,7 @@ _was_shut_down = False
 _watch = None
 
 
-def init(**settings):
+def init(**settings: Any) -> None:
     """Starts fuseopt on this rank. Collective: every rank must call it.
 
     Keyword arguments override ``FUSEOPT_*`` environment variables; see
@@ -121,7 +124,7 @@ class _Aborter:
             lib.fuseopt_abort(ctx, lib.FUSEOPT_RANK_FAILED, message.encode("utf-8", "replace"))
 
 
-def shutdown():
+def shutdown() -> None:
     """Stops fuseopt on this rank (collective). Pending operations fail with
     ShutDownError. Safe to call twice; init() may be called again afterwards."""
     global _ctx, _was_shut_down, _watch
@@ -158,7 +161,8 @@ def _leave_metrics(ctx):
         pass
 
 
-def is_initialized():
+def is_initialized() -> bool:
+    """Whether ``init()`` has run on this rank and ``shutdown()`` has not."""
     return _ctx is not None
 
 
@@ -177,32 +181,32 @@ def _topology(key):
     return _info[key]
 
 
-def rank():
+def rank() -> int:
     """This process's rank in the job, 0..size()-1."""
     return _topology("rank")
 
 
-def size():
+def size() -> int:
     """Number of ranks in the job."""
     return _topology("size")
 
 
-def local_rank():
+def local_rank() -> int:
     """Rank among the processes on this node."""
     return _topology("local_rank")
 
 
-def local_size():
+def local_size() -> int:
     """Number of ranks on this node."""
     return _topology("local_size")
 
 
-def cross_rank():
+def cross_rank() -> int:
     """Index of this node among the nodes."""
     return _topology("cross_rank")
 
 
-def cross_size():
+def cross_size() -> int:
     """Number of nodes."""
     return _topology("cross_size")
 
@@ -212,13 +216,13 @@ def homogeneous():
     return _topology("homogeneous")
 
 
-def settings():
+def settings() -> Dict[str, Any]:
     """The knob values this rank was initialized with, as a dict."""
     context()
-    return dict(_settings)
+    return dict(_settings or {})
 
 
-def metrics():
+def metrics() -> Dict[str, Any]:
     """Counters since ``init()`` on this rank, as a dict.
 
     ``tensors`` completed in ``collectives`` (fused buckets, one collective
@@ -257,7 +261,7 @@ def add_rates(counters, no_lookups):
     return c
 
 
-def pending_handles():
+def pending_handles() -> int:
     """Handles issued and not yet waited on (for leak checks)."""
     count = ffi.new("int64_t*")
     check(lib.fuseopt_pending_handles(context(), count))

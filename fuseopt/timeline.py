@@ -8,6 +8,8 @@ the path makes every rank write its own file. Open the file in
 https://ui.perfetto.dev or chrome://tracing, or summarize it with
 ``fuseopt timeline summarize FILE``.
 """
+from __future__ import annotations
+
 import os
 
 from ._native import lib
@@ -25,7 +27,7 @@ def path_for_rank(path, rank):
     return path if rank == 0 else None
 
 
-def start_timeline(file_path, mark_cycles=False):
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Starts writing the timeline (local call; every rank may make it).
 
     ``mark_cycles`` adds an instant event per negotiation round with work, on
@@ -38,7 +40,7 @@ def start_timeline(file_path, mark_cycles=False):
     check(lib.fuseopt_start_timeline(context(), os.fsencode(path), 1 if mark_cycles else 0))
 
 
-def stop_timeline():
+def stop_timeline() -> None:
     """Flushes and closes the timeline; does nothing if none is running."""
     from .runtime import context
     check(lib.fuseopt_stop_timeline(context()))

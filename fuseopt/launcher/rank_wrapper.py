@@ -28,7 +28,8 @@ from . import rank_env, records
 
 # Long enough for the survivors' watchers (polling every 0.2 s) to see the
 # record and report; short enough not to hold up the end of a failed job.
-LINGER_S = float(os.environ.get("FUSEOPT_LOST_RANK_LINGER_S", "5"))
+DEFAULT_LINGER_S = 5.0
+LINGER_S = float(os.environ.get("FUSEOPT_LOST_RANK_LINGER_S", DEFAULT_LINGER_S))
 
 UNCLEAN_EXIT_CODE = 1
 

@@ -1,4 +1,7 @@
 """Making every rank start from the same variables."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import tensorflow as tf
 
@@ -8,12 +11,16 @@ from ..errors import InvalidArgumentError
 from .. import process_sets as _ps
 from . import ops
 
+if TYPE_CHECKING:  # names used only in annotations
+    from ..process_sets import ProcessSet
+
 
 def _var_name(v, i):
     return "broadcast.var.%s" % (getattr(v, "path", None) or getattr(v, "name", "var%d" % i))
 
 
-def broadcast_variables(variables, root_rank=0, process_set=None, name_map=None):
+def broadcast_variables(variables: Any, root_rank: int = 0,
+                        process_set: Optional[ProcessSet] = None, name_map: Any = None) -> Any:
     """Assigns root_rank's values to ``variables`` on every rank (Keras
     variables or tf.Variables). Eagerly, all broadcasts are submitted at once
     so they fuse; inside tf.function they are graph ops.

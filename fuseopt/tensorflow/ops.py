@@ -4,6 +4,9 @@ Horovod's names and signatures. ``allreduce``, ``allgather`` and
 ``broadcast`` have gradients (tf.custom_gradient), so they can sit inside a
 model. ``grouped_allreduce`` negotiates a list in one step so it fuses.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 import contextlib
 import itertools
 import sys
@@ -22,6 +25,9 @@ from . import _tensors as _t
 from .. import process_sets as _ps
 from ..compression import reducing_over
 from .compression import NoneCompressor
+
+if TYPE_CHECKING:  # names used only in annotations
+    from ..process_sets import ProcessSet
 
 Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
 Adasum = _np.Adasum
@@ -54,7 +60,7 @@ class _ResultBuffers:
 
 # Graph mode, started buckets: token -> GroupHandle, until the waiting op
 # takes it (see _started_allreduce).
-_in_flight = {}
+_in_flight: Dict[Any, Any] = {}
 _tokens = itertools.count(1)
 
 
@@ -159,8 +165,11 @@ def _names(n, name, kind):
     return [base] if n == 1 else ["%s.%d" % (base, i) for i in range(n)]
 
 
-def grouped_allreduce(tensors, average=None, compression=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None, process_set=None):
+def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
+                      compression: Any = None, op: Optional[int] = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      name: Optional[str] = None,
+                      process_set: Optional[ProcessSet] = None) -> List[Any]:
     """Allreduces a list of tensors together (one negotiation, fused)."""
     _ps.id_of(process_set)
     tensors = list(tensors)
@@ -210,9 +219,11 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
     return list(reduce(*tensors))
 
 
-def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None,
-              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=None,
-              ignore_name_scope=False):
+def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "",
+              device_sparse: str = "", compression: Any = None, op: Optional[int] = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              name: Optional[str] = None, process_set: Optional[ProcessSet] = None,
+              ignore_name_scope: bool = False) -> Any:
     """Reduces ``tensor`` across ranks (Average by default). IndexedSlices are
     allgathered (values and indices) as in Horovod."""
     _ps.id_of(process_set)
@@ -238,7 +249,8 @@ def _allgather_raw(tensor, name, process_set=None):
     return out
 
 
-def allgather(tensor, name=None, process_set=None, ignore_name_scope=False):
+def allgather(tensor: Any, name: Optional[str] = None, process_set: Optional[ProcessSet] = None,
+              ignore_name_scope: bool = False) -> Any:
     """Concatenates every rank's tensor along the first dimension."""
     _ps.id_of(process_set)
     tensor = tf.convert_to_tensor(tensor)
@@ -273,7 +285,8 @@ def _broadcast_raw(tensor, root_rank, name, process_set=None):
     return out
 
 
-def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=False):
+def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
+              process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False) -> Any:
     """Every rank receives root_rank's tensor (differentiable, as Horovod's:
     the root's gradient is the average over ranks, the others' zero)."""
     _ps.id_of(process_set)
@@ -294,7 +307,8 @@ def broadcast(tensor, root_rank, name=None, process_set=None, ignore_name_scope=
     return bcast(tensor)
 
 
-def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope=False):
+def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
+             process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False) -> Any:
     """Sends splits[r] rows to rank r (an even split if None). As in Horovod:
     returns the received tensor, and ``(received, received_splits)`` when
     ``splits`` is given."""
@@ -316,7 +330,9 @@ def alltoall(tensor, splits=None, name=None, process_set=None, ignore_name_scope
     return out if splits is None else (out, recv)
 
 
-def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_scope=False):
+def reducescatter(tensor: Any, op: Optional[int] = Average, name: Optional[str] = None,
+                  process_set: Optional[ProcessSet] = None,
+                  ignore_name_scope: bool = False) -> Any:
     """Reduces across ranks; this rank gets its slice of the first dimension."""
     _ps.id_of(process_set)
     tensor = tf.convert_to_tensor(tensor)
@@ -331,15 +347,21 @@ def reducescatter(tensor, op=Average, name=None, process_set=None, ignore_name_s
     return out
 
 
-def barrier(process_set=None):
+def barrier(process_set: Optional[ProcessSet] = None) -> Any:
+    """Returns once every rank (of ``process_set``) has called barrier(); in a
+    ``tf.function``, an op that does so when it runs."""
     _ps.id_of(process_set)
     if tf.executing_eagerly():
-        return _np.barrier(process_set)
-    return _t.run(lambda: [np.int32(_np.barrier(process_set) or 0)], [], [tf.int32],
-                  "barrier")[0]
+        _np.barrier(process_set)
+        return None
+
+    def wait():
+        _np.barrier(process_set)
+        return [np.int32(0)]
+    return _t.run(wait, [], [tf.int32], "barrier")[0]
 
 
-def join():
+def join() -> Any:
     """This rank is out of data; it keeps serving the others' collectives
     until every rank has joined. Returns the rank that joined last, as
     Horovod's."""
@@ -348,9 +370,13 @@ def join():
     return _t.run(lambda: [np.int32(_np.join())], [], [tf.int32], "join")[0]
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set: Optional[ProcessSet] = None) -> Any:
+    """root_rank's picklable ``obj`` on every rank (of ``process_set``)."""
     return _objects.broadcast_object(obj, root_rank, name=name, process_set=process_set)
 
 
-def allgather_object(obj, name=None, process_set=None):
+def allgather_object(obj: Any, name: Optional[str] = None,
+                     process_set: Optional[ProcessSet] = None) -> List[Any]:
+    """Every rank's picklable ``obj``, as a list in rank order."""
     return _objects.allgather_object(obj, name=name, process_set=process_set)

@@ -14,6 +14,9 @@ ranks take the same "skip this step" branch. (Keras would otherwise wrap us
 in its own LossScaleOptimizer, which checks only local gradients: ranks could
 disagree and deadlock.)
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
 import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
@@ -24,6 +27,9 @@ from . import ops
 from .compression import Compression
 from .. import process_sets as _ps
 from .gradient_tape import reduce_gradients
+
+if TYPE_CHECKING:  # annotations only: importing them here would be circular
+    from ..process_sets import ProcessSet
 
 _COMPRESSION_NAMES = {"none": lambda: Compression.none, "fp16": lambda: Compression.fp16,
                       "bf16": lambda: Compression.bf16, "ef_sign": Compression.ef_sign}
@@ -212,12 +218,14 @@ class DistributedLossScaleOptimizer(_Reducer, LossScaleOptimizer):
         return dict(super().get_config(), **self._reducer_config())
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
-                         compression=Compression.none, sparse_as_dense=False,
-                         gradient_predivide_factor=1.0, op=ops.Average,
-                         backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=None,
-                         scale_local_gradients=True, name_map=None, bucket_cap_mb=None):
+def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dense: str = "",
+                         device_sparse: str = "", compression: Any = Compression.none,
+                         sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
+                         op: Optional[int] = ops.Average, backward_passes_per_step: int = 1,
+                         average_aggregated_gradients: bool = False, num_groups: int = 0,
+                         groups: Any = None, process_set: Optional[ProcessSet] = None,
+                         scale_local_gradients: bool = True, name_map: Any = None,
+                         bucket_cap_mb: Optional[float] = None) -> Any:
     """Wraps a Keras 3 optimizer so that gradients are averaged across ranks.
 
     Works in ``model.compile(optimizer=...)`` + ``fit`` and in custom loops
@@ -257,10 +265,13 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     return wrapped
 
 
-def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
-                                compression=Compression.none, sparse_as_dense=False,
-                                gradient_predivide_factor=1.0, op=ops.Average, groups=None,
-                                process_set=None, local_layers=None, scale_local_gradients=True):
+def PartialDistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dense: str = "",
+                                device_sparse: str = "", compression: Any = Compression.none,
+                                sparse_as_dense: bool = False,
+                                gradient_predivide_factor: float = 1.0,
+                                op: Optional[int] = ops.Average, groups: Any = None,
+                                process_set: Optional[ProcessSet] = None, local_layers: Any = None,
+                                scale_local_gradients: bool = True) -> Any:
     """Horovod's: a DistributedOptimizer whose ``local_layers`` (a Keras layer
     or a list of them) keep their gradients on each rank: their trainable
     weights are registered with ``register_local_var``."""

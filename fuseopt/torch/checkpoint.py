@@ -13,6 +13,9 @@ the file; so ``extra`` must be plain data (numbers, strings, lists, tuples,
 dicts, tensors). See docs/reliability.md for resuming on a different number
 of ranks.
 """
+from __future__ import annotations
+
+from typing import Any
 import io
 import random
 
@@ -48,7 +51,8 @@ def _inner(optimizer):
     return getattr(optimizer, "optimizer", optimizer)  # DistributedOptimizer wraps one
 
 
-def save_checkpoint(path, model, optimizer=None, step=0, extra=None, root_rank=0):
+def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0, extra: Any = None,
+                    root_rank: int = 0) -> None:
     """Writes a checkpoint of ``model`` (and ``optimizer``) from root_rank,
     atomically: an interrupted save leaves the previous file intact, and the
     next successful save removes what it left. Collective (every rank's RNG
@@ -92,7 +96,8 @@ def _check_fits(path, expected, saved):
                  % (path, "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else "")))
 
 
-def load_checkpoint(path, model, optimizer=None, root_rank=0, missing_ok=False):
+def load_checkpoint(path: str, model: Any, optimizer: Any = None, root_rank: int = 0,
+                    missing_ok: bool = False) -> Any:
     """Restores ``model`` (and ``optimizer``) on every rank from root_rank's
     file and returns a :class:`fuseopt.checkpoint.Checkpoint` with ``step``,
     ``extra`` and ``world_size``. Collective. With ``missing_ok`` a missing

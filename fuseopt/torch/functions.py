@@ -1,4 +1,7 @@
 """Making every rank start from the same model and optimizer state."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, List, Optional
 import io
 
 import torch
@@ -10,9 +13,12 @@ from .. import runtime
 from ..errors import InvalidArgumentError
 from . import _tensors, ops
 
+if TYPE_CHECKING:  # names used only in annotations
+    from ..process_sets import ProcessSet
 
-def broadcast_parameters(params, root_rank=0, prefix="broadcast.param.", name_map=None,
-                         process_set=None):
+
+def broadcast_parameters(params: Any, root_rank: int = 0, prefix: str = "broadcast.param.",
+                         name_map: Any = None, process_set: Optional[ProcessSet] = None) -> None:
     """Copies root_rank's tensors into everyone's, in place.
 
     ``params``: a ``state_dict()`` (tensors and buffers) or an iterable of
@@ -55,7 +61,8 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast.param.", name_ma
             target.copy_(result if s.perm is None else result.permute(s.inverse))
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set: Optional[ProcessSet] = None) -> Any:
     """root_rank's picklable object (tensors included) on every rank."""
     _ps.id_of(process_set)
     if runtime.rank() == root_rank:
@@ -70,12 +77,14 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
                                                               weights_only=False)
 
 
-def allgather_object(obj, name=None, process_set=None):
+def allgather_object(obj: Any, name: Optional[str] = None,
+                     process_set: Optional[ProcessSet] = None) -> List[Any]:
     """A list of every rank's picklable object, in rank order."""
     return _objects.allgather_object(obj, name=name, process_set=process_set)
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=None):
+def broadcast_optimizer_state(optimizer: Any, root_rank: int = 0, model: Any = None,
+                              process_set: Optional[ProcessSet] = None) -> None:
     """Makes every rank's optimizer state (buffers such as momentum, step
     counts, and hyper-parameters like lr in param_groups) equal root_rank's.
 

@@ -4,6 +4,9 @@
 the trailing-underscore forms work in place. ``allreduce``, ``allgather`` and
 ``broadcast`` are differentiable, as in Horovod.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 import torch
 
 from .. import ops as _np_ops
@@ -14,6 +17,10 @@ from .. import runtime
 from ..errors import InvalidArgumentError
 from .. import process_sets as _ps
 from . import _tensors as _t
+
+if TYPE_CHECKING:  # names used only in annotations
+    from ..process_sets import ProcessSet
+    from ..requests import Handle
 
 Sum = _np_ops.Sum
 Average = _np_ops.Average
@@ -42,22 +49,33 @@ def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place, 
                  process_set=_ps.id_of(process_set)))
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=None):
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
+                    name: Optional[str] = None, op: Optional[int] = None,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: Optional[ProcessSet] = None) -> Handle:
+    """Starts an allreduce of ``tensor`` into a new tensor; returns a handle
+    (``synchronize(handle)`` gives the result). Average unless ``op`` says otherwise."""
     args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
                                  postscale_factor, False, process_set)
     return _rq.enqueue(*args, **kwargs)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=None):
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
+                     name: Optional[str] = None, op: Optional[int] = None,
+                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: Optional[ProcessSet] = None) -> Handle:
+    """Starts an in-place allreduce: ``tensor`` holds the result once
+    ``synchronize(handle)`` returns."""
     args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
                                  postscale_factor, True, process_set)
     return _rq.enqueue(*args, **kwargs)
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=None):
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0,
+               process_set: Optional[ProcessSet] = None) -> torch.Tensor:
+    """In-place allreduce; returns ``tensor``."""
     allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
                      process_set).wait()
     return tensor
@@ -78,8 +96,10 @@ class _Allreduce(torch.autograd.Function):
                 None, None, None, None, None)
 
 
-def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=None):
+def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+              compression: Any = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0,
+              process_set: Optional[ProcessSet] = None) -> torch.Tensor:
     """Reduces ``tensor`` across ranks (Average by default) into a new tensor."""
     _ps.id_of(process_set)  # before any work: a bad set raises here
     op = _np_ops.resolve_op(average, op)
@@ -127,16 +147,22 @@ def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, in_p
     return batch.submit_group()
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=None):
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: Optional[ProcessSet] = None) -> Handle:
     """Allreduces a list of tensors: submitted in one call, negotiated in one
     round and fused."""
     return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, False,
                     process_set)
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=None):
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: Optional[ProcessSet] = None) -> Handle:
+    """Starts an in-place allreduce of a list of tensors, negotiated and
+    fused together; returns one handle for the list."""
     return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, True,
                     process_set)
 
@@ -157,8 +183,11 @@ class _GroupedAllreduce(torch.autograd.Function):
             _grouped(grads, None, ctx.name, ctx.op, *ctx.scales, False, ctx.process_set).wait())
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                      name: Optional[str] = None, compression: Any = None,
+                      op: Optional[int] = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0,
+                      process_set: Optional[ProcessSet] = None) -> List[torch.Tensor]:
     """Allreduces a list of tensors together (one negotiation, fused);
     differentiable, with optional compression, as Horovod's."""
     _ps.id_of(process_set)
@@ -171,14 +200,20 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     return [restore(t, c) for t, c in zip(reduced, ctxs)]
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=None):
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: Optional[ProcessSet] = None) -> Sequence[torch.Tensor]:
+    """In-place allreduce of a list of tensors together; returns the list."""
     grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                              postscale_factor, process_set).wait()
     return tensors
 
 
-def allgather_async(tensor, name=None, process_set=None):
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set: Optional[ProcessSet] = None) -> Handle:
+    """Starts an allgather (concatenation along the first dimension);
+    returns a handle."""
     set_id = _ps.id_of(process_set)
     src = _t.contiguous(tensor.detach())
     if src.dim() == 0:
@@ -209,14 +244,18 @@ class _Allgather(torch.autograd.Function):
         return reduced[offset:offset + ctx.rows], None, None
 
 
-def allgather(tensor, name=None, process_set=None):
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set: Optional[ProcessSet] = None) -> torch.Tensor:
     """Concatenates every rank's tensor along the first dimension (which may
     differ per rank)."""
     _ps.id_of(process_set)
     return _Allgather.apply(tensor, name, process_set)
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=None):
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: Optional[ProcessSet] = None) -> Handle:
+    """Starts a broadcast of root_rank's ``tensor`` into a new tensor;
+    returns a handle."""
     set_id = _ps.id_of(process_set)
     src = _t.contiguous(tensor.detach())
     out = torch.empty_like(src)
@@ -226,7 +265,10 @@ def broadcast_async(tensor, root_rank, name=None, process_set=None):
                        finish=lambda _: out, device=device, process_set=set_id)
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: Optional[ProcessSet] = None) -> Handle:
+    """Starts an in-place broadcast: ``tensor`` holds root_rank's values once
+    the handle completes."""
     set_id = _ps.id_of(process_set)
     buf = _t.writable(tensor.detach(), "broadcast_ tensor")
     device, ready = _t.device_of(buf)
@@ -235,7 +277,9 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
                        finish=lambda _: tensor, device=device, process_set=set_id)
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=None):
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: Optional[ProcessSet] = None) -> torch.Tensor:
+    """In-place broadcast of root_rank's ``tensor``; returns ``tensor``."""
     return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
@@ -257,29 +301,30 @@ class _Broadcast(torch.autograd.Function):
         return reduced, None, None, None
 
 
-def broadcast(tensor, root_rank, name=None, process_set=None):
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set: Optional[ProcessSet] = None) -> torch.Tensor:
     """Every rank receives root_rank's tensor (a new tensor; differentiable)."""
     _ps.id_of(process_set)
     return _Broadcast.apply(tensor, root_rank, name, process_set)
 
 
-def synchronize(handle):
+def synchronize(handle: Handle) -> Any:
     """Waits for an async operation and returns its result (a callable handle,
     as sparse_allreduce_async returns, is called)."""
     return handle() if callable(handle) else handle.wait()
 
 
-def poll(handle):
+def poll(handle: Handle) -> bool:
     """Whether an async operation has finished."""
     return handle.poll()
 
 
-def barrier(process_set=None):
+def barrier(process_set: Optional[ProcessSet] = None) -> None:
     """Returns once every rank (of ``process_set``) has called barrier()."""
     _np_ops.barrier(process_set)
 
 
-def join(device=-1):
+def join(device: int = -1) -> int:
     """This rank is out of data; it keeps serving the others' collectives with
     neutral values until every rank has joined. Returns the rank that joined
     last, as Horovod's. ``device`` is accepted for Horovod's signature: the

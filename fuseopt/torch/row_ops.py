@@ -2,6 +2,9 @@
 names, signatures and gradients: alltoall, reducescatter (single and
 grouped), grouped allgather, and the sparse allreduce built on allgather.
 The allreduce family, allgather and broadcast are in ops.py."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 import torch
 
 from .. import ops as _np_ops
@@ -12,8 +15,15 @@ from ..errors import InvalidArgumentError
 from . import _tensors as _t
 from .ops import Average, Sum, _compressed, _group_names, _grouped, allgather_async
 
+if TYPE_CHECKING:  # names used only in annotations
+    from ..process_sets import ProcessSet
+    from ..requests import Handle, Then
 
-def alltoall_async(tensor, splits=None, name=None, process_set=None):
+
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+                   process_set: Optional[ProcessSet] = None) -> Handle:
+    """Starts an alltoall: rows of ``tensor`` go to ranks in order, ``splits[i]``
+    rows to rank i (equal parts by default); returns a handle."""
     set_id = _ps.id_of(process_set)
     src = _t.contiguous(tensor.detach())
     if src.dim() == 0:
@@ -50,7 +60,8 @@ class _Alltoall(torch.autograd.Function):
                 None, None, None)
 
 
-def alltoall(tensor, splits=None, name=None, process_set=None):
+def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+             process_set: Optional[ProcessSet] = None) -> Any:
     """Sends splits[r] rows to rank r (an even split if None); differentiable.
     As in Horovod: returns the received tensor, and with ``splits`` given the
     tuple ``(received, received_splits)``."""
@@ -59,8 +70,9 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     return out if splits is None else (out, received)
 
 
-def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
-                        postscale_factor=1.0):
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
+                        op: Optional[int] = Average, process_set: Optional[ProcessSet] = None,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
     """Horovod's argument order (process_set before the scale factors)."""
     return _grouped_reducescatter([tensor], [name], op, prescale_factor, postscale_factor,
                                   process_set, single=True)
@@ -118,8 +130,9 @@ def _reducescatter_list(tensors, name, names, compression, op, prescale_factor,
     return [restore(t, c) for t, c in zip(out, ctxs)]
 
 
-def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
-                  prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression: Any = None,
+                  op: Optional[int] = Average, process_set: Optional[ProcessSet] = None,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces across ranks; this rank gets its slice of the first dimension
     (the first rows % size ranks get one row more). Differentiable. Negotiated
     under ``name`` itself, as every binding's reducescatter is."""
@@ -127,22 +140,30 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=N
                                postscale_factor, process_set)[0]
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None,
-                                prescale_factor=1.0, postscale_factor=1.0):
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                                op: Optional[int] = Average,
+                                process_set: Optional[ProcessSet] = None,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> Handle:
+    """Starts a reducescatter of a list of tensors, fused together; returns
+    one handle for the list."""
     tensors = list(tensors)
     return _grouped_reducescatter(tensors, _group_names(tensors, name), op, prescale_factor,
                                   postscale_factor, process_set)
 
 
-def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=None,
-                          prescale_factor=1.0, postscale_factor=1.0):
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                          compression: Any = None, op: Optional[int] = Average,
+                          process_set: Optional[ProcessSet] = None, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
     """reducescatter of a list of tensors in one negotiation; differentiable."""
     tensors = list(tensors)
     return _reducescatter_list(tensors, name, _group_names(tensors, name), compression, op,
                                prescale_factor, postscale_factor, process_set)
 
 
-def grouped_allgather_async(tensors, name=None, process_set=None):
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set: Optional[ProcessSet] = None) -> Then:
     """allgather of a list of tensors, submitted in one call."""
     set_id = _ps.id_of(process_set)
     batch = _rq.Batch()
@@ -178,13 +199,15 @@ class _GroupedAllgather(torch.autograd.Function):
                                for r, o, n in zip(reduced, offsets, ctx.rows))
 
 
-def grouped_allgather(tensors, name=None, process_set=None):
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                      process_set: Optional[ProcessSet] = None) -> List[torch.Tensor]:
     """allgather of a list of tensors in one negotiation; differentiable."""
     _ps.id_of(process_set)
     return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
-def sparse_allreduce_async(tensor, name, op, process_set=None):
+def sparse_allreduce_async(tensor: torch.Tensor, name: Optional[str], op: Optional[int],
+                           process_set: Optional[ProcessSet] = None) -> Callable[[], Any]:
     """Horovod's reduction of a sparse COO tensor: every rank's indices and
     values are allgathered, so the result holds all ranks' entries,
     uncoalesced (duplicates add up when it is coalesced or densified);

@@ -10,6 +10,9 @@ other gradient.
 
 torch.nn.SyncBatchNorm only runs on CUDA; this one runs wherever fuseopt does.
 """
+from __future__ import annotations
+
+from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -118,7 +121,7 @@ class SyncBatchNorm(_BatchNorm):
         return out
 
 
-def recompute_bn_stats(model, batches, num_batches=None):
+def recompute_bn_stats(model: Any, batches: Any, num_batches: Optional[int] = None) -> None:
     """Precise BatchNorm: replaces running statistics by their average over
     ``num_batches`` batches from ``batches`` (an iterable of model inputs),
     across all ranks. Every rank must pass the same number of batches.

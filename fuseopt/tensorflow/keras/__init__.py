@@ -7,6 +7,9 @@
 
 Everything in ``fuseopt.tensorflow`` is available here too.
 """
+from __future__ import annotations
+
+from typing import Any, Optional
 from .. import *  # noqa: F401,F403  (the same API as fuseopt.tensorflow)
 from .. import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 from . import callbacks  # noqa: F401
@@ -27,8 +30,10 @@ from ..optimizer import (DistributedKerasOptimizer as _DistKeras,  # noqa: E402
 _DISTRIBUTED = (_DistKeras, _DistLoss)
 
 
-def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
-              op=None, compression=_Compression.none):
+def allreduce(  # type: ignore[no-redef]  # restated: Keras's argument order
+        value: Any, name: Optional[str] = None, average: Optional[bool] = None,
+        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+        op: Optional[int] = None, compression: Any = _Compression.none) -> Any:
     """Reduces ``value`` (a tensor, array or number) across ranks: Average by
     default. Horovod's Keras signature: ``name`` is the second argument."""
     return _tf_ops.allreduce(value, average=average, compression=compression, op=op,
@@ -36,22 +41,26 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_fac
                              name=name)
 
 
-def allgather(value, name=None):
+def allgather(  # type: ignore[no-redef]  # restated: Keras's argument order
+        value: Any, name: Optional[str] = None) -> Any:
     """Concatenates every rank's ``value`` along the first dimension."""
     return _tf_ops.allgather(value, name=name)
 
 
-def broadcast(value, root_rank, name=None):
+def broadcast(  # type: ignore[no-redef]  # restated: Keras's argument order
+        value: Any, root_rank: int, name: Optional[str] = None) -> Any:
     """root_rank's ``value`` on every rank."""
     return _tf_ops.broadcast(value, root_rank, name=name)
 
 
-def reducescatter(value, name=None, op=_tf_ops.Average):
+def reducescatter(  # type: ignore[no-redef]  # restated: Keras's argument order
+        value: Any, name: Optional[str] = None,
+        op: Optional[int] = _tf_ops.Average) -> Any:
     """Reduces across ranks; this rank gets its slice of the first dimension."""
     return _tf_ops.reducescatter(value, op=op, name=name)
 
 
-def broadcast_global_variables(root_rank):
+def broadcast_global_variables(root_rank: int) -> Any:
     """Horovod's TF1 call. As in Horovod under TF2 (eager), it cannot work:
     there are no global variables to collect."""
     raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution; use "
@@ -59,8 +68,8 @@ def broadcast_global_variables(root_rank):
                        "or hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
 
 
-def load_model(filepath, custom_optimizers=None, custom_objects=None,
-               compression=_Compression.none, legacy_opts=False):
+def load_model(filepath: str, custom_optimizers: Any = None, custom_objects: Any = None,
+               compression: Any = _Compression.none, legacy_opts: bool = False) -> Any:
     """Horovod's: loads a saved Keras model and wraps its optimizer in a
     DistributedOptimizer with ``compression`` (one saved with a
     DistributedOptimizer comes back wrapped already). ``custom_optimizers``:

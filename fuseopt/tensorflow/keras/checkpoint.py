@@ -14,6 +14,9 @@ stopped. It is an ``.npz`` archive of arrays with a JSON header, read with
 must be JSON data. See docs/reliability.md for resuming on a different
 number of ranks.
 """
+from __future__ import annotations
+
+from typing import Any
 import json
 import random
 
@@ -44,7 +47,8 @@ def _reseed(rank):
     keras.utils.set_random_seed(seed)
 
 
-def save_checkpoint(path, model, step=0, extra=None, root_rank=0):
+def save_checkpoint(path: str, model: Any, step: int = 0, extra: Any = None,
+                    root_rank: int = 0) -> None:
     """Writes a checkpoint of ``model`` and its optimizer from root_rank,
     atomically: an interrupted save leaves the previous file intact, and the
     next successful save removes what it left. ``extra`` must be JSON data."""
@@ -92,7 +96,7 @@ def _read(path, shared, opt_vars):
     return {k: header[k] for k in ("step", "extra", "world_size", "rng")}
 
 
-def load_checkpoint(path, model, root_rank=0, missing_ok=False):
+def load_checkpoint(path: str, model: Any, root_rank: int = 0, missing_ok: bool = False) -> Any:
     """Restores ``model`` and its optimizer on every rank from root_rank's
     file; returns a :class:`fuseopt.checkpoint.Checkpoint` (``step``,
     ``extra``, ``world_size``), or None with ``missing_ok`` when there is no

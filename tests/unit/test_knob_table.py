@@ -1,0 +1,77 @@
+"""README's configuration table agrees with fuseopt/config.py and the core:
+every knob has a row with its keyword and the core's default, the rows marked
+*(rank 0)* are exactly the knobs the core takes from rank 0, and every other
+FUSEOPT_* row names a variable the code reads, with its default."""
+import os
+import re
+
+from fuseopt import buckets, config
+from fuseopt._native import ffi, lib
+from fuseopt.launcher import rank_wrapper
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Variables read outside config.KNOBS -> their default as the table shows it.
+OTHER_VARIABLES = {
+    "FUSEOPT_LOST_RANK_LINGER_S": rank_wrapper.DEFAULT_LINGER_S,
+    "FUSEOPT_BUCKET_CAP_MB": buckets.DEFAULT_BUCKET_CAP_MB,
+    "FUSEOPT_TIMELINE": "(none)", "FUSEOPT_TIMELINE_MARK_CYCLES": 0,
+    "FUSEOPT_NCCL_LIBRARY": None, "FUSEOPT_CUDA_BACKEND": None,
+}
+
+
+def _rows():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"\| `(FUSEOPT_[A-Z0-9_]+)`[^|]* \| ([^|]*) \| ([^|]*) \| (.*) \|$", line)
+        if m:
+            rows[m.group(1)] = (m.group(2).strip(), m.group(3).strip(), m.group(4))
+    return rows
+
+
+def _native_defaults():
+    cfg = ffi.new("fuseopt_config_t*")
+    lib.fuseopt_config_default(cfg)
+    return config.describe(cfg)
+
+
+def _same(shown, value):
+    first = shown.split()[0] if shown else ""
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, (int, float)):
+        try:
+            return float(first) == float(value)
+        except ValueError:
+            return False
+    return first == (value or "(none)")
+
+
+def test_every_knob_has_its_row_keyword_and_default():
+    rows, defaults = _rows(), _native_defaults()
+    for knob in config.KNOBS:
+        assert knob.env in rows, "README has no row for %s" % knob.env
+        keyword, shown, _ = rows[knob.env]
+        assert keyword == "`%s`" % knob.name, (knob.env, keyword)
+        assert _same(shown, defaults[knob.name]), (knob.env, shown, defaults[knob.name])
+
+
+def test_rank_0_marks_match_the_knobs_the_core_agrees_on():
+    rows = _rows()
+    marked = {env for env, (_, _, meaning) in rows.items() if "*(rank 0)*" in meaning}
+    assert marked == {k.env for k in config.KNOBS if k.agreed}
+    # ...and config.py's flags match what loop_lifecycle.cc takes from rank 0.
+    with open(os.path.join(ROOT, "native", "src", "loop_lifecycle.cc")) as f:
+        taken = set(re.findall(r"take\(config_\.(\w+),", f.read()))
+    assert taken == {k.field for k in config.KNOBS if k.agreed}
+
+
+def test_other_rows_name_variables_the_code_reads():
+    rows = _rows()
+    knob_envs = {k.env for k in config.KNOBS}
+    for env in set(rows) - knob_envs:
+        assert env in OTHER_VARIABLES, "README documents %s, which no code reads" % env
+        if OTHER_VARIABLES[env] is not None:
+            assert _same(rows[env][1], OTHER_VARIABLES[env]), (env, rows[env][1])
