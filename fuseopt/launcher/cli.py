@@ -7,7 +7,10 @@
 It forwards FUSEOPT_* settings (and flags for each knob) to every rank, turns
 off MPICH's shared-memory path when this machine would run more ranks than
 it has cores, stops every rank on Ctrl-C or SIGTERM, and exits with the code
-of the rank that failed first, after saying which one it was.
+of the rank that failed first, after saying which one it was. Inside a Slurm
+allocation it takes hosts and -np from Slurm (slurm.py); horovodrun's flags
+and HOROVOD_* variables are honoured or refused (horovod_flags.py,
+fuseopt/horovod_env.py).
 """
 import argparse
 import os
