@@ -16,12 +16,8 @@ from .errors import InvalidArgumentError
 
 
 def _parse_log_level(text):
-    text = str(text).strip().lower()
-    if text == "fatal":  # Horovod's highest level
-        text = "error"
-    if text in _log.LEVEL_NAMES:
-        return _log.LEVEL_NAMES.index(text)
-    return _parse_int(text)
+    index = _log.level_index(text)
+    return _parse_int(text) if index is None else index
 
 
 def _parse_int(value):

@@ -16,10 +16,8 @@ Variables Horovod reads only when it is built (``HOROVOD_GPU_OPERATIONS``,
 ``HOROVOD_WITH_PYTORCH``, ...) mean nothing at run time, to Horovod either,
 and are left alone. Pure: the launcher and ``init()`` both use it.
 """
+from . import log as _log
 from .errors import InvalidArgumentError
-
-_HOROVOD_LOG_LEVELS = {"trace": "trace", "debug": "debug", "info": "info",
-                       "warning": "warning", "error": "error", "fatal": "error"}
 
 
 def _same(text):
@@ -27,10 +25,10 @@ def _same(text):
 
 
 def _log_level(text):
-    level = _HOROVOD_LOG_LEVELS.get(text.strip().lower())
-    if level is None:
+    index = _log.level_index(text)
+    if index is None:
         raise ValueError(text)
-    return level
+    return _log.LEVEL_NAMES[index]
 
 
 def _truthy(text):

@@ -27,6 +27,14 @@ _PYTHON_LEVELS = {"trace": 5, "debug": logging.DEBUG, "info": logging.INFO,
 _FORMAT = "[fuseopt rank %(rank)s] %(levelname)s: %(message)s"
 
 
+def level_index(word):
+    """The core level (0 trace .. 4 error) that a level word names, or None.
+    Horovod's "fatal" is "error" here: the core has nothing above it."""
+    word = str(word).strip().lower()
+    word = "error" if word == "fatal" else word
+    return LEVEL_NAMES.index(word) if word in LEVEL_NAMES else None
+
+
 def python_level(core_level):
     """The ``logging`` level of a core level (0..4)."""
     return _PYTHON_LEVELS[LEVEL_NAMES[core_level]]
@@ -73,12 +81,11 @@ def get_logger(name="fuseopt"):
 
 
 def _level_from_environment():
-    text = os.environ.get("FUSEOPT_LOG_LEVEL", "").strip().lower()
-    if text in _PYTHON_LEVELS:
-        return _PYTHON_LEVELS[text]
-    if text.isdigit() and int(text) < len(LEVEL_NAMES):
-        return python_level(int(text))
-    return None
+    text = os.environ.get("FUSEOPT_LOG_LEVEL", "").strip()
+    index = level_index(text)
+    if index is None and text.isdigit() and int(text) < len(LEVEL_NAMES):
+        index = int(text)
+    return None if index is None else python_level(index)
 
 
 def apply_environment_level():

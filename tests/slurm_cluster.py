@@ -22,15 +22,14 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def missing_programs():
-    paths = ["/usr/sbin", "/usr/bin", os.environ.get("PATH", "")]
-    search = os.pathsep.join(paths)
-    return [p for p in DAEMONS + CLIENTS if shutil.which(p, path=search) is None]
-
-
 def _which(program):
+    """The daemons live in /usr/sbin, which a non-login PATH may lack."""
     return shutil.which(program, path=os.pathsep.join(["/usr/sbin", "/usr/bin",
                                                        os.environ.get("PATH", "")]))
+
+
+def missing_programs():
+    return [p for p in DAEMONS + CLIENTS if _which(p) is None]
 
 
 class SlurmCluster:

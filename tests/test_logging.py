@@ -1,13 +1,13 @@
 """Python-side messages go through ``logging`` (fuseopt/log.py), with the rank
 in each record, and the core follows the same level. Each case runs in a
 fresh one-rank process, so that logger state does not leak between tests."""
+import os
 import subprocess
 import sys
 import textwrap
 
 
 def _run(code, **env):
-    import os
     full_env = {k: v for k, v in os.environ.items()
                 if not k.startswith(("FUSEOPT_", "HOROVOD_", "PMI_", "SLURM_"))}
     full_env.update(env)

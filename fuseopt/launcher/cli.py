@@ -26,11 +26,11 @@ from .. import config as _config
 from .. import horovod_env
 from .._version import version as _version
 from ..errors import InvalidArgumentError
-from . import horovod_flags
+from . import failure_summary, horovod_flags
 from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
-from . import rank_wrapper, records, shm_litter
+from . import records, shm_litter
 from .records import read_records
 
 
@@ -146,11 +146,12 @@ def parse_extra_part(argv):
     return p.parse_args(argv)
 
 
-def rank_environment(args, total_ranks, host_list, environ):
-    """FUSEOPT_* variables every rank receives."""
+def rank_environment(args, total_ranks, host_list, environ, horovod_settings):
+    """FUSEOPT_* variables every rank receives. ``horovod_settings``: the
+    FUSEOPT_* twins of environ's HOROVOD_* variables (horovod_env.translate)."""
     env = {k: v for k, v in environ.items() if k.startswith("FUSEOPT_")}
     env.pop("FUSEOPT_MPIEXEC", None)
-    env.update(horovod_env.translate(environ)[0])  # flags below take precedence
+    env.update(horovod_settings)  # flags below take precedence
     if args.timeline_filename:
         env["FUSEOPT_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.timeline_mark_cycles:
@@ -159,8 +160,6 @@ def rank_environment(args, total_ranks, host_list, environ):
         env[_metrics_summary.ENV] = "1"
     if args.fusion_threshold_mb is not None:
         env["FUSEOPT_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * (1 << 20)))
-    if args.no_stall_check:
-        args.knob_stall_check_s = "0"
     for knob in _config.KNOBS:
         value = getattr(args, "knob_" + knob.name)
         if value is not None:
@@ -240,63 +239,6 @@ def build_command(args, parts, env, launch_dir, host_list, from_slurm=False):
     return cmd
 
 
-def summarize(launch_dir, total_ranks, mpiexec_code, started):
-    """Prints which rank failed first, and why; returns the exit code to use.
-
-    A rank whose fuseopt was shut down by another rank, or that reported a
-    lost peer, only stopped because of it, so it is not blamed even if its
-    process happened to end first."""
-    ends = read_records(launch_dir, "rank-")
-    starts = read_records(launch_dir, "start-")
-    notes = read_records(launch_dir, "note-")
-    failed = sorted((r for r in ends.values() if records.ended_badly(r)),
-                    key=lambda r: r["end_time"])
-    # Started here, never recorded an end: killed together with its wrapper.
-    vanished = sorted(set(starts) - set(ends))
-    if not failed:
-        if vanished:
-            print("fuseoptrun: rank(s) %s ended without an exit record: killed together with "
-                  "their wrapper (by mpiexec after another rank's exit, or by the OOM killer); "
-                  "mpiexec exited with %d" % (", ".join(map(str, vanished)), mpiexec_code),
-                  file=sys.stderr)
-            return mpiexec_code or 1
-        if mpiexec_code != 0 and len(ends) < total_ranks:
-            print("fuseoptrun: mpiexec exited with %d and only %d of %d ranks reported an "
-                  "exit; see the output above" % (mpiexec_code, len(ends), total_ranks),
-                  file=sys.stderr)
-            return mpiexec_code
-        return 0
-
-    def victim(record):
-        note = notes.get(record["rank"])
-        return bool(note) and (note["status"] == "RANK_FAILED" or (
-            note["status"] == "SHUT_DOWN" and " by rank" in note["message"]))
-
-    first = next((r for r in failed if not victim(r)), failed[0])
-    # Only victims ended (say a frozen rank, killed by mpiexec without a record):
-    # the first of them tells what happened, but is not to blame.
-    verb = "stopped first, reporting a failed or stalled peer" if victim(first) else "failed first"
-    if first.get("signal"):
-        how = "signal %s" % signal.Signals(first["signal"]).name
-    elif first.get("unclean"):
-        how = "exit code 0 without fuseopt.shutdown(): os._exit?"
-    else:
-        how = "exit code %d" % first["exit_code"]
-    print("fuseoptrun: rank %d on %s %s (%s, %.1f s after start); %d of %d ranks failed"
-          % (first["rank"], first["host"], verb, how, first["end_time"] - started,
-             len(failed) + len(vanished), total_ranks), file=sys.stderr)
-    for rank in range(total_ranks):
-        if rank in notes:
-            print("fuseoptrun:   rank %d: %s" % (rank, notes[rank]["message"]), file=sys.stderr)
-        elif rank != first["rank"] and (rank not in ends or ends[rank]["signal"]):
-            print("fuseoptrun:   rank %d: stopped by mpiexec %s" % (rank, (
-                "(it had not exited: frozen, or cut off?)" if victim(first)
-                else "after rank %d failed" % first["rank"])), file=sys.stderr)
-    if first.get("unclean"):
-        return rank_wrapper.UNCLEAN_EXIT_CODE
-    return first["exit_code"] if first["exit_code"] is not None else 128 + first["signal"]
-
-
 # After a rank has failed, how long the job may take to end on its own (the
 # failed rank's wrapper lingers LINGER_S so that the others can report; then
 # mpiexec stops them) before fuseoptrun stops it. mpiexec does not always:
@@ -358,8 +300,9 @@ def run(argv):
         raise UsageError("-np must be at least 1")
     total = sum(n for n, _ in parts)
     launch_dir = "FUSEOPT_LAUNCH_DIR" if args.dry_run else tempfile.mkdtemp(prefix="fuseoptrun-")
-    env = rank_environment(args, total, host_list, os.environ)
-    for line in horovod_flags.notices(args) + horovod_env.translate(os.environ)[1]:
+    horovod_settings, horovod_notices = horovod_env.translate(os.environ)
+    env = rank_environment(args, total, host_list, os.environ, horovod_settings)
+    for line in horovod_flags.notices(args) + horovod_notices:
         print("fuseoptrun: %s" % line, file=sys.stderr)
     cmd = build_command(args, parts, env, launch_dir, host_list, from_slurm)
     if args.output_filename and not args.dry_run:
@@ -384,7 +327,7 @@ def run(argv):
     try:
         code = wait_for_job(proc, launch_dir, stopping)
         # Stopped on request, the ranks ended by our signal: nobody is to blame.
-        result = None if stopping else summarize(launch_dir, total, code, started)
+        result = None if stopping else failure_summary.summarize(launch_dir, total, code, started)
         if args.metrics_summary:
             metrics = read_records(launch_dir, "metrics-")
             if metrics:

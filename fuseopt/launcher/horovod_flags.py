@@ -6,8 +6,10 @@ generated from config.KNOBS by cli.py; this module adds horovodrun's other
 spellings of them and its flags that are not knobs.
 """
 import argparse
+import importlib.util
+import shlex
 
-from .. import horovod_env
+from .. import capabilities, horovod_env
 
 # horovodrun spelling -> fuseopt knob (its value is the knob's value)
 KNOB_ALIASES = {
@@ -66,7 +68,8 @@ class _Refuse(argparse.Action):
 
 
 def add_to(parser):
-    """Adds horovodrun's non-knob flags (the aliases are added by cli.py)."""
+    """Adds horovodrun's non-knob flags (the aliases are added by cli.py;
+    call this after them: --no-stall-check shares the stall knob's dest)."""
     group = parser.add_argument_group("horovodrun flags")
     group.add_argument("--output-filename", metavar="DIR",
                        help="write each rank's stdout and stderr to DIR/rank.N/{stdout,stderr}")
@@ -74,8 +77,8 @@ def add_to(parser):
                        help="horovodrun's spelling of --network-interface (one interface)")
     group.add_argument("-p", "--ssh-port", type=int, help="ssh port for other hosts")
     group.add_argument("-i", "--ssh-identity-file", help="ssh identity file for other hosts")
-    group.add_argument("--no-stall-check", action="store_true",
-                       help="no stall warnings (sets FUSEOPT_STALL_CHECK_S=0)")
+    group.add_argument("--no-stall-check", dest="knob_stall_check_s", action="store_const",
+                       const="0", help="no stall warnings (sets FUSEOPT_STALL_CHECK_S=0)")
     group.add_argument("-cb", "--check-build", action="store_true",
                        help="print which frameworks and devices this fuseopt can use, and exit")
     for flag in ALREADY:
@@ -102,15 +105,11 @@ def remote_exec(args):
         cmd += ["-p", str(args.ssh_port)]
     if args.ssh_identity_file:
         cmd += ["-i", args.ssh_identity_file]
-    return " ".join(cmd)
+    return " ".join(shlex.quote(word) for word in cmd)
 
 
 def check_build_report(version):
     """horovodrun --check-build's table, for what this install can use."""
-    import importlib.util
-
-    from .. import capabilities
-
     def mark(flag):
         return "[X]" if flag else "[ ]"
 
