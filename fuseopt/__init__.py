@@ -9,8 +9,9 @@ Framework bindings live in ``fuseopt.torch`` and ``fuseopt.tensorflow``.
 from .errors import (BackendError, FuseoptError, InternalError, InvalidArgumentError,
                      MismatchError, NotInitializedError, RankFailedError, ShutDownError,
                      TimeoutError, UnsupportedError)
-from .runtime import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                      metrics, pending_handles, rank, settings, shutdown, size)
+from .runtime import init, shutdown
+from .world import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
+                    pending_handles, rank, settings, size)
 from .requests import Handle
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
                   allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async,

@@ -1,5 +1,5 @@
 """What a rank tells fuseoptrun through the job's launch directory
-(fuseopt/launcher/records.py): whether fuseopt is running in it, and why it
+(fuseopt/launch_records.py): whether fuseopt is running in it, and why it
 is failing.
 
 When an operation fails because the job is going down (shut down by another
@@ -8,23 +8,23 @@ launcher's summary can tell the rank that failed first from the ranks that
 only stopped because of it. The state record tells the rank wrapper whether
 an exit with code 0 left fuseopt running (an unclean exit that would leave
 the other ranks waiting)."""
-from .launcher import records
+from . import launch_records
 
 _written = False
 
 
 def record(status, message):
     global _written
-    directory = records.directory()
+    directory = launch_records.directory()
     if _written or not directory:
         return
     _written = True
-    records.write_record(directory, "note-", records.env_rank(),
+    launch_records.write_record(directory, "note-", launch_records.env_rank(),
                          {"status": status, "message": message})
 
 
 def set_state(state):
-    """records.RUNNING after init(), records.SHUT_DOWN after shutdown()."""
-    directory = records.directory()
+    """launch_records.RUNNING after init(), launch_records.SHUT_DOWN after shutdown()."""
+    directory = launch_records.directory()
     if directory:
-        records.write_record(directory, "state-", records.env_rank(), {"fuseopt": state})
+        launch_records.write_record(directory, "state-", launch_records.env_rank(), {"fuseopt": state})

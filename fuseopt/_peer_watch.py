@@ -1,7 +1,7 @@
 """Turns the launcher's news of a lost rank into an error on this rank.
 
 fuseoptrun's rank wrapper records in $FUSEOPT_LAUNCH_DIR how each rank's
-process ended (fuseopt/launcher/records.py). A rank that crashes, is killed
+process ended (fuseopt/launch_records.py). A rank that crashes, is killed
 (SIGKILL, the OOM killer), exits 0 without shutting fuseopt down, or fails
 before it ever reached init() gives the survivors no error from MPI: they
 would block in their next collective, or in init(), until something killed
@@ -14,7 +14,7 @@ process, a lost network, another launcher.
 import threading
 import time
 
-from .launcher import records
+from . import launch_records
 
 POLL_S = 0.2
 
@@ -22,14 +22,14 @@ POLL_S = 0.2
 def _describe(record):
     return "rank %d (host %s, pid %s) was lost: its process %s %.1f s ago" % (
         record["rank"], record.get("host", "?"), record.get("pid", "?"),
-        records.describe_exit(record),
+        launch_records.describe_exit(record),
         max(0.0, time.time() - record.get("end_time", time.time())))
 
 
 def lost_rank(directory, my_rank):
     """The record of the first peer whose process ended badly, or None."""
-    lost = [r for rank, r in records.read_records(directory).items()
-            if rank != my_rank and records.ended_badly(r)]
+    lost = [r for rank, r in launch_records.read_records(directory).items()
+            if rank != my_rank and launch_records.ended_badly(r)]
     return min(lost, key=lambda r: r.get("end_time", 0)) if lost else None
 
 
@@ -62,7 +62,7 @@ class PeerWatch:
 def start(abort, environ=None):
     """A PeerWatch when launched by fuseoptrun with peers to watch, else None.
     Started before init(): a peer may fail before it reaches init()."""
-    directory = records.directory(environ)
-    if records.env_size(environ) < 2 or not directory:
+    directory = launch_records.directory(environ)
+    if launch_records.env_size(environ) < 2 or not directory:
         return None
-    return PeerWatch(directory, records.env_rank(environ), abort)
+    return PeerWatch(directory, launch_records.env_rank(environ), abort)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import ctypes
 import os
 
-from . import runtime
+from . import world
+from .devices import locate_wheel_libraries
 
 
 def mpi_built() -> bool:
@@ -53,7 +54,7 @@ def mpi_threads_supported() -> bool:
     (Horovod: MPI_THREAD_MULTIPLE). False: fuseopt asks for
     MPI_THREAD_SERIALIZED and only its loop thread calls MPI, which measured
     2-5x faster here than MULTIPLE. Requires init(), as in Horovod."""
-    runtime.context()
+    world.context()
     return False
 
 
@@ -62,7 +63,6 @@ def nccl_built() -> int:
     would load for CUDA tensors is there (``FUSEOPT_NCCL_LIBRARY``, else
     ``libnccl.so.2`` on the loader's path or from the nvidia-nccl-cu12
     wheel), else 0."""
-    from .devices import locate_wheel_libraries
     locate_wheel_libraries()
     path = os.environ.get("FUSEOPT_NCCL_LIBRARY") or "libnccl.so.2"
     try:
@@ -82,5 +82,5 @@ def cuda_built() -> bool:
 
 def is_homogeneous() -> bool:
     """Whether every node runs the same number of ranks."""
-    runtime.context()
-    return runtime.homogeneous()
+    world.context()
+    return world.homogeneous()

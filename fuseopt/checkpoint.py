@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from . import objects, runtime
+from . import objects, world
 from .errors import FuseoptError, InvalidArgumentError
 
 
@@ -118,9 +118,9 @@ def rng_state_for_this_rank(states, saved_world_size, reseed):
     """This rank's saved RNG state when the world size is unchanged. After a
     resize no saved state belongs to this rank: ``reseed(rank)`` is called
     instead, so every rank gets a distinct, reproducible stream."""
-    if saved_world_size == runtime.size() and states:
-        return states[runtime.rank()]
-    reseed(runtime.rank())
+    if saved_world_size == world.size() and states:
+        return states[world.rank()]
+    reseed(world.rank())
     return None
 
 
@@ -145,7 +145,7 @@ def lr_scale(saved_world_size, world_size=None, keep="global_batch"):
     factor is 1. ``keep="per_rank_batch"``: the global batch changes by
     ``world_size / saved_world_size``, and so does the learning rate (the
     linear scaling rule of Goyal et al., 2017)."""
-    world_size = runtime.size() if world_size is None else world_size
+    world_size = world.size() if world_size is None else world_size
     if keep == "global_batch":
         return 1.0
     if keep == "per_rank_batch":
@@ -157,8 +157,8 @@ def shard(global_start, global_batch, rank=None, size=None):
     """This rank's ``(start, stop)`` of the global batch that begins at sample
     ``global_start``: contiguous, equal-sized slices when ``size`` divides the
     batch (which keeps the averaged gradient identical for any size)."""
-    rank = runtime.rank() if rank is None else rank
-    size = runtime.size() if size is None else size
+    rank = world.rank() if rank is None else rank
+    size = world.size() if size is None else size
     if global_batch % size:
         raise ValueError("global batch %d does not split evenly over %d ranks"
                          % (global_batch, size))
@@ -191,7 +191,7 @@ def save_on_root(path, root_rank, write):
     the file system, InvalidArgumentError for what cannot be saved), and no
     rank returns before the file is complete."""
     failure = None
-    if runtime.rank() == root_rank:
+    if world.rank() == root_rank:
         try:
             write_atomically(path, write)
         except (OSError, InvalidArgumentError) as e:
@@ -211,7 +211,7 @@ def load_on_root(path, root_rank, missing_ok, read):
     root / None elsewhere)``; a missing file is ``(False, None)`` with
     ``missing_ok``, FileNotFoundError on every rank otherwise."""
     found, failure, result = None, None, None
-    if runtime.rank() == root_rank:
+    if world.rank() == root_rank:
         found = os.path.exists(path)
         if found:
             try:

@@ -6,6 +6,9 @@
 import argparse
 import sys
 
+from . import timeline_summary
+from .timeline_plot import plot
+
 
 def build_parser():
     p = argparse.ArgumentParser(prog="fuseopt")
@@ -26,7 +29,6 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from . import timeline_summary
     try:
         events = timeline_summary.load(args.file)
     except (OSError, ValueError) as e:
@@ -35,7 +37,6 @@ def main(argv=None):
     if args.action == "summarize":
         print(timeline_summary.format_summary(timeline_summary.summarize(events), args.top))
     else:
-        from .timeline_plot import plot
         plot(events, args.output, args.tensors, args.last_ms)
         print("fuseopt: wrote %s" % args.output)
     return 0

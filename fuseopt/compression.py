@@ -24,7 +24,7 @@ import contextlib
 import contextvars
 import inspect
 
-from . import runtime
+from . import world
 from .errors import InvalidArgumentError
 
 # The number of ranks the payloads being compressed are reduced over. The
@@ -40,7 +40,7 @@ def reduction_size():
     else size(). For compressors with ``reduce_op = Sum``; read it in
     ``compress`` and carry it to ``decompress`` in ``ctx``."""
     n = _reducing_ranks.get()
-    return runtime.size() if n is None else n
+    return world.size() if n is None else n
 
 
 @contextlib.contextmanager

@@ -6,6 +6,8 @@ reduces it with the device's backend (NCCL for CUDA, HCCL for NPU; see
 docs/devices.md) on the device, after the work queued on ``stream`` (or up
 to ``ready_event``, when given) has run. Pointers are raw device addresses.
 """
+import importlib.util
+import os
 from typing import NamedTuple
 
 from ._native import lib
@@ -42,8 +44,6 @@ def locate_wheel_libraries(environ=None):
     """Sets FUSEOPT_NCCL_LIBRARY / FUSEOPT_CUDART_LIBRARY from the
     nvidia-nccl-cu12 / nvidia-cuda-runtime-cu12 wheels when they are
     installed and the variables are unset. Returns what it set."""
-    import importlib.util
-    import os
     environ = os.environ if environ is None else environ
     found = {}
     for var, package, soname in _WHEEL_LIBRARIES:

@@ -62,17 +62,10 @@ class InternalError(FuseoptError):
     status = "INTERNAL"
 
 
-_BY_STATUS = {
-    lib.FUSEOPT_INVALID_ARG: InvalidArgumentError,
-    lib.FUSEOPT_NOT_INITIALIZED: NotInitializedError,
-    lib.FUSEOPT_UNSUPPORTED: UnsupportedError,
-    lib.FUSEOPT_MISMATCH: MismatchError,
-    lib.FUSEOPT_BACKEND: BackendError,
-    lib.FUSEOPT_TIMEOUT: TimeoutError,
-    lib.FUSEOPT_SHUT_DOWN: ShutDownError,
-    lib.FUSEOPT_RANK_FAILED: RankFailedError,
-    lib.FUSEOPT_INTERNAL: InternalError,
-}
+# Each class names its status; the codes come from the header.
+_BY_STATUS = {getattr(lib, "FUSEOPT_" + cls.status): cls for cls in (
+    InvalidArgumentError, NotInitializedError, UnsupportedError, MismatchError, BackendError,
+    TimeoutError, ShutDownError, RankFailedError, InternalError)}
 
 
 def error_for(status, message):

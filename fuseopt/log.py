@@ -20,8 +20,13 @@ import logging
 import os
 import sys
 
-# FUSEOPT_LOG_LEVEL's words, in the core's order (0 = trace).
-LEVEL_NAMES = ("trace", "debug", "info", "warning", "error")
+from ._native import lib
+
+# FUSEOPT_LOG_LEVEL's words: the header's fuseopt_log_level_t, in its order.
+LEVEL_NAMES = tuple(n[len("FUSEOPT_LOG_"):].lower() for n in sorted(
+    (n for n in dir(lib) if n.startswith("FUSEOPT_LOG_") and n != "FUSEOPT_LOG_LEVEL_COUNT"),
+    key=lambda n: getattr(lib, n)))
+assert len(LEVEL_NAMES) == lib.FUSEOPT_LOG_LEVEL_COUNT
 _PYTHON_LEVELS = {"trace": 5, "debug": logging.DEBUG, "info": logging.INFO,
                   "warning": logging.WARNING, "error": logging.ERROR}
 _FORMAT = "[fuseopt rank %(rank)s] %(levelname)s: %(message)s"

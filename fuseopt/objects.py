@@ -6,7 +6,7 @@ import pickle
 
 import numpy as np
 
-from . import ops, runtime
+from . import ops, world
 
 if TYPE_CHECKING:  # names used only in annotations
     from .process_sets import ProcessSet
@@ -17,13 +17,13 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     """Returns root_rank's ``obj`` on every rank (of ``process_set``; pickled;
     root's value wins)."""
     name = name or "broadcast_object"
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if runtime.rank() == root_rank \
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if world.rank() == root_rank \
         else np.zeros(0, dtype=np.uint8)
     length = ops.broadcast(np.array([payload.size], dtype=np.int64), root_rank, name + ".len",
                            process_set=process_set)
-    buf = payload if runtime.rank() == root_rank else np.empty(int(length[0]), dtype=np.uint8)
+    buf = payload if world.rank() == root_rank else np.empty(int(length[0]), dtype=np.uint8)
     data = ops.broadcast(buf, root_rank, name + ".data", process_set=process_set)
-    return obj if runtime.rank() == root_rank else pickle.loads(data.tobytes())
+    return obj if world.rank() == root_rank else pickle.loads(data.tobytes())
 
 
 def allgather_object(obj: Any, name: Optional[str] = None,

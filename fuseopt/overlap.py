@@ -24,21 +24,16 @@ import threading
 import time
 from contextlib import contextmanager
 
+from . import world
 from .log import report_logger
+from .metrics_math import add_rates, efficiency
 
 _COUNTERS = ("communication_s", "negotiation_s", "bytes", "collectives", "tensors",
              "cache_hits", "cache_misses", "stalls")
 
 
-def efficiency(communication_s, comm_in_waits_s):
-    """(hidden_s, overlap_efficiency); the efficiency is None without communication."""
-    hidden = max(0.0, communication_s - comm_in_waits_s)
-    return hidden, (hidden / communication_s if communication_s > 0 else None)
-
-
 def _communication_s():
-    from .runtime import is_initialized, metrics
-    return metrics()["communication_s"] if is_initialized() else 0.0
+    return world.metrics()["communication_s"] if world.is_initialized() else 0.0
 
 
 class OverlapMeter:
@@ -72,15 +67,13 @@ class OverlapMeter:
 
     def _start_window(self):
         if self._base is None:
-            from .runtime import is_initialized, metrics
-            if is_initialized():
-                self._base = {k: metrics()[k] for k in _COUNTERS}
+            if world.is_initialized():
+                self._base = {k: world.metrics()[k] for k in _COUNTERS}
 
     def report(self, reset=False):
         """This window's figures as a dict (see the module docstring); with
         ``reset``, the next window starts now."""
-        from .runtime import metrics
-        now = metrics()
+        now = world.metrics()
         base = self._base or {k: 0 for k in _COUNTERS}
         with self._lock:
             out = {k: now[k] - base[k] for k in _COUNTERS}
@@ -91,7 +84,6 @@ class OverlapMeter:
                 self._exposed_s, self._comm_in_waits_s, self._steps = 0.0, 0.0, 0
                 self._base = {k: now[k] for k in _COUNTERS}
         out["hidden_s"], out["overlap_efficiency"] = efficiency(out["communication_s"], in_waits)
-        from .runtime import add_rates
         return add_rates(out, no_lookups=None)
 
 
@@ -116,9 +108,8 @@ def log_epoch(epoch: Optional[int] = None,
     and the Keras ``MetricsCallback``. By default the line is an INFO record
     of the ``fuseopt.report`` logger (fuseopt/log.py); ``log_fn=None`` only
     returns the report."""
-    from .runtime import rank
     report = (meter or GRADIENTS).report(reset=reset)
-    if log_fn is not None and rank() == 0:
+    if log_fn is not None and world.rank() == 0:
         log_fn(format_report(report, "fuseopt" if epoch is None else "fuseopt epoch %s" % epoch))
     return report
 

@@ -10,11 +10,11 @@ response cache, and its tensors are never fused with another set's
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 import numpy as np
 
 from . import requests as _rq
-from . import runtime
+from . import world
 from .errors import InvalidArgumentError, UnsupportedError
 
 class ProcessSet:
@@ -42,30 +42,30 @@ class ProcessSet:
 
     def _added(self):
         return self.process_set_id == 0 or (self.process_set_id is not None
-                                            and self._ctx is runtime.context())
+                                            and self._ctx is world.context())
 
     def size(self):
         """Number of ranks in the set; None until it is added (as Horovod)."""
         if self.process_set_id == 0:
-            return runtime.size()
+            return world.size()
         return len(self.ranks) if self._added() else None
 
     def rank(self):
         """This rank's position in the set (None until added); raises on a
         rank that is not a member."""
         if self.process_set_id == 0:
-            return runtime.rank()
+            return world.rank()
         if not self._added():
             return None
-        if runtime.rank() not in self.ranks:
-            raise InvalidArgumentError("rank %d is not a member of %r" % (runtime.rank(), self))
-        return self.ranks.index(runtime.rank())
+        if world.rank() not in self.ranks:
+            raise InvalidArgumentError("rank %d is not a member of %r" % (world.rank(), self))
+        return self.ranks.index(world.rank())
 
     def included(self):
         """Whether this rank is a member (None for a set without ranks)."""
         if self.process_set_id == 0:
             return True
-        return None if self.ranks is None else runtime.rank() in self.ranks
+        return None if self.ranks is None else world.rank() in self.ranks
 
     def __eq__(self, other):  # one set per list of ranks: duplicates are refused
         return isinstance(other, ProcessSet) and self.ranks == other.ranks
@@ -102,12 +102,12 @@ def id_of(process_set):
 
 def size_of(process_set):
     """Ranks in the set named by a ``process_set=`` argument."""
-    return runtime.size() if id_of(process_set) == 0 else len(process_set.ranks)
+    return world.size() if id_of(process_set) == 0 else len(process_set.ranks)
 
 
 def rank_in(process_set):
     """This rank's position in that set."""
-    return runtime.rank() if id_of(process_set) == 0 else process_set.rank()
+    return world.rank() if id_of(process_set) == 0 else process_set.rank()
 
 
 def add_process_set(process_set: Optional[ProcessSet]) -> ProcessSet:
@@ -124,7 +124,7 @@ def add_process_set(process_set: Optional[ProcessSet]) -> ProcessSet:
     new_id = np.full(1, -1, dtype=np.int32)
     _rq.enqueue(_rq.PROCESS_SET_ADD, None, "int32", ranks.shape, _rq.ffi.from_buffer(ranks),
                 _rq.ffi.from_buffer(new_id), keepalive=(ranks, new_id)).wait()
-    ps.process_set_id, ps._ctx = int(new_id[0]), runtime.context()
+    ps.process_set_id, ps._ctx = int(new_id[0]), world.context()
     return ps
 
 
@@ -142,25 +142,3 @@ def remove_process_set(process_set: Optional[ProcessSet]) -> bool:
     process_set.process_set_id, process_set._ctx = None, None  # only once it is gone
     return True
 
-
-def init(comm: Any = None, process_sets: Any = None, **settings: Any) -> None:
-    """Horovod's ``init(comm=None, process_sets=None)`` plus fuseopt's knobs
-    (see :func:`fuseopt.init`). ``process_sets``: ProcessSets (or lists of
-    ranks) to add on every rank, in order; ``"dynamic"`` is accepted (sets can
-    always be added later). ``comm`` (an mpi4py communicator or a list of
-    ranks) is not supported: fuseopt runs on every rank of the job."""
-    if comm is not None:
-        raise UnsupportedError("init(comm=...): fuseopt runs on all ranks of the job "
-                               "(MPI_COMM_WORLD); start a separate job for a subset, or use "
-                               "process sets")
-    runtime.init(**settings)
-    if process_sets == "dynamic" or process_sets is None:
-        return
-    for ps in process_sets:
-        ps = ps if isinstance(ps, ProcessSet) else ProcessSet(ps)
-        if ps.process_set_id == 0 or (ps.ranks == list(range(runtime.size()))
-                                      and ps.process_set_id is None):
-            ps.process_set_id, ps._ctx = 0, None  # Horovod maps it to the global set too
-            continue
-        if not ps._added():
-            add_process_set(ps)

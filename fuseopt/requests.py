@@ -8,7 +8,7 @@ handle's wait returns, so the Handle keeps the tensors alive until then.
 import time
 
 from ._native import ffi, lib
-from . import runtime
+from . import world
 from .dtypes import code_for
 from .arguments import INT32, INT64, c_name_bytes, checked_int, checked_real
 from .errors import FuseoptError, RankFailedError, TimeoutError, check
@@ -53,7 +53,7 @@ class RuntimeOutput:
             ptr = ffi.gc(ffi.cast("char*", out.data), lib.fuseopt_free) if out.data else None
             self.buffer = ffi.buffer(ptr, out.nbytes) if ptr is not None else bytearray(0)
         self.first_dim = int(out.first_dim)
-        n = runtime.size() if ranks is None else ranks
+        n = world.size() if ranks is None else ranks
         self.recv_splits = ([int(out.recv_splits[i]) for i in range(n)]
                             if out.recv_splits else [0] * n)
         lib.fuseopt_free(out.recv_splits)
@@ -376,7 +376,7 @@ class Batch:
 
 
 def _context():
-    ctx = runtime.context()
+    ctx = world.context()
     if _orphans:
         reap_orphans()
     return ctx
@@ -417,7 +417,7 @@ def _runtime_output(collective, device, process_set=0):
     if collective not in _RUNTIME_OUTPUT:
         return None
     kind = device.kind if device is not None else 0
-    return kind, (runtime.size() if process_set == 0 else set_size(process_set))
+    return kind, (world.size() if process_set == 0 else set_size(process_set))
 
 
 def set_size(process_set):

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 
+from . import world
 from ._native import lib
+from .config import parse_flag
 from .errors import check
 from .log import logger
 
@@ -33,17 +35,15 @@ def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     ``mark_cycles`` adds an instant event per negotiation round with work, on
     a row of its own. Raises InvalidArgumentError if the file cannot be
     written or a timeline is already running."""
-    from .runtime import context, rank
-    path = path_for_rank(os.fspath(file_path), rank())
+    path = path_for_rank(os.fspath(file_path), world.rank())
     if path is None:
         return
-    check(lib.fuseopt_start_timeline(context(), os.fsencode(path), 1 if mark_cycles else 0))
+    check(lib.fuseopt_start_timeline(world.context(), os.fsencode(path), 1 if mark_cycles else 0))
 
 
 def stop_timeline() -> None:
     """Flushes and closes the timeline; does nothing if none is running."""
-    from .runtime import context
-    check(lib.fuseopt_stop_timeline(context()))
+    check(lib.fuseopt_stop_timeline(world.context()))
 
 
 def start_from_environment(environ=None):
@@ -52,7 +52,6 @@ def start_from_environment(environ=None):
     path = environ.get(TIMELINE_ENV, "")
     if not path:
         return
-    from .config import parse_flag
     try:
         start_timeline(path, parse_flag(environ.get(MARK_CYCLES_ENV, "0")))
     except Exception as e:  # the job itself is fine: say so loudly and go on

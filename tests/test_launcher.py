@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import WORKERS, launch
+from conftest import WORKERS
 from fuseopt.launcher import cli, hosts
 
 PROBE = os.path.join(WORKERS, "launch_probe.py")

@@ -59,7 +59,7 @@ def test_one_level_for_python_and_the_core():
     p = _run("""
         import logging, fuseopt
         fuseopt.init()
-        print(logging.getLogger("fuseopt").getEffectiveLevel(), fuseopt.runtime._settings["log_level"])
+        print(logging.getLogger("fuseopt").getEffectiveLevel(), fuseopt.settings()["log_level"])
         fuseopt.shutdown()
         """, FUSEOPT_LOG_LEVEL="debug")
     assert p.returncode == 0, p.stderr
@@ -69,7 +69,7 @@ def test_one_level_for_python_and_the_core():
         import logging, fuseopt
         logging.getLogger("fuseopt").setLevel(logging.ERROR)
         fuseopt.init()
-        print(fuseopt.runtime._settings["log_level"])
+        print(fuseopt.settings()["log_level"])
         fuseopt.shutdown()
         """)
     assert p.returncode == 0, p.stderr
@@ -80,7 +80,7 @@ def test_horovod_variables_at_init():
     p = _run("""
         import fuseopt
         fuseopt.init()
-        print(fuseopt.runtime._settings["fusion_threshold"], fuseopt.runtime._settings["log_level"])
+        print(fuseopt.settings()["fusion_threshold"], fuseopt.settings()["log_level"])
         fuseopt.shutdown()
         """, HOROVOD_FUSION_THRESHOLD="1048576", HOROVOD_LOG_LEVEL="info")
     assert p.returncode == 0, p.stderr

@@ -3,7 +3,6 @@ different hosts talk over a veth between network namespaces, not shared
 memory, and fuseoptrun starts them through a remote-exec command as it would
 through ssh."""
 import os
-import sys
 import time
 
 import pytest

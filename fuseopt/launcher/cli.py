@@ -30,8 +30,9 @@ from . import failure_summary, horovod_flags
 from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
-from . import records, shm_litter
-from .records import read_records
+from . import shm_litter
+from .. import launch_records
+from ..launch_records import METRICS_SUMMARY_ENV, read_records
 
 
 def find_mpiexec(explicit=None):
@@ -157,7 +158,7 @@ def rank_environment(args, total_ranks, host_list, environ, horovod_settings):
     if args.timeline_mark_cycles:
         env["FUSEOPT_TIMELINE_MARK_CYCLES"] = "1"
     if args.metrics_summary:
-        env[_metrics_summary.ENV] = "1"
+        env[METRICS_SUMMARY_ENV] = "1"
     if args.fusion_threshold_mb is not None:
         env["FUSEOPT_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * (1 << 20)))
     for knob in _config.KNOBS:
@@ -260,7 +261,7 @@ def wait_for_job(proc, launch_dir, stopping):
         if stopping:
             continue  # the signal handler is stopping the job
         if failed_at is None:
-            if any(records.ended_badly(r) for r in read_records(launch_dir, "rank-").values()):
+            if any(launch_records.ended_badly(r) for r in read_records(launch_dir, "rank-").values()):
                 failed_at = now
         elif terminated_at is None and now - failed_at > FAILED_JOB_GRACE_S:
             print("fuseoptrun: a rank failed %.0f s ago and the job is still running: stopping "

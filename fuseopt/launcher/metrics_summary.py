@@ -2,22 +2,7 @@
 job's directory at shutdown (metrics-N.json), and fuseoptrun prints one table
 when the job ends. Ranks on other hosts write into their own host's copy of
 the directory, so only ranks on the launching host are listed."""
-import os
-
-from ..overlap import efficiency
-from . import records
-
-ENV = "FUSEOPT_METRICS_SUMMARY"
-
-
-def write_rank_metrics(rank, metrics, environ=None):
-    """Called by fuseopt.shutdown() with fuseopt.metrics() plus the overlap
-    meter's totals; does nothing unless fuseoptrun asked."""
-    environ = os.environ if environ is None else environ
-    directory = records.directory(environ)
-    if environ.get(ENV) != "1" or not directory or not os.path.isdir(directory):
-        return
-    records.write_record(directory, "metrics-", rank, dict(metrics, rank=rank))
+from ..metrics_math import efficiency
 
 
 def format_table(records):

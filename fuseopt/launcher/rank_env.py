@@ -9,20 +9,9 @@ intra-op pool takes every core, and N ranks on N cores oversubscribe N-fold.
 """
 import os
 
-# Where each launcher puts a rank's place in the job (also read by records.py).
-RANK_SOURCES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-SIZE_SOURCES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+from ..launch_records import RANK_SOURCES, SIZE_SOURCES, first_int
 _LOCAL_RANK = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 _LOCAL_SIZE = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
-
-
-def first_int(environ, names):
-    """The first of ``names`` set to a non-negative integer, or None."""
-    for name in names:
-        value = environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return None
 
 
 def usable_cpus():

@@ -4,7 +4,7 @@ mpiexec starts ``python -m fuseopt.launcher.rank_wrapper CMD...`` per rank.
 The wrapper gives the command torchrun's variables (rank_env.py), forwards
 termination signals to it, makes sure it dies with the wrapper
 (PR_SET_PDEATHSIG), and writes start-N.json and rank-N.json into
-$FUSEOPT_LAUNCH_DIR (fuseopt/launcher/records.py).
+$FUSEOPT_LAUNCH_DIR (fuseopt/launch_records.py).
 
 A command that exits 0 while fuseopt is still running in it (no shutdown():
 ``os._exit(0)``, a library that ended the process) is a failure: the other
@@ -24,7 +24,8 @@ import subprocess
 import sys
 import time
 
-from . import rank_env, records
+from .. import launch_records
+from . import rank_env
 
 # Long enough for the survivors' watchers (polling every 0.2 s) to see the
 # record and report; short enough not to hold up the end of a failed job.
@@ -44,21 +45,21 @@ def _die_with_parent():
 
 def exit_record(rank, pid, code, status_dir):
     """How the command ended, as rank-N.json holds it."""
-    state = records.read_records(status_dir, "state-").get(rank, {}).get("fuseopt")
+    state = launch_records.read_records(status_dir, "state-").get(rank, {}).get("fuseopt")
     return {"rank": rank, "host": socket.gethostname(), "pid": pid,
             "exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None,
-            "unclean": code == 0 and state == records.RUNNING, "end_time": time.time()}
+            "unclean": code == 0 and state == launch_records.RUNNING, "end_time": time.time()}
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    rank = records.env_rank()
-    status_dir = records.directory()
+    rank = launch_records.env_rank()
+    status_dir = launch_records.directory()
     env = dict(os.environ, **rank_env.torchrun_variables(os.environ, rank_env.usable_cpus()))
     # close_fds=False: the rank inherits the PMI connection (PMI_FD) from mpiexec.
     child = subprocess.Popen(argv, preexec_fn=_die_with_parent, close_fds=False, env=env)
     if status_dir:
-        records.write_record(status_dir, "start-", rank, {
+        launch_records.write_record(status_dir, "start-", rank, {
             "rank": rank, "host": socket.gethostname(), "pid": child.pid})
 
     def forward(signum, _frame):
@@ -70,16 +71,16 @@ def main(argv=None):
     if not status_dir:
         return code if code >= 0 else 128 - code
     record = exit_record(rank, child.pid, code, status_dir)
-    error = records.write_record(status_dir, "rank-", rank, record)
+    error = launch_records.write_record(status_dir, "rank-", rank, record)
     if error is not None:
         print("fuseoptrun: rank %d could not record its exit: %s" % (rank, error),
               file=sys.stderr)
     if record["unclean"]:
-        print("fuseoptrun: rank %d %s" % (rank, records.describe_exit(record)), file=sys.stderr,
+        print("fuseoptrun: rank %d %s" % (rank, launch_records.describe_exit(record)), file=sys.stderr,
               flush=True)
         code = UNCLEAN_EXIT_CODE
     if code != 0 and error is None:
-        _linger(status_dir, records.env_size())
+        _linger(status_dir, launch_records.env_size())
     return code if code >= 0 else 128 - code
 
 
@@ -87,7 +88,7 @@ def _linger(status_dir, size):
     """Waits until every rank has a record, or LINGER_S."""
     deadline = time.time() + LINGER_S
     while time.time() < deadline:
-        if size and len(records.read_records(status_dir, "rank-")) >= size:
+        if size and len(launch_records.read_records(status_dir, "rank-")) >= size:
             return
         time.sleep(0.05)
 

@@ -12,10 +12,10 @@ Keras ``fit``: see ``fuseopt.tensorflow.keras``.
 """
 from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
                       RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
-from ..runtime import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
-                       rank, shutdown, size)
-from ..process_sets import (ProcessSet, add_process_set, global_process_set, init,
-                            remove_process_set)
+from ..runtime import init, shutdown
+from ..world import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
+                     rank, size)
+from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
                             is_homogeneous,
                             mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)

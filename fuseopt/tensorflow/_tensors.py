@@ -15,9 +15,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
+from ..dtypes import CODES
 from ..errors import InvalidArgumentError, UnsupportedError
 
-_SUPPORTED = {"uint8", "int8", "int16", "uint16", "int32", "int64", "float16", "bfloat16", "float32", "float64"}
+_SUPPORTED = set(CODES)  # the core's dtype names, which are TensorFlow's too
 _trace_names = itertools.count()
 _last_op = weakref.WeakKeyDictionary()  # graph -> last fuseopt op created in it
 

@@ -19,7 +19,7 @@ from .. import objects as _objects
 from .. import ops as _np
 from ..arguments import derived_name
 from ..compression import as_compressor
-from .. import runtime
+from .. import world
 from ..errors import FuseoptError, InvalidArgumentError
 from . import _tensors as _t
 from .. import process_sets as _ps
@@ -301,7 +301,7 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
         def grad(dy):
             reduced = _grouped_allreduce_raw([dy], [derived_name(name, ".grad")],
                                              Average, 1.0, 1.0, process_set=process_set)[0]
-            return reduced if runtime.rank() == root_rank else tf.zeros_like(reduced)
+            return reduced if world.rank() == root_rank else tf.zeros_like(reduced)
         return out, grad
 
     return bcast(tensor)

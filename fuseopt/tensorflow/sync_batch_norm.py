@@ -9,7 +9,7 @@ batch sizes. Moving statistics are updated identically on every rank.
 import keras
 import tensorflow as tf
 
-from .. import runtime
+from .. import world
 from . import ops
 
 
@@ -23,7 +23,7 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         self.supports_jit = False  # collectives run on the host; keeps XLA "auto" off
 
     def _moments(self, inputs, mask):
-        if mask is not None or runtime.size() == 1:
+        if mask is not None or world.size() == 1:
             return super()._moments(inputs, mask)
         x = tf.cast(inputs, tf.float64)
         axes = list(self._reduction_axes)

@@ -8,8 +8,9 @@
 """
 from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
                       RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
-from ..runtime import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
-                       rank, shutdown, size)
+from ..runtime import init, shutdown
+from ..world import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
+                     rank, size)
 from ..timeline import start_timeline, stop_timeline
 from ..overlap import log_epoch as log_metrics
 from ..checkpoint import CheckpointError
@@ -24,8 +25,7 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
 from .row_ops import (alltoall, alltoall_async, grouped_allgather, grouped_allgather_async,
                       grouped_reducescatter, grouped_reducescatter_async, reducescatter,
                       reducescatter_async, sparse_allreduce_async)
-from ..process_sets import (ProcessSet, add_process_set, global_process_set, init,
-                            remove_process_set)
+from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
                             is_homogeneous,
                             mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .. import checkpoint as _ckpt
-from .. import runtime
+from .. import world
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
 FORMAT = "fuseopt.torch.checkpoint/2"
@@ -63,7 +63,7 @@ def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0,
         _ckpt.check_plain(extra, "extra", (torch.Tensor,))
         torch.save({"format": FORMAT, "model": model.state_dict(),
                     "optimizer": _inner(optimizer).state_dict() if optimizer is not None else None,
-                    "step": step, "extra": extra, "world_size": runtime.size(), "rng": rng}, f)
+                    "step": step, "extra": extra, "world_size": world.size(), "rng": rng}, f)
 
     _ckpt.save_on_root(path, root_rank, write)
 

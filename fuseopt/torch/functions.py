@@ -9,7 +9,7 @@ import torch
 from .. import naming
 from .. import objects as _objects
 from .. import process_sets as _ps
-from .. import runtime
+from .. import world
 from ..errors import InvalidArgumentError
 from . import _tensors, ops
 
@@ -65,7 +65,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
                      process_set: Optional[ProcessSet] = None) -> Any:
     """root_rank's picklable object (tensors included) on every rank."""
     _ps.id_of(process_set)
-    if runtime.rank() == root_rank:
+    if world.rank() == root_rank:
         buf = io.BytesIO()
         torch.save(obj, buf)
         payload = buf.getvalue()
@@ -73,7 +73,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
         payload = None
     payload = _objects.broadcast_object(payload, root_rank, name=name or "torch.broadcast_object",
                                         process_set=process_set)
-    return obj if runtime.rank() == root_rank else torch.load(io.BytesIO(payload),
+    return obj if world.rank() == root_rank else torch.load(io.BytesIO(payload),
                                                               weights_only=False)
 
 
@@ -99,10 +99,10 @@ def broadcast_optimizer_state(optimizer: Any, root_rank: int = 0, model: Any = N
     inner = getattr(optimizer, "optimizer", optimizer)
     if not inner.state_dict()["state"] and not isinstance(inner, torch.optim.LBFGS):
         _create_state(inner, sparse)
-    state = broadcast_object(inner.state_dict() if runtime.rank() == root_rank else None,
+    state = broadcast_object(inner.state_dict() if world.rank() == root_rank else None,
                              root_rank, name="broadcast.optimizer_state",
                              process_set=process_set)
-    if runtime.rank() != root_rank:
+    if world.rank() != root_rank:
         inner.load_state_dict(state)
 
 

@@ -13,7 +13,7 @@ from .. import ops as _np_ops
 from .. import requests as _rq
 from ..arguments import derived_name
 from ..compression import as_compressor, reducing_over
-from .. import runtime
+from .. import world
 from ..errors import InvalidArgumentError
 from .. import process_sets as _ps
 from . import _tensors as _t
@@ -296,7 +296,7 @@ class _Broadcast(torch.autograd.Function):
         # zero elsewhere (the other ranks' inputs did not matter).
         reduced = allreduce_async(grad, name=ctx.name, op=Average,
                                   process_set=ctx.process_set).wait()
-        if runtime.rank() != ctx.root:
+        if world.rank() != ctx.root:
             reduced.zero_()
         return reduced, None, None, None
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .. import runtime
+from .. import world
 from . import ops
 
 
@@ -90,7 +90,7 @@ class SyncBatchNorm(_BatchNorm):
             if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / float(self.num_batches_tracked)
         use_batch_stats = self.training or self.running_mean is None
-        if not use_batch_stats or runtime.size() == 1:
+        if not use_batch_stats or world.size() == 1:
             return F.batch_norm(input,
                                 self.running_mean if not self.training or self.track_running_stats else None,
                                 self.running_var if not self.training or self.track_running_stats else None,

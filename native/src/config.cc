@@ -20,7 +20,7 @@ void default_config(fuseopt_config_t* c) {
   c->cache_capacity = 1024;
   c->stall_check_s = 60;
   c->stall_shutdown_s = 0;
-  c->log_level = 3;  // warnings and errors
+  c->log_level = FUSEOPT_LOG_WARNING;
   c->emulated_local_size = 0;
   // Below this, MPICH's own allreduce (a few µs) beats three barriers.
   c->shm_min_bytes = int64_t(256) << 10;
@@ -47,7 +47,7 @@ void validate_config(const fuseopt_config_t& c) {
   if (c.cache_capacity < 0) bad("cache_capacity (FUSEOPT_CACHE_CAPACITY) must be >= 0");
   if (c.cache_capacity > (int64_t(1) << 20)) bad("cache_capacity (FUSEOPT_CACHE_CAPACITY) must be <= 1048576");
   if (c.stall_check_s < 0 || c.stall_shutdown_s < 0) bad("stall_check_s and stall_shutdown_s (FUSEOPT_STALL_*_S) must be >= 0");
-  if (c.log_level < 0 || c.log_level > 4) bad("log_level (FUSEOPT_LOG_LEVEL) must be 0 (trace) .. 4 (error)");
+  if (c.log_level < 0 || c.log_level >= FUSEOPT_LOG_LEVEL_COUNT) bad("log_level (FUSEOPT_LOG_LEVEL) must be 0 (trace) .. 4 (error)");
   if (c.emulated_local_size < 0) bad("emulated_local_size (FUSEOPT_EMULATED_LOCAL_SIZE) must be >= 0");
   if (!(c.peer_timeout_s >= 0) || !std::isfinite(c.peer_timeout_s))
     bad("peer_timeout_s (FUSEOPT_PEER_TIMEOUT_S) must be a finite number >= 0 (0: off)");

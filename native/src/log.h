@@ -6,9 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "fuseopt/fuseopt.h"
+
 namespace fuseopt {
 
-enum LogLevel { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4 };
+enum LogLevel {
+  kTrace = FUSEOPT_LOG_TRACE,
+  kDebug = FUSEOPT_LOG_DEBUG,
+  kInfo = FUSEOPT_LOG_INFO,
+  kWarning = FUSEOPT_LOG_WARNING,
+  kError = FUSEOPT_LOG_ERROR
+};
 
 void set_log_level(int level);
 void set_log_rank(int rank);

@@ -19,7 +19,7 @@ int64_t Loop::tune_words() const { return config_.autotune ? kTuneWords : 0; }
 void Loop::start_autotune() {
   metrics_.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   metrics_.cycle_time_us = config_.cycle_time_us;
-  metrics_.autotune_state = config_.autotune ? 1 : 0;
+  metrics_.autotune_state = config_.autotune ? FUSEOPT_AUTOTUNE_TUNING : FUSEOPT_AUTOTUNE_OFF;
   if (!config_.autotune || rank_ != 0) return;
   tuner_.reset(new Autotuner({config_.fusion_threshold_bytes, config_.cycle_time_us},
                              config_.autotune_window_rounds));
@@ -56,7 +56,7 @@ void Loop::apply_tuned_setting(const std::vector<uint64_t>& words) {
   for (auto& kv : sets_) kv.second->executor->set_fusion_threshold(config_.fusion_threshold_bytes);
   metrics_.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   metrics_.cycle_time_us = config_.cycle_time_us;
-  metrics_.autotune_state = tail[kTunedDone] ? 2 : 1;
+  metrics_.autotune_state = tail[kTunedDone] ? FUSEOPT_AUTOTUNE_DONE : FUSEOPT_AUTOTUNE_TUNING;
 }
 
 void Loop::tune(int64_t bytes, double begin_s, double end_s) {

@@ -327,7 +327,7 @@ def check_requests_of_the_first_abi_size():
         req.input, req.output = ffi.from_buffer(xs[k]), ffi.from_buffer(outs[k])
         req.prescale = req.postscale = 1.0
     handles = ffi.new("int64_t[]", 2)
-    ctx = fuseopt.runtime.context()
+    ctx = fuseopt.world.context()
     assert lib.fuseopt_enqueue_many(ctx, ffi.cast("fuseopt_request_t*", raw), 2, handles) == 0, \
         ffi.string(lib.fuseopt_last_error())
     for k in range(2):

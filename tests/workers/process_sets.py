@@ -1,7 +1,6 @@
 """Process sets at numpy level (tests/test_process_sets.py): results against
 numpy, set-relative ranks and sizes, errors on the ranks that misuse a set,
 disjoint and overlapping sets at once, removal and re-adding."""
-import sys
 import threading
 
 import numpy as np

@@ -285,7 +285,7 @@ class HorovodStyleFP16:
 
 
 def check_horovod_style_compressor_plugs_in():
-    r, n = hvd.rank(), hvd.size()
+    r = hvd.rank()
     x = rank_tensor(r)
     want = hvd.allreduce(x, name="cmp.ref", compression=hvd.Compression.fp16)
     close(hvd.allreduce(x, name="cmp.hvd", compression=HorovodStyleFP16), want, "allreduce")

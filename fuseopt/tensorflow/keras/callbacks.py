@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from ... import ops as _np
-from ... import overlap, runtime
+from ... import overlap, world
 from ...log import logger, report_logger
 from ..functions import broadcast_variables
 from .checkpoint import save_checkpoint
@@ -183,7 +183,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
                  steps_per_epoch=None, verbose=0):
-        size = runtime.size()
+        size = world.size()
 
         def multiplier(epoch):
             epoch += 1.0 / self.steps_per_epoch  # round numbers at each epoch's end, as Horovod
@@ -197,7 +197,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
-        if epoch == self.end_epoch - 1 and self.verbose > 0 and runtime.rank() == 0:
+        if epoch == self.end_epoch - 1 and self.verbose > 0 and world.rank() == 0:
             report_logger.info("Epoch %d: finished gradual learning rate warmup to %g.",
                                epoch + 1, float(np.asarray(self.model.optimizer.learning_rate)))
 

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 
 from ... import checkpoint as _ckpt
-from ... import objects, runtime
+from ... import objects, world
 from ..functions import broadcast_variables
 
 FORMAT = "fuseopt.keras.checkpoint/2"
@@ -63,7 +63,7 @@ def save_checkpoint(path: str, model: Any, step: int = 0, extra: Any = None,
             arrays.update({"seeds/%d/%d" % (r, i): s for i, s in enumerate(state.pop("seeds"))})
         header = {"format": FORMAT, "model_paths": [v.path for v in shared],
                   "optimizer_count": len(opt_vars), "step": step, "extra": extra,
-                  "world_size": runtime.size(), "rng": rng}
+                  "world_size": world.size(), "rng": rng}
         raw = _ckpt.encode_header(header)
         np.savez(f, header=np.frombuffer(raw, dtype=np.uint8), **arrays)
 

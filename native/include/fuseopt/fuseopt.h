@@ -100,6 +100,24 @@ typedef enum {
   FUSEOPT_DEVICE_COUNT = 3
 } fuseopt_device_t;
 
+/* Log levels (fuseopt_config_t.log_level): a level shows itself and the
+ * ones above it. Python's FUSEOPT_LOG_LEVEL words are these names, lowercase. */
+typedef enum {
+  FUSEOPT_LOG_TRACE = 0,
+  FUSEOPT_LOG_DEBUG = 1,
+  FUSEOPT_LOG_INFO = 2,
+  FUSEOPT_LOG_WARNING = 3,
+  FUSEOPT_LOG_ERROR = 4,
+  FUSEOPT_LOG_LEVEL_COUNT = 5
+} fuseopt_log_level_t;
+
+/* fuseopt_metrics_t.autotune_state */
+typedef enum {
+  FUSEOPT_AUTOTUNE_OFF = 0,
+  FUSEOPT_AUTOTUNE_TUNING = 1,
+  FUSEOPT_AUTOTUNE_DONE = 2     /* holding the best trial's settings */
+} fuseopt_autotune_state_t;
+
 #define FUSEOPT_MAX_NDIM 16
 
 /* Runtime configuration. Fill with fuseopt_config_default(), then override.
@@ -111,7 +129,7 @@ typedef struct {
   int64_t cache_capacity;         /* response-cache entries; 0 disables the cache */
   int64_t stall_check_s;          /* warn about a stalled tensor after this; 0 off */
   int64_t stall_shutdown_s;       /* fail stalled tensors after this; 0 off       */
-  int32_t log_level;              /* 0 trace, 1 debug, 2 info, 3 warning, 4 error */
+  int32_t log_level;              /* a fuseopt_log_level_t                         */
   int32_t emulated_local_size;    /* test knob: pretend nodes have this many ranks */
   int64_t shm_min_bytes;          /* allreduces this large use the shared-memory
                                      path when all ranks share a host; -1 off   */
@@ -289,7 +307,7 @@ typedef struct {
   double execution_s;          /* loop time spent running collectives           */
   int64_t fusion_threshold_bytes; /* in use now (autotune may change it)        */
   int64_t cycle_time_us;          /* in use now                                 */
-  int64_t autotune_state;         /* 0 off, 1 tuning, 2 holding the best        */
+  int64_t autotune_state;         /* a fuseopt_autotune_state_t                  */
 } fuseopt_metrics_t;
 
 int fuseopt_metrics(fuseopt_ctx_t* ctx, fuseopt_metrics_t* out);

@@ -18,15 +18,30 @@ Files, one per rank N, each written whole (temporary file, then rename):
 
 On another host than fuseoptrun's the directory exists only if the ranks there
 create it; ranks on one host still read each other's records.
+
+Native-free and below everything else, so that the launcher, the rank wrapper
+and the runtime all use it without loading the core or each other.
 """
 import json
 import os
 import signal
 
-from . import rank_env
-
 RUNNING = "running"
 SHUT_DOWN = "shut_down"
+METRICS_SUMMARY_ENV = "FUSEOPT_METRICS_SUMMARY"
+
+# Where each launcher puts a rank's place in the job.
+RANK_SOURCES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+SIZE_SOURCES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+
+def first_int(environ, names):
+    """The first of ``names`` set to a non-negative integer, or None."""
+    for name in names:
+        value = environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def directory(environ=None):
@@ -37,14 +52,12 @@ def directory(environ=None):
 
 def env_rank(environ=None):
     """This process's rank as the launcher told it (before fuseopt.init), or 0."""
-    return rank_env.first_int(os.environ if environ is None else environ,
-                              rank_env.RANK_SOURCES) or 0
+    return first_int(os.environ if environ is None else environ, RANK_SOURCES) or 0
 
 
 def env_size(environ=None):
     """The job's number of ranks as the launcher told it, or 0 if unknown."""
-    return rank_env.first_int(os.environ if environ is None else environ,
-                              rank_env.SIZE_SOURCES) or 0
+    return first_int(os.environ if environ is None else environ, SIZE_SOURCES) or 0
 
 
 def write_record(status_dir, prefix, rank, record):
@@ -61,6 +74,17 @@ def write_record(status_dir, prefix, rank, record):
     except OSError as e:
         return e
     return None
+
+
+def write_rank_metrics(rank, metrics, environ=None):
+    """Called by fuseopt.shutdown() with fuseopt.metrics() plus the overlap
+    meter's totals, for ``fuseoptrun --metrics-summary``; does nothing unless
+    fuseoptrun asked."""
+    environ = os.environ if environ is None else environ
+    status_dir = directory(environ)
+    if environ.get(METRICS_SUMMARY_ENV) != "1" or not status_dir or not os.path.isdir(status_dir):
+        return
+    write_record(status_dir, "metrics-", rank, dict(metrics, rank=rank))
 
 
 def read_records(status_dir, prefix="rank-"):
