@@ -23,9 +23,11 @@ A compressor written for Horovod (``compress(tensor) -> (tensor, ctx)``,
 import contextlib
 import contextvars
 import inspect
+import itertools
 
 from . import world
-from .errors import InvalidArgumentError
+from .ops import Sum
+from .errors import InvalidArgumentError, UnsupportedError
 
 # The number of ranks the payloads being compressed are reduced over. The
 # compressor contract has no process set, so the collectives set this around
@@ -50,31 +52,6 @@ def reducing_over(nranks):
         yield
     finally:
         _reducing_ranks.reset(token)
-
-
-class ResidualMemory:
-    """Per-name residuals of an error-feedback compressor (framework-neutral:
-    it only stores whatever tensors the framework gives it)."""
-
-    def __init__(self):
-        self._residuals = {}
-
-    def add_to(self, name, tensor):
-        """tensor + the residual left for this name (or tensor itself)."""
-        residual = self._residuals.get(name)
-        return tensor if residual is None else tensor + residual
-
-    def get(self, name):
-        return self._residuals.get(name)
-
-    def keep(self, name, residual):
-        self._residuals[name] = residual
-
-    def clear(self):
-        self._residuals.clear()
-
-    def __len__(self):
-        return len(self._residuals)
 
 
 class Compressor:
@@ -134,3 +111,100 @@ def as_compressor(compression):
 
 class NoneCompressor(Compressor):
     """No compression."""
+
+
+class TensorKit:
+    """What the neutral compressors need from a framework: each binding
+    implements these few primitives for its tensors (torch, TensorFlow), and
+    the algorithms below are written once. Arithmetic (+, -, *, /) is the
+    tensors' own."""
+
+    float32 = int8 = None  # the framework's dtypes
+
+    def is_floating(self, dtype):
+        raise NotImplementedError
+
+    def cast(self, tensor, dtype):
+        raise NotImplementedError
+
+    def detached(self, tensor):
+        """The tensor without autograd history (residuals must not keep any)."""
+        return tensor
+
+    def abs_mean(self, tensor):
+        """mean(|tensor|) as a float32 tensor of shape [1]."""
+        raise NotImplementedError
+
+    def plus_minus_one(self, tensor):
+        """+1 where tensor >= 0, else -1 (float32)."""
+        raise NotImplementedError
+
+    def residual(self, residuals, name, like):
+        """The residual kept for ``name`` (zeros shaped like ``like`` the
+        first time), stored in the dict ``residuals``."""
+        raise NotImplementedError
+
+    def keep(self, residuals, name, current, value):
+        """Stores ``value`` as name's residual; returns what later results
+        must wait for (TensorFlow: the variable's assign op)."""
+        raise NotImplementedError
+
+    def after(self, dependency, tensors):
+        """``tensors``, not computed before ``dependency``."""
+        return tensors
+
+
+class CastCompressor(Compressor):
+    """Sends floating-point tensors as ``target`` (a 16-bit float): half the
+    bytes; the core sums in float, rounding once per pairwise step."""
+
+    kit = None  # a TensorKit
+    target = None
+
+    def compress(self, tensor, name=None):
+        if self.kit.is_floating(tensor.dtype) and tensor.dtype != self.target:
+            return [self.kit.cast(tensor, self.target)], tensor.dtype
+        return [tensor], None
+
+    def decompress(self, payloads, ctx):
+        return payloads[0] if ctx is None else self.kit.cast(payloads[0], ctx)
+
+
+class EFSignCompressor(Compressor):
+    """Scaled sign with error feedback: one int8 per element (4x fewer bytes
+    than float32) plus one float per tensor.
+
+    Each rank sends s = sign(g + e) as int8 and its scale a = mean|g + e|.
+    Signs are summed (exact up to 127 ranks), scales summed, and every rank
+    decodes mean(a) * sum(s) / size. What its own message did not express,
+    e = (g + e) - a * s, is added to its next gradient of the same name, so
+    the error does not accumulate. Stateful: create one per optimizer.
+    """
+
+    kit = None  # a TensorKit
+    reduce_op = Sum
+
+    def __init__(self):
+        self.residuals = {}
+        self._unnamed = itertools.count()
+
+    def compress(self, tensor, name=None):
+        n = reduction_size()
+        if n > 127:
+            raise UnsupportedError("EFSignCompressor sums int8 signs: at most 127 ranks")
+        kit = self.kit
+        name = name if name is not None else "unnamed.%d" % next(self._unnamed)
+        residual = kit.residual(self.residuals, name, tensor)
+        corrected = kit.cast(kit.detached(tensor), kit.float32) + residual
+        scale = kit.abs_mean(corrected)
+        sign = kit.plus_minus_one(corrected)
+        kept = kit.keep(self.residuals, name, residual, corrected - scale * sign)
+        # n travels in ctx so that decompress divides by what was summed
+        return kit.after(kept, [kit.cast(sign, kit.int8), scale]), (tensor.dtype, n)
+
+    def decompress(self, payloads, ctx):
+        sign_sum, scale_sum = payloads
+        dtype, n = ctx
+        n = float(n)
+        return self.kit.cast(self.kit.cast(sign_sum, self.kit.float32) * (scale_sum / n) / n,
+                             dtype)

@@ -1,69 +1,54 @@
-"""Gradient compressors for TensorFlow (contract: fuseopt.compression).
-
-The same algorithms as fuseopt.torch.compression, so a mixed job compresses
-identically on both sides; the residual bookkeeping is shared."""
-import itertools
-
+"""Gradient compressors for TensorFlow: the algorithms of fuseopt.compression
+on TensorFlow tensors, so that a mixed job compresses identically on both
+sides. Residuals are tf.Variables, so that updates persist inside tf.function."""
 import tensorflow as tf
 
-from ..compression import Compressor, NoneCompressor, ResidualMemory, reduction_size
-from ..errors import UnsupportedError
-from ..ops import Sum
+from .. import compression as _neutral
+from ..compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
 
 
-class _CastCompressor(Compressor):
-    target = None
+class _TensorFlowKit(_neutral.TensorKit):
+    float32, int8 = tf.float32, tf.int8
 
-    def compress(self, tensor, name=None):
-        if tensor.dtype.is_floating and tensor.dtype != self.target:
-            return [tf.cast(tensor, self.target)], tensor.dtype
-        return [tensor], None
+    def is_floating(self, dtype):
+        return dtype.is_floating
 
-    def decompress(self, payloads, ctx):
-        return payloads[0] if ctx is None else tf.cast(payloads[0], ctx)
+    def cast(self, tensor, dtype):
+        return tf.cast(tensor, dtype)
+
+    def abs_mean(self, tensor):
+        return tf.reshape(tf.reduce_mean(tf.abs(tensor)), [1])
+
+    def plus_minus_one(self, tensor):
+        return tf.where(tensor >= 0, tf.ones_like(tensor), -tf.ones_like(tensor))
+
+    def residual(self, residuals, name, like):
+        if name not in residuals:
+            residuals[name] = tf.Variable(tf.zeros(like.shape, tf.float32), trainable=False)
+        return residuals[name]
+
+    def keep(self, residuals, name, current, value):
+        return current.assign(value)
+
+    def after(self, dependency, tensors):
+        with tf.control_dependencies([dependency]):
+            return [tf.identity(t) for t in tensors]
 
 
-class FP16Compressor(_CastCompressor):
-    target = tf.float16
+_TF = _TensorFlowKit()
 
 
-class BF16Compressor(_CastCompressor):
-    target = tf.bfloat16
+class FP16Compressor(_neutral.CastCompressor):
+    kit, target = _TF, tf.float16
 
 
-class EFSignCompressor(Compressor):
-    """Scaled sign with error feedback (see fuseopt.torch.compression): int8
-    signs summed across ranks, one float scale per tensor, per-name residuals
-    kept in tf.Variables so that it also works inside tf.function."""
+class BF16Compressor(_neutral.CastCompressor):
+    kit, target = _TF, tf.bfloat16
 
-    reduce_op = Sum
 
-    def __init__(self):
-        self.memory = ResidualMemory()
-        self._unnamed = itertools.count()
-
-    def compress(self, tensor, name=None):
-        n = reduction_size()
-        if n > 127:
-            raise UnsupportedError("EFSignCompressor sums int8 signs: at most 127 ranks")
-        name = name if name is not None else "unnamed.%d" % next(self._unnamed)
-        residual = self.memory.get(name)
-        if residual is None:  # a variable, so that updates persist inside tf.function
-            residual = tf.Variable(tf.zeros(tensor.shape, tf.float32), trainable=False)
-            self.memory.keep(name, residual)
-        corrected = tf.cast(tensor, tf.float32) + residual
-        scale = tf.reshape(tf.reduce_mean(tf.abs(corrected)), [1])
-        sign = tf.where(corrected >= 0, tf.ones_like(corrected), -tf.ones_like(corrected))
-        update = residual.assign(corrected - scale * sign)
-        with tf.control_dependencies([update]):
-            # n travels in ctx so that decompress divides by what was summed
-            return [tf.cast(sign, tf.int8), tf.identity(scale)], (tensor.dtype, n)
-
-    def decompress(self, payloads, ctx):
-        sign_sum, scale_sum = payloads
-        dtype, n = ctx
-        n = float(n)
-        return tf.cast(tf.cast(sign_sum, tf.float32) * (scale_sum / n) / n, dtype)
+class EFSignCompressor(_neutral.EFSignCompressor):
+    __doc__ = _neutral.EFSignCompressor.__doc__
+    kit = _TF
 
 
 class Compression:

@@ -2,7 +2,7 @@
 across ranks, all of a step's gradients negotiated together so they fuse."""
 import tensorflow as tf
 
-from .. import buckets, naming, overlap
+from .. import buckets, naming, optimizer_args, overlap
 from . import ops
 from .functions import variable_path
 from .. import process_sets as _ps
@@ -53,8 +53,7 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
              else g for g in grads]
     if names is None:
         names = ops._names(len(grads), None, "gradients")
-    scales = (1.0 / gradient_predivide_factor, gradient_predivide_factor) \
-        if op == ops.Average else (1.0, 1.0)
+    scales = optimizer_args.scales(op, gradient_predivide_factor)
     dense_idx = [i for i, g in enumerate(grads) if not isinstance(g, tf.IndexedSlices)]
     out = list(grads)
     compression = None if compression is Compression.none else compression

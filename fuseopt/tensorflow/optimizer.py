@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
-from .. import buckets, naming
+from .. import buckets, naming, optimizer_args
 from ..errors import InvalidArgumentError, UnsupportedError
 from . import ops
 from .compression import Compression
@@ -49,10 +49,7 @@ class _Reducer:
                       op, gradient_predivide_factor, sparse_as_dense, name_map, bucket_cap_mb):
         if isinstance(compression, str):
             compression = _COMPRESSION_NAMES[compression]()
-        if backward_passes_per_step < 1:
-            raise InvalidArgumentError("backward_passes_per_step must be >= 1")
-        if gradient_predivide_factor != 1.0 and op != ops.Average:
-            raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
+        optimizer_args.check(backward_passes_per_step, op, gradient_predivide_factor)
         self.compression = compression
         self.backward_passes_per_step = backward_passes_per_step
         self.average_aggregated_gradients = average_aggregated_gradients

@@ -2,16 +2,12 @@
 
 Ranks step on their own gradients and average their *parameters* (and,
 optionally, optimizer buffers such as momentum) every ``period`` steps. This
-trades some statistical efficiency for far less communication.
-
-The adaptive variant decides when to sync from how far the ranks' models
-may have drifted. The decision is collective: each rank computes its local
-drift, one tiny allreduce takes the maximum, and every rank acts on the same
-number. A rule evaluated on local numbers alone could send ranks down
-different paths and hang the job.
+trades some statistical efficiency for far less communication. When to sync
+is fuseopt.local_sgd's rule, shared with the Keras callback.
 """
 import torch
 
+from ..local_sgd import SyncRule, relative_drift
 from . import ops
 from .functions import broadcast_parameters
 
@@ -27,16 +23,19 @@ class LocalSGD:
     also averages floating-point optimizer state such as momentum).
     """
 
-    def __init__(self, optimizer, model, period=4, sync_optimizer_state=False, root_rank=0):
-        if period < 1:
-            raise ValueError("period must be >= 1")
+    def __init__(self, optimizer, model, period=4, sync_optimizer_state=False, root_rank=0,
+                 _rule=None):
+        self.rule = _rule or SyncRule(period)
         self.optimizer = optimizer
         self.model = model
-        self.period = period
         self.sync_optimizer_state = sync_optimizer_state
-        self.steps = 0
-        self.syncs = 0
         broadcast_parameters(model.state_dict(), root_rank, prefix="local_sgd.init.")
+        self._anchor = self._snapshot()
+
+    period = property(lambda self: self.rule.period)
+    steps = property(lambda self: self.rule.steps)
+    syncs = property(lambda self: self.rule.syncs)
+    last_drift = property(lambda self: self.rule.last_drift)
 
     @property
     def param_groups(self):
@@ -51,15 +50,20 @@ class LocalSGD:
     def load_state_dict(self, state_dict):
         self.optimizer.load_state_dict(state_dict)
 
-    def _should_sync(self):
-        return self.steps % self.period == 0
-
     def step(self, closure=None):
         loss = self.optimizer.step(closure)
-        self.steps += 1
-        if self._should_sync():
+        if self.rule.after_step(self._local_drift):
             self.sync()
         return loss
+
+    def _snapshot(self):
+        if self.rule.threshold is None:
+            return None
+        return [p.detach().clone() for p in self.model.parameters()]
+
+    def _local_drift(self):
+        return relative_drift((float((p.detach() - a).pow(2).sum()), float(a.pow(2).sum()))
+                              for p, a in zip(self.model.parameters(), self._anchor))
 
     def sync(self):
         """Averages parameters (and optimizer state if asked) now."""
@@ -74,46 +78,19 @@ class LocalSGD:
                    for n, t in tensors]
         for h in handles:
             h.wait()
-        self.syncs += 1
-        self._after_sync()
-
-    def _after_sync(self):
-        pass
+        self.rule.synced()
+        self._anchor = self._snapshot()
 
 
 class AdaptiveLocalSGD(LocalSGD):
-    """Syncs when the models may have drifted apart, or at the latest every
-    ``max_period`` steps.
-
-    Drift of a rank: ||theta - theta_at_last_sync||^2 / ||theta_at_last_sync||^2.
-    After each step the ranks take the maximum drift with one allreduce; all
-    sync together when it exceeds ``threshold``.
-    """
+    """Syncs when the models may have drifted apart (the largest relative
+    drift of any rank exceeds ``threshold``, measured from ``min_period``
+    steps after a sync on), or at the latest every ``max_period`` steps."""
 
     def __init__(self, optimizer, model, threshold=1e-3, max_period=32, min_period=1,
                  sync_optimizer_state=False, root_rank=0):
-        super().__init__(optimizer, model, max_period, sync_optimizer_state, root_rank)
-        self.threshold = threshold
-        self.min_period = min_period
-        self._since_sync = 0
-        self.last_drift = 0.0
-        self._anchor = self._snapshot()
+        super().__init__(optimizer, model, max_period, sync_optimizer_state, root_rank,
+                         _rule=SyncRule(max_period, threshold, min_period))
 
-    def _snapshot(self):
-        return [p.detach().clone() for p in self.model.parameters()]
-
-    def _should_sync(self):
-        self._since_sync += 1
-        num = sum(float((p.detach() - a).pow(2).sum())
-                  for p, a in zip(self.model.parameters(), self._anchor))
-        den = sum(float(a.pow(2).sum()) for a in self._anchor) or 1.0
-        drift = ops.allreduce(torch.tensor([num / den], dtype=torch.float64),
-                              name="local_sgd.drift", op=ops.Max)
-        self.last_drift = float(drift[0])
-        if self._since_sync < self.min_period:
-            return False
-        return self.last_drift > self.threshold or self._since_sync >= self.period
-
-    def _after_sync(self):
-        self._since_sync = 0
-        self._anchor = self._snapshot()
+    threshold = property(lambda self: self.rule.threshold)
+    min_period = property(lambda self: self.rule.min_period)

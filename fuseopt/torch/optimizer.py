@@ -18,7 +18,7 @@ import inspect
 
 import torch
 
-from .. import buckets, naming, overlap
+from .. import buckets, naming, optimizer_args, overlap
 from ..errors import InvalidArgumentError, MismatchError, UnsupportedError
 from ..log import logger
 from .. import requests as _rq
@@ -106,8 +106,7 @@ class DistributedOptimizer(OptimizerWrapper):
         a = a.arguments
         if a["op"] != ops.Adasum or _ps.size_of(a["process_set"]) == 1:
             return super().__new__(cls)
-        if a["gradient_predivide_factor"] != 1.0:
-            raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
+        optimizer_args.check(a["backward_passes_per_step"], a["op"], a["gradient_predivide_factor"])
         # Horovod's Adasum ignores the fusion groups and sparse_as_dense too
         # (each update is combined whole); fuseopt's own options have no
         # meaning there and are refused rather than ignored.
@@ -128,15 +127,11 @@ class DistributedOptimizer(OptimizerWrapper):
         self._set_size = _ps.size_of(process_set)  # ranks a compressor's sum is over
         self._optimizer = optimizer
         self._compression = as_compressor(compression)
-        if backward_passes_per_step < 1:
-            raise InvalidArgumentError("backward_passes_per_step must be >= 1")
+        optimizer_args.check(backward_passes_per_step, op, gradient_predivide_factor)
         self.backward_passes_per_step = backward_passes_per_step
         self._op = op
         self._sparse_as_dense = sparse_as_dense
-        if gradient_predivide_factor != 1.0 and op != ops.Average:
-            raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
-        self._prescale = 1.0 / gradient_predivide_factor
-        self._postscale = gradient_predivide_factor
+        self._predivide = gradient_predivide_factor
         # Parameters are numbered once; the per-step bookkeeping is keyed by
         # that index (hashing a tensor costs a Python call, dozens per step).
         self._params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
@@ -264,7 +259,7 @@ class DistributedOptimizer(OptimizerWrapper):
     def _submit(self, indices):
         """Starts the allreduces of these parameters in one native call."""
         op = self._compression.reduce_op if self._compression.reduce_op is not None else self._op
-        scales = (self._prescale, self._postscale) if op == ops.Average else (1.0, 1.0)
+        scales = optimizer_args.scales(op, self._predivide)
         if self._compression is Compression.none and not self._perms:
             grads = [self._params[i].grad for i in indices]
             if all(g is not None and g.is_cpu and not g.is_sparse and g.is_contiguous()

@@ -147,10 +147,9 @@ def init_with_sets():
     """init(process_sets=...) after a shutdown: ids are new, old objects stale."""
     old = fuseopt.add_process_set([0])
     fuseopt.shutdown()
-    from fuseopt.process_sets import init
     ps = fuseopt.ProcessSet([0])
     everyone = fuseopt.ProcessSet(list(range(S)))
-    init(process_sets=[ps, everyone])
+    fuseopt.init(process_sets=[ps, everyone])
     assert ps.process_set_id >= 1 and everyone.process_set_id == 0
     expect_error(fuseopt.InvalidArgumentError,
                  lambda: fuseopt.allreduce(np.ones(1), process_set=old), "has not been added")

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from ... import ops as _np
 from ... import overlap, world
+from ...local_sgd import SyncRule, relative_drift
 from ...log import logger, report_logger
 from ..functions import broadcast_variables
 from .checkpoint import save_checkpoint
@@ -206,49 +207,42 @@ class LocalSGDCallback(keras.callbacks.Callback):
     """Periodic synchronization (local SGD) for ``fit`` with a plain (not
     Distributed) optimizer: averages all model weights every ``period`` batches.
 
-    With ``adaptive_threshold``, it also syncs early when the relative drift
-    ||w - w_last_sync||^2 / ||w_last_sync||^2 exceeds the threshold on any rank;
-    the drift is reduced with Max first, so all ranks decide alike."""
+    With ``adaptive_threshold``, it also syncs early, from ``min_period``
+    batches after a sync on, when the relative drift
+    ||w - w_last_sync||^2 / ||w_last_sync||^2 exceeds the threshold on any
+    rank (fuseopt.local_sgd's rule, shared with torch's AdaptiveLocalSGD)."""
 
-    def __init__(self, period=8, adaptive_threshold=None, root_rank=0):
+    def __init__(self, period=8, adaptive_threshold=None, root_rank=0, min_period=1):
         super().__init__()
-        self.period = period
-        self.adaptive_threshold = adaptive_threshold
+        self.rule = SyncRule(period, adaptive_threshold, min_period)
         self.root_rank = root_rank
-        self.syncs = 0
-        self.batches = 0
-        self._since = 0
         self._anchor = None
+
+    period = property(lambda self: self.rule.period)
+    adaptive_threshold = property(lambda self: self.rule.threshold)
+    batches = property(lambda self: self.rule.steps)
+    syncs = property(lambda self: self.rule.syncs)
 
     def on_train_begin(self, logs=None):
         broadcast_variables(self.model.variables, self.root_rank)
         self._anchor = [w.numpy().copy() for w in self.model.trainable_variables]
 
-    def _drift(self):
-        num = sum(float(np.sum((w.numpy() - a) ** 2))
-                  for w, a in zip(self.model.trainable_variables, self._anchor))
-        den = sum(float(np.sum(a ** 2)) for a in self._anchor) or 1.0
-        return float(_np.allreduce(np.array([num / den]), name="local_sgd.drift", op=_np.Max)[0])
+    def _local_drift(self):
+        return relative_drift((np.sum((w.numpy() - a) ** 2), np.sum(a ** 2))
+                              for w, a in zip(self.model.trainable_variables, self._anchor))
 
     def on_train_batch_end(self, batch, logs=None):
-        self.batches += 1
-        self._since += 1
-        sync = self._since >= self.period
-        if not sync and self.adaptive_threshold is not None:
-            sync = self._drift() > self.adaptive_threshold
-        if sync:
+        if self.rule.after_step(self._local_drift):
             self.sync()
 
     def sync(self):
-        weights = [w for w in self.model.variables if w.dtype.is_floating] \
-            if hasattr(self.model.variables[0].dtype, "is_floating") else \
-            [w for w in self.model.variables if "float" in str(w.dtype)]
+        """Averages every floating-point weight of the model now."""
+        weights = [w for w in self.model.variables if "float" in str(w.dtype)]
         handles = [_np.allreduce_async(w.numpy(), name="local_sgd.%d" % i)
                    for i, w in enumerate(weights)]
         for w, h in zip(weights, handles):
             w.assign(h.wait())
-        self.syncs += 1
-        self._since = 0
+        self.rule.synced()
         self._anchor = [w.numpy().copy() for w in self.model.trainable_variables]
 
 
