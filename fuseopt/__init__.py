@@ -12,7 +12,7 @@ from .errors import (BackendError, FuseoptError, InternalError, InvalidArgumentE
 from .runtime import init, shutdown
 from .world import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
                     pending_handles, rank, settings, size)
-from .requests import Handle
+from .handles import Handle
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
                   allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async,
                   barrier, broadcast, broadcast_, broadcast_async, broadcast_async_,

@@ -19,7 +19,7 @@ from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:  # names used only in annotations
     from .process_sets import ProcessSet
-    from .requests import Handle
+    from .handles import Handle
 
 _P = ParamSpec("_P")
 Sum = lib.FUSEOPT_SUM

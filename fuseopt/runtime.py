@@ -21,7 +21,7 @@ from .errors import InvalidArgumentError, UnsupportedError, check
 from .objects import allgather_object
 from .overlap import GRADIENTS
 from .process_sets import ProcessSet, add_process_set
-from .requests import forget_orphans
+from .handles import forget_orphans
 from .timeline import start_from_environment
 
 _lock = threading.Lock()

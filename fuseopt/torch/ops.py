@@ -20,7 +20,7 @@ from . import _tensors as _t
 
 if TYPE_CHECKING:  # names used only in annotations
     from ..process_sets import ProcessSet
-    from ..requests import Handle
+    from ..handles import Handle
 
 Sum = _np_ops.Sum
 Average = _np_ops.Average

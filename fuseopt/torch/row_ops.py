@@ -12,12 +12,13 @@ from .. import process_sets as _ps
 from .. import requests as _rq
 from ..arguments import derived_name
 from ..errors import InvalidArgumentError
+from ..handles import Then
 from . import _tensors as _t
 from .ops import Average, Sum, _compressed, _group_names, _grouped, allgather_async
 
 if TYPE_CHECKING:  # names used only in annotations
     from ..process_sets import ProcessSet
-    from ..requests import Handle, Then
+    from ..handles import Handle
 
 
 def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
@@ -97,8 +98,8 @@ def _grouped_reducescatter(tensors, names, op, prescale_factor, postscale_factor
         outs.append(out)
     if single:
         handle = batch.submit()[0]
-        return _rq.Then(handle, lambda _: outs[0])
-    return _rq.Then(batch.submit_group(), lambda _: outs)
+        return Then(handle, lambda _: outs[0])
+    return Then(batch.submit_group(), lambda _: outs)
 
 
 class _Reducescatter(torch.autograd.Function):
@@ -177,7 +178,7 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
                   finish=lambda raw, src=src: _t.from_runtime_output(raw, src), device=device,
                   process_set=set_id)
     handles = batch.submit()
-    return _rq.Then(handles, lambda results: results)
+    return Then(handles, lambda results: results)
 
 
 class _GroupedAllgather(torch.autograd.Function):
