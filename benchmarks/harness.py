@@ -42,6 +42,7 @@ import threading
 import time
 
 READY, DONE = "@@BENCH_READY@@", "@@BENCH_DONE@@"
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 class JobFailed(RuntimeError):
@@ -380,10 +381,9 @@ def interleaved(contenders, reps, seed):
 
 
 def add_common_args(p, quick_help, timeout, contenders):
-    here = os.path.dirname(os.path.abspath(__file__))
     p.add_argument("--quick", action="store_true", help=quick_help)
     p.add_argument("--reps", type=int, default=3, help="jobs per contender (interleaved)")
-    p.add_argument("--out", default=os.path.join(here, "results"))
+    p.add_argument("--out", default=RESULTS)
     p.add_argument("--timeout", type=float, default=timeout, help="seconds per job")
     p.add_argument("--contenders", default=",".join(contenders))
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")

@@ -8,13 +8,13 @@ import statistics
 import sys
 import time
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+import harness
 
 
 def references(script):
     """Reference figures and targets of one script; references.json says where each
     number came from."""
-    with open(os.path.join(RESULTS, "references.json")) as f:
+    with open(os.path.join(harness.RESULTS, "references.json")) as f:
         return json.load(f)[script]
 
 
