@@ -6,10 +6,10 @@ Usage (from the repository root)::
     python benchmarks/allreduce.py [--quick] [--reps N] [--out benchmarks/results]
 
 The driver (this file without ``--worker``) runs one ``mpiexec -n 2`` job per
-contender and repetition, interleaved in a shuffled order each repetition (the
-machine is noisy, so neighbours in time are compared and medians reported).
-Each job is this same file with ``--worker CONTENDER``; it measures every
-workload and rank 0 prints one JSON line (prefixed by a marker) to stdout.
+contender and repetition, interleaved in a shuffled order each repetition
+(harness.py, Note [interleaving]). Each job is this same file with ``--worker
+CONTENDER``; it measures every workload and rank 0 prints one JSON line
+(prefixed by a marker) to stdout.
 
 Contenders run in separate processes on purpose: fuseopt's loop thread calls
 MPI concurrently with the Python thread, so mpi4py and fuseopt must never
@@ -34,22 +34,21 @@ Per iteration every rank times the operation from its own start; the figure
 used is the slowest rank's time (conservative: it includes any skew in how the
 ranks left the barrier). Per job the median over iterations is taken, and the
 table shows the median over jobs (repetitions). Raw per-rank samples go to
-``<out>/allreduce.json``; ``<out>/allreduce.png`` plots bus bandwidth.
+``<out>/allreduce.json``; ``<out>/allreduce.png`` plots bus bandwidth. Targets:
+results/references.json.
 """
 import argparse
 import datetime
 import json
 import math
 import os
-import platform
-import random
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
+
+import harness
+import report
 
 MARK = "@@FUSEOPT_ALLREDUCE_BENCH@@ "
 CONTENDERS = ("fuseopt", "mpi4py", "gloo")
@@ -67,14 +66,7 @@ IDLE_GAP_S = 0.020
 IDLE_SLEEP_S = 3.0
 HALF_COUNTS = [256 * 1024, 4 * 1024 * 1024]
 HALF_DTYPES = ("float32", "float16", "bfloat16")
-
-# Targets (see the table): fuseopt must be close to raw MPI where it matters.
-TARGET_BW_RATIO = 0.9          # fuseopt bandwidth / raw MPI bandwidth, sizes >= 1 MiB
-TARGET_BATCH_VS_ONE = 1.5      # fuseopt 200x16KiB time / one raw 3.2 MB MPI allreduce
-TARGET_BATCH_VS_GLOO = 50.0    # 200 gloo sync calls time / fuseopt 200x16KiB time
-TARGET_LONE_US = 100.0         # fuseopt lone 4 KiB median latency
-TARGET_IDLE_CPU_PCT = 1.0      # fuseopt idle CPU, % of one core
-TARGET_HALF_RATIO = 0.6        # fuseopt 16-bit time / its float32 time, same element count
+TARGETS = report.references("allreduce")["targets"]
 
 
 def settings(quick):
@@ -103,7 +95,17 @@ def size_label(nbytes):
 # Worker side: one class per contender, same small interface.
 # --------------------------------------------------------------------------
 
-class FuseoptContender:
+class Contender:
+    """The interface; buffers are numpy arrays unless wrap() says otherwise."""
+
+    def wrap(self, arr):
+        return arr
+
+    def close(self):
+        pass
+
+
+class FuseoptContender(Contender):
     name = "fuseopt"
 
     def __init__(self):
@@ -116,9 +118,6 @@ class FuseoptContender:
 
     def versions(self):
         return {"fuseopt": getattr(self.fo, "__version__", "?"), "settings": self.fo.settings()}
-
-    def wrap(self, arr):
-        return arr
 
     def barrier(self):
         self.fo.barrier()
@@ -159,7 +158,7 @@ class FuseoptContender:
         self.fo.shutdown()
 
 
-class Mpi4pyContender:
+class Mpi4pyContender(Contender):
     name = "mpi4py"
 
     def __init__(self):
@@ -174,9 +173,6 @@ class Mpi4pyContender:
     def versions(self):
         return {"mpi4py": __import__("mpi4py").__version__,
                 "mpi_library": self.MPI.Get_library_version().strip().splitlines()[0]}
-
-    def wrap(self, arr):
-        return arr
 
     def barrier(self):
         self.comm.Barrier()
@@ -203,11 +199,8 @@ class Mpi4pyContender:
     def gather(self, values):
         return [list(map(float, v)) for v in self.comm.allgather(list(values))]
 
-    def close(self):
-        pass
 
-
-class GlooContender:
+class GlooContender(Contender):
     name = "gloo"
 
     def __init__(self):
@@ -326,7 +319,6 @@ def _verify(c, buf, wrapped, name):
 
 
 def worker_main(contender, quick):
-    import numpy as np
     cfg = settings(quick)
     c = WORKER_CLASSES[contender]()
     if c.size != NRANKS:
@@ -334,56 +326,82 @@ def worker_main(contender, quick):
     out = {"contender": contender, "size": c.size, "quick": quick, "versions": c.versions(),
            "workloads": {}}
     w = out["workloads"]
-
     # (d) idle CPU right after init (fuseopt only: the others have no loop thread).
     if contender == "fuseopt":
         c.barrier()
         w["idle_cpu_after_init"] = _measure_idle(c, "after init")
+    w["single"] = _single_sizes(c, cfg)
+    w["half_precision"] = _half_precision(c, cfg)
+    w["batch_200x16KiB"] = _batch(c, cfg)
+    w["lone_4KiB_after_gap"] = _lone(c, cfg)
+    # (d) again, once the response cache holds every name used above.
+    if contender == "fuseopt":
+        w["idle_cpu_after_work"] = _measure_idle(c, "after workloads")
+    c.close()
+    if c.rank == 0:
+        sys.stdout.write(MARK + json.dumps(out) + "\n")
+        sys.stdout.flush()
 
-    # (a) one allreduce per size.
-    single = w["single"] = {}
-    for nbytes in cfg["sizes"]:
-        buf = np.zeros(nbytes // 4, dtype=np.float32)
-        wrapped = c.wrap(buf)
-        name = "bench.single.%d" % nbytes
-        ok = _verify(c, buf, wrapped, name)
-        n_warm = warmup_iters(nbytes)
-        t0 = time.perf_counter()
-        warm = _timed(c, lambda: c.allreduce_(wrapped, name), n_warm)
-        # Budget by wall time per iteration, barrier included.
-        est = c.agree_max((time.perf_counter() - t0) / n_warm)
-        # A noisy warm-up must not leave a small size with a handful of samples.
-        floor = max(cfg["min_iters"], n_warm)
-        wanted = math.ceil(cfg["target_s"] / max(est, 1e-7))
-        iters = int(min(cfg["max_iters"], max(floor, wanted)))
-        t0 = time.perf_counter()
-        samples = _timed(c, lambda: c.allreduce_(wrapped, name), iters)
-        elapsed = time.perf_counter() - t0
-        single[str(nbytes)] = _record(c, samples, bytes=nbytes, iters=iters, verified=ok,
-                                      warmup_us=[round(s * 1e6, 1) for s in warm])
-        _log(c, "single %-8s iters=%-5d median(rank0)=%.1f us  (%.2f s)  verified=%s"
-             % (size_label(nbytes), iters, 1e6 * statistics.median(samples), elapsed, ok))
-        del buf, wrapped
 
-    # (e) 16-bit floats against float32 of the same element count. The
-    # float32 row of the second count runs after 16-bit ones on purpose: a
-    # vector kernel that leaves the upper ymm state dirty slows every later
-    # SSE loop (once: float32 at 4M elements 2.7 -> 13 ms), and shows here.
-    half = w["half_precision"] = {}
+def _single_sizes(c, cfg):
+    """(a) one allreduce per size."""
+    return {str(nbytes): _one_size(c, cfg, nbytes) for nbytes in cfg["sizes"]}
+
+
+def _one_size(c, cfg, nbytes):
+    import numpy as np
+    buf = np.zeros(nbytes // 4, dtype=np.float32)
+    wrapped = c.wrap(buf)
+    name = "bench.single.%d" % nbytes
+    ok = _verify(c, buf, wrapped, name)
+    n_warm = warmup_iters(nbytes)
+    t0 = time.perf_counter()
+    warm = _timed(c, lambda: c.allreduce_(wrapped, name), n_warm)
+    # Budget by wall time per iteration, barrier included.
+    est = c.agree_max((time.perf_counter() - t0) / n_warm)
+    # A noisy warm-up must not leave a small size with a handful of samples.
+    floor = max(cfg["min_iters"], n_warm)
+    wanted = math.ceil(cfg["target_s"] / max(est, 1e-7))
+    iters = int(min(cfg["max_iters"], max(floor, wanted)))
+    t0 = time.perf_counter()
+    samples = _timed(c, lambda: c.allreduce_(wrapped, name), iters)
+    elapsed = time.perf_counter() - t0
+    rec = _record(c, samples, bytes=nbytes, iters=iters, verified=ok,
+                  warmup_us=[round(s * 1e6, 1) for s in warm])
+    _log(c, "single %-8s iters=%-5d median(rank0)=%.1f us  (%.2f s)  verified=%s"
+         % (size_label(nbytes), iters, 1e6 * statistics.median(samples), elapsed, ok))
+    return rec
+
+
+def _half_precision(c, cfg):
+    """(e) 16-bit floats against float32 of the same element count. The float32 row of
+    the second count runs after 16-bit ones on purpose: a vector kernel that leaves the
+    upper ymm state dirty slows every later SSE loop (once: float32 at 4M elements 2.7 ->
+    13 ms), and shows here."""
+    half = {}
     for count in cfg["half_counts"]:
         for dtype in HALF_DTYPES:
-            buf = c.typed_buffer(count, dtype)
-            if buf is None:
-                continue
-            name = "bench.half.%s.%d" % (dtype, count)
-            _timed(c, lambda: c.allreduce_(buf, name), 3)
-            samples = _timed(c, lambda: c.allreduce_(buf, name), cfg["half_reps"])
-            half["%s/%d" % (dtype, count)] = _record(c, samples, count=count, dtype=dtype)
-            _log(c, "%s x %d: median(rank0)=%.1f us"
-                 % (dtype, count, 1e6 * statistics.median(samples)))
-            del buf
+            rec = _one_half(c, cfg, count, dtype)
+            if rec is not None:
+                half["%s/%d" % (dtype, count)] = rec
+    return half
 
-    # (b) 200 x 16 KiB submitted together.
+
+def _one_half(c, cfg, count, dtype):
+    buf = c.typed_buffer(count, dtype)
+    if buf is None:
+        return None
+    name = "bench.half.%s.%d" % (dtype, count)
+    _timed(c, lambda: c.allreduce_(buf, name), 3)
+    samples = _timed(c, lambda: c.allreduce_(buf, name), cfg["half_reps"])
+    rec = _record(c, samples, count=count, dtype=dtype)
+    _log(c, "%s x %d: median(rank0)=%.1f us" % (dtype, count, 1e6 * statistics.median(samples)))
+    return rec
+
+
+def _batch(c, cfg):
+    """(b) 200 x 16 KiB submitted together, in each form the contender offers."""
+    import numpy as np
     flat = np.zeros(BATCH_COUNT * BATCH_BYTES // 4, dtype=np.float32)
     # Separate arrays for the per-tensor contenders (views of one buffer
     # would hand them contiguous memory they could not get in real use).
@@ -391,7 +409,7 @@ def worker_main(contender, quick):
     wrapped = [c.wrap(b) for b in bufs]
     flat_w = c.wrap(flat)
     names = ["bench.batch.%03d" % i for i in range(BATCH_COUNT)]
-    batch = w["batch_200x16KiB"] = {}
+    batch = {}
     for variant, fn in c.batch_variants().items():
         expected = c.size * (c.size + 1) / 2.0
         for b in bufs:
@@ -410,9 +428,12 @@ def worker_main(contender, quick):
                                  verified=ok)
         _log(c, "batch %-13s median(rank0)=%.1f us  verified=%s"
              % (variant, 1e6 * statistics.median(samples), ok))
-    del bufs, wrapped, flat, flat_w
+    return batch
 
-    # (c) lone 4 KiB after an idle gap.
+
+def _lone(c, cfg):
+    """(c) a lone 4 KiB allreduce after an idle gap."""
+    import numpy as np
     buf = np.zeros(LONE_BYTES // 4, dtype=np.float32)
     wrapped = c.wrap(buf)
     name = "bench.lone.%d" % LONE_BYTES
@@ -420,86 +441,79 @@ def worker_main(contender, quick):
     gap = lambda: time.sleep(IDLE_GAP_S)  # noqa: E731
     _timed(c, lambda: c.allreduce_(wrapped, name), cfg["lone_warm"], before=gap)
     samples = _timed(c, lambda: c.allreduce_(wrapped, name), cfg["lone_reps"], before=gap)
-    w["lone_4KiB_after_gap"] = _record(c, samples, bytes=LONE_BYTES, gap_s=IDLE_GAP_S,
-                                       verified=ok)
+    rec = _record(c, samples, bytes=LONE_BYTES, gap_s=IDLE_GAP_S, verified=ok)
     _log(c, "lone 4 KiB after %d ms idle: median(rank0)=%.1f us"
          % (IDLE_GAP_S * 1000, 1e6 * statistics.median(samples)))
-
-    # (d) again, once the response cache holds every name used above.
-    if contender == "fuseopt":
-        w["idle_cpu_after_work"] = _measure_idle(c, "after workloads")
-
-    c.close()
-    if c.rank == 0:
-        sys.stdout.write(MARK + json.dumps(out) + "\n")
-        sys.stdout.flush()
+    return rec
 
 
 # --------------------------------------------------------------------------
 # Driver side.
 # --------------------------------------------------------------------------
 
-def find_mpiexec():
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.path.isfile(here) and os.access(here, os.X_OK):
-        return here
-    found = shutil.which("mpiexec")
-    if not found:
-        raise SystemExit("mpiexec not found next to %s nor on PATH" % sys.executable)
-    return found
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class JobFailed(RuntimeError):
-    pass
-
-
 def run_job(mpiexec, contender, quick, timeout):
+    """One job (harness.py, Note [one job]): (rank 0's result, wall seconds, stderr)."""
     cmd = [mpiexec, "-n", str(NRANKS), sys.executable, os.path.abspath(__file__),
            "--worker", contender] + (["--quick"] if quick else [])
-    env = dict(os.environ)
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        # Our own job's process group (mpiexec and the ranks it started).
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                stdout, stderr = proc.communicate(timeout=10)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        else:
-            stdout, stderr = "", ""
-        raise JobFailed("%s job timed out after %d s: %s\n--- stderr (tail) ---\n%s"
-                        % (contender, timeout, " ".join(cmd), (stderr or "")[-4000:]))
-    wall = time.perf_counter() - t0
+    env = harness.base_env(dict(MASTER_ADDR="127.0.0.1",
+                                MASTER_PORT=str(harness.free_ports(1)[0])))
+    with tempfile.TemporaryDirectory(prefix="allreduce_") as tmp:
+        stderr_path = os.path.join(tmp, "stderr")
+        t0 = time.perf_counter()
+        stdout = harness.run_simple(cmd, env, timeout, "%s job" % contender, stderr_path)
+        wall = time.perf_counter() - t0
+        stderr = harness.tail(stderr_path, None)
     results = [line[len(MARK):] for line in stdout.splitlines() if line.startswith(MARK)]
-    if proc.returncode != 0 or len(results) != 1:
-        raise JobFailed("%s job failed (exit %s, %d result lines): %s\n--- stdout (tail) ---\n"
-                        "%s\n--- stderr (tail) ---\n%s"
-                        % (contender, proc.returncode, len(results), " ".join(cmd),
-                           stdout[-2000:], stderr[-4000:]))
+    if len(results) != 1:
+        raise harness.JobFailed("%s job gave %d result lines: %s\n--- stdout (tail) ---\n"
+                                "%s\n--- stderr (tail) ---\n%s" % (
+                                    contender, len(results), " ".join(cmd), stdout[-2000:],
+                                    stderr[-4000:]))
     return json.loads(results[0]), wall, stderr
 
 
+def wrong_results(result):
+    """The workloads whose result was not the expected sum."""
+    w = result["workloads"]
+    bad = [k for k, v in w.get("single", {}).items() if not v.get("verified", True)]
+    bad += ["batch/" + k for k, v in w.get("batch_200x16KiB", {}).items()
+            if not v.get("verified", True)]
+    if not w["lone_4KiB_after_gap"].get("verified", True):
+        bad.append("lone")
+    return bad
+
+
+def run_all(args, mpiexec, contenders):
+    """Every job (harness.py, Note [interleaving]); stops at a failed or wrong one."""
+    jobs = []
+    for rep, pos, contender in harness.interleaved(contenders, args.reps, args.seed):
+        load_before = os.getloadavg()[0]
+        sys.stderr.write("[rep %d/%d] %s (load %.2f) ...\n"
+                         % (rep + 1, args.reps, contender, load_before))
+        sys.stderr.flush()
+        try:
+            result, wall, stderr = run_job(mpiexec, contender, args.quick, args.timeout)
+        except harness.JobFailed as e:
+            sys.stderr.write("\nBENCHMARK JOB FAILED\n%s\n" % e)
+            raise SystemExit(2)
+        if args.verbose:
+            sys.stderr.write(stderr)
+        bad = wrong_results(result)
+        if bad:
+            sys.stderr.write("\nWRONG RESULTS from %s: %s\n%s\n" % (contender, bad, stderr))
+            raise SystemExit(3)
+        sys.stderr.write("[rep %d/%d] %s done in %.1f s\n" % (rep + 1, args.reps, contender, wall))
+        # The machine may be shared: keep how busy it was next to the numbers.
+        jobs.append({"rep": rep, "position": pos, "contender": contender,
+                     "wall_s": round(wall, 3), "loadavg_1m_before": load_before,
+                     "loadavg_1m_after": os.getloadavg()[0], "result": result,
+                     "stderr": stderr[-8000:]})
+    return jobs
+
+
 def slowest_rank_median_us(rec):
-    """Median over iterations of the slowest rank's time."""
-    rows = rec["samples_us"]
-    return statistics.median(max(vals) for vals in zip(*rows))
+    """Median over iterations of the slowest rank's time (harness.py, Note [slowest rank])."""
+    return statistics.median(harness.slowest(rec["samples_us"]))
 
 
 def rank0_median_us(rec):
@@ -541,20 +555,34 @@ def summarize(jobs, sizes):
             for c, m in per.items()}
 
 
-def paired_ratios(jobs, num_key, den_key):
-    """Per-repetition ratios (jobs of one repetition ran next to each other)."""
-    by_rep = {}
-    for job in jobs:
-        by_rep.setdefault(job["rep"], {})[job["contender"]] = job
-    out = []
-    for rep in sorted(by_rep):
-        try:
-            num = num_key(by_rep[rep])
-            den = den_key(by_rep[rep])
-        except KeyError:
-            continue
-        out.append(num / den)
-    return out
+def paired_ratios(jobs, sizes):
+    """Per-repetition ratios behind the targets (jobs of one repetition ran next to each
+    other, harness.py, Note [interleaving])."""
+    def ratio(num, den):
+        return harness.paired(jobs, lambda rep: slowest_rank_median_us(num(rep))
+                              / slowest_rank_median_us(den(rep)))
+
+    def single(c, n):
+        return lambda rep: rep[c]["result"]["workloads"]["single"][str(n)]
+
+    def batch(c, v):
+        return lambda rep: rep[c]["result"]["workloads"]["batch_200x16KiB"][v]
+
+    def half(dtype, n):
+        return lambda rep: \
+            rep["fuseopt"]["result"]["workloads"]["half_precision"]["%s/%d" % (dtype, n)]
+
+    paired = {"bw_ratio/%d" % n: ratio(single("mpi4py", n), single("fuseopt", n))
+              for n in sizes}
+    paired["batch_fuseopt_over_mpi_one"] = ratio(batch("fuseopt", "grouped_200"),
+                                                 batch("mpi4py", "one_3.2MB"))
+    paired["batch_gloo_sync_over_fuseopt"] = ratio(batch("gloo", "sync_200"),
+                                                   batch("fuseopt", "grouped_200"))
+    for n in HALF_COUNTS:
+        for dtype in HALF_DTYPES[1:]:
+            paired["fuseopt_%s_over_float32/%d" % (dtype, n)] = ratio(half(dtype, n),
+                                                                      half("float32", n))
+    return paired
 
 
 def fmt_time(us):
@@ -572,99 +600,115 @@ def busbw_gbs(nbytes, us, n=NRANKS):
     return nbytes / (us * 1e-6) * (2.0 * (n - 1) / n) / 1e9
 
 
-def build_table(summary, sizes):
-    def get(c, key):
-        m = summary.get(c, {}).get(key)
+class Table:
+    """The rows of the table and the verdicts given in them."""
+
+    def __init__(self, summary):
+        self.summary, self.rows, self.verdicts = summary, [], []
+
+    def get(self, c, key):
+        m = self.summary.get(c, {}).get(key)
         return None if m is None else m["median"]
 
-    rows = []
-    verdicts = []
+    def verdict(self, ok):
+        self.verdicts.append(ok)
+        return "**%s**" % report.verdict(ok)
 
-    def verdict(ok):
-        verdicts.append(ok)
-        return "**PASS**" if ok else "**FAIL**"
+    def row(self, *cells):
+        self.rows.append("| %s |" % " | ".join(cells))
 
-    header = ("| Workload | fuseopt | mpi4py (raw MPI) | gloo | Check | Value | Target | Result |\n"
-              "|---|---|---|---|---|---|---|---|")
+
+def size_rows(t, sizes):
     for nbytes in sizes:
         key = "single/%d" % nbytes
         cells = []
         for c in CONTENDERS:
-            us = get(c, key)
+            us = t.get(c, key)
             cells.append("—" if us is None else "%s (%.2f GB/s)" % (fmt_time(us),
                                                                   busbw_gbs(nbytes, us)))
-        fo, mp = get("fuseopt", key), get("mpi4py", key)
+        fo, mp = t.get("fuseopt", key), t.get("mpi4py", key)
         ratio = (mp / fo) if fo and mp else None
         if nbytes >= MIB:
-            check, target = "fuseopt BW / MPI BW", "≥ %.2f" % TARGET_BW_RATIO
-            res = verdict(ratio is not None and ratio >= TARGET_BW_RATIO) if ratio else "n/a"
+            target = "≥ %.2f" % TARGETS["bw_ratio_min"]
+            res = t.verdict(ratio is not None and ratio >= TARGETS["bw_ratio_min"]) \
+                if ratio else "n/a"
         else:
-            check, target, res = "fuseopt BW / MPI BW", "(info)", ""
-        rows.append("| allreduce %s | %s | %s | %s | %s | %s | %s | %s |"
-                    % (size_label(nbytes), cells[0], cells[1], cells[2], check,
-                       "%.3f" % ratio if ratio else "—", target, res))
+            target, res = "(info)", ""
+        t.row("allreduce %s" % size_label(nbytes), *cells, "fuseopt BW / MPI BW",
+              "%.3f" % ratio if ratio else "—", target, res)
 
-    fo_b = get("fuseopt", "batch/grouped_200")
-    fo_async = get("fuseopt", "batch/async_200")
-    mp_one = get("mpi4py", "batch/one_3.2MB")
-    mp_sep = get("mpi4py", "batch/separate_200")
-    gl_sync = get("gloo", "batch/sync_200")
-    gl_async = get("gloo", "batch/async_200")
-    rows.append("| 200 x 16 KiB submitted together | %s (grouped_allreduce_async_ + wait) "
-                "| %s (200 Allreduce) "
-                "| %s (200 sync all_reduce) | | | | |"
-                % (fmt_time(fo_b), fmt_time(mp_sep), fmt_time(gl_sync)))
-    rows.append("| 200 x 16 KiB, other forms | %s (200 allreduce_async_ + wait) | %s (one 3.2 MB "
-                "Allreduce) | %s (async_op=True + wait) | | | | |"
-                % (fmt_time(fo_async), fmt_time(mp_one), fmt_time(gl_async)))
+
+def batch_rows(t):
+    fo_b = t.get("fuseopt", "batch/grouped_200")
+    mp_one = t.get("mpi4py", "batch/one_3.2MB")
+    gl_sync = t.get("gloo", "batch/sync_200")
+    t.row("200 x 16 KiB submitted together",
+          "%s (grouped_allreduce_async_ + wait)" % fmt_time(fo_b),
+          "%s (200 Allreduce)" % fmt_time(t.get("mpi4py", "batch/separate_200")),
+          "%s (200 sync all_reduce)" % fmt_time(gl_sync), "", "", "", "")
+    t.row("200 x 16 KiB, other forms",
+          "%s (200 allreduce_async_ + wait)" % fmt_time(t.get("fuseopt", "batch/async_200")),
+          "%s (one 3.2 MB Allreduce)" % fmt_time(mp_one),
+          "%s (async_op=True + wait)" % fmt_time(t.get("gloo", "batch/async_200")),
+          "", "", "", "")
     r1 = fo_b / mp_one if fo_b and mp_one else None
-    rows.append("| ↳ fuseopt vs one raw 3.2 MB MPI allreduce | | | | fuseopt time / MPI time "
-                "| %s | ≤ %.1fx | %s |" % ("%.2fx" % r1 if r1 else "—", TARGET_BATCH_VS_ONE,
-                                           verdict(r1 is not None and r1 <= TARGET_BATCH_VS_ONE)
-                                           if r1 else "n/a"))
+    limit = TARGETS["batch_vs_one_mpi_max"]
+    t.row("↳ fuseopt vs one raw 3.2 MB MPI allreduce", "", "", "", "fuseopt time / MPI time",
+          "%.2fx" % r1 if r1 else "—", "≤ %.1fx" % limit,
+          t.verdict(r1 is not None and r1 <= limit) if r1 else "n/a")
     r2 = gl_sync / fo_b if fo_b and gl_sync else None
-    rows.append("| ↳ fuseopt vs 200 gloo calls | | | | gloo time / fuseopt time | %s | ≥ %.0fx "
-                "| %s |" % ("%.1fx" % r2 if r2 else "—", TARGET_BATCH_VS_GLOO,
-                            verdict(r2 is not None and r2 >= TARGET_BATCH_VS_GLOO)
-                            if r2 else "n/a"))
-    lone = {c: get(c, "lone") for c in CONTENDERS}
-    fo_l = lone["fuseopt"]
-    rows.append("| lone 4 KiB after %d ms idle | %s | %s | %s | fuseopt median | %s | ≤ %.0f µs "
-                "| %s |" % (IDLE_GAP_S * 1000, fmt_time(fo_l), fmt_time(lone["mpi4py"]),
-                            fmt_time(lone["gloo"]), fmt_time(fo_l), TARGET_LONE_US,
-                            verdict(fo_l <= TARGET_LONE_US) if fo_l else "n/a"))
-    idle = get("fuseopt", "idle_cpu_after_init")
-    idle2 = get("fuseopt", "idle_cpu_after_work")
-    rows.append("| idle CPU, %d s sleep after init | %s | — | — | %% of one core (max rank) "
-                "| %s | < %.0f %% | %s |"
-                % (IDLE_SLEEP_S, "%.2f %%" % idle if idle is not None else "—",
-                   "%.2f %%" % idle if idle is not None else "—", TARGET_IDLE_CPU_PCT,
-                   verdict(idle < TARGET_IDLE_CPU_PCT) if idle is not None else "n/a"))
+    limit = TARGETS["batch_vs_gloo_min"]
+    t.row("↳ fuseopt vs 200 gloo calls", "", "", "", "gloo time / fuseopt time",
+          "%.1fx" % r2 if r2 else "—", "≥ %.0fx" % limit,
+          t.verdict(r2 is not None and r2 >= limit) if r2 else "n/a")
+
+
+def lone_and_idle_rows(t):
+    lone = [t.get(c, "lone") for c in CONTENDERS]
+    t.row("lone 4 KiB after %d ms idle" % (IDLE_GAP_S * 1000), *map(fmt_time, lone),
+          "fuseopt median", fmt_time(lone[0]), "≤ %.0f µs" % TARGETS["lone_us_max"],
+          t.verdict(lone[0] <= TARGETS["lone_us_max"]) if lone[0] else "n/a")
+    idle = t.get("fuseopt", "idle_cpu_after_init")
+    idle_s = "%.2f %%" % idle if idle is not None else "—"
+    t.row("idle CPU, %d s sleep after init" % IDLE_SLEEP_S, idle_s, "—", "—",
+          "% of one core (max rank)", idle_s, "< %.0f %%" % TARGETS["idle_cpu_pct_max"],
+          t.verdict(idle < TARGETS["idle_cpu_pct_max"]) if idle is not None else "n/a")
+    idle2 = t.get("fuseopt", "idle_cpu_after_work")
     if idle2 is not None:
-        rows.append("| idle CPU, %d s sleep after the workloads | %.2f %% | — | — | (info) "
-                    "| | | |" % (IDLE_SLEEP_S, idle2))
+        t.row("idle CPU, %d s sleep after the workloads" % IDLE_SLEEP_S, "%.2f %%" % idle2,
+              "—", "—", "(info)", "", "", "")
+
+
+def half_rows(t):
+    limit = TARGETS["half_over_float32_max"]
     for count in HALF_COUNTS:
-        f32 = get("fuseopt", "half/float32/%d" % count)
+        f32 = t.get("fuseopt", "half/float32/%d" % count)
         for dtype in HALF_DTYPES:
-            cells = [fmt_time(get(c, "half/%s/%d" % (dtype, count))) for c in CONTENDERS]
+            label = "%s x %dK elements" % (dtype, count // 1024)
+            cells = [fmt_time(t.get(c, "half/%s/%d" % (dtype, count))) for c in CONTENDERS]
             if dtype == "float32":
-                rows.append("| %s x %dK elements | %s | %s | %s | (reference) | | | |"
-                            % (dtype, count // 1024, *cells))
+                t.row(label, *cells, "(reference)", "", "", "")
                 continue
-            fo = get("fuseopt", "half/%s/%d" % (dtype, count))
+            fo = t.get("fuseopt", "half/%s/%d" % (dtype, count))
             ratio = fo / f32 if fo and f32 else None
-            rows.append("| %s x %dK elements | %s | %s | %s | fuseopt %s / its float32 | %s "
-                        "| ≤ %.1fx | %s |"
-                        % (dtype, count // 1024, *cells, dtype,
-                           "%.2fx" % ratio if ratio else "—", TARGET_HALF_RATIO,
-                           verdict(ratio <= TARGET_HALF_RATIO) if ratio else "n/a"))
-    return header + "\n" + "\n".join(rows), verdicts
+            t.row(label, *cells, "fuseopt %s / its float32" % dtype,
+                  "%.2fx" % ratio if ratio else "—", "≤ %.1fx" % limit,
+                  t.verdict(ratio <= limit) if ratio else "n/a")
+
+
+def build_table(summary, sizes):
+    t = Table(summary)
+    size_rows(t, sizes)
+    batch_rows(t)
+    lone_and_idle_rows(t)
+    half_rows(t)
+    header = ("| Workload | fuseopt | mpi4py (raw MPI) | gloo | Check | Value | Target | Result |\n"
+              "|---|---|---|---|---|---|---|---|")
+    return header + "\n" + "\n".join(t.rows), t.verdicts
 
 
 def plot(summary, sizes, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = report.pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for c in CONTENDERS:
         xs, ys, lo, hi = [], [], [], []
@@ -687,147 +731,56 @@ def plot(summary, sizes, path):
     ax.set_title("allreduce, %d ranks on one machine (median over jobs; bars: min-max)" % NRANKS)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    report.save(plt, fig, path, 120)
 
 
-def driver_main(args):
-    mpiexec = find_mpiexec()
-    out_dir = args.out
-    os.makedirs(out_dir, exist_ok=True)
-    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    for c in contenders:
-        if c not in CONTENDERS:
-            raise SystemExit("unknown contender %r (choose from %s)" % (c, ", ".join(CONTENDERS)))
-    sizes = settings(args.quick)["sizes"]
-    rng = random.Random(args.seed)
-    jobs = []
-    started = time.time()
-    sys.stderr.write("mpiexec: %s; %d reps x %s; quick=%s\n"
-                     % (mpiexec, args.reps, contenders, args.quick))
-    for rep in range(args.reps):
-        order = list(contenders)
-        rng.shuffle(order)
-        for pos, contender in enumerate(order):
-            load_before = os.getloadavg()[0]
-            sys.stderr.write("[rep %d/%d] %s (load %.2f) ...\n"
-                             % (rep + 1, args.reps, contender, load_before))
-            sys.stderr.flush()
-            try:
-                result, wall, stderr = run_job(mpiexec, contender, args.quick, args.timeout)
-            except JobFailed as e:
-                sys.stderr.write("\nBENCHMARK JOB FAILED\n%s\n" % e)
-                raise SystemExit(2)
-            if args.verbose:
-                sys.stderr.write(stderr)
-            bad = [k for k, v in result["workloads"].get("single", {}).items()
-                   if not v.get("verified", True)]
-            bad += ["batch/" + k for k, v in result["workloads"].get("batch_200x16KiB", {}).items()
-                    if not v.get("verified", True)]
-            if not result["workloads"]["lone_4KiB_after_gap"].get("verified", True):
-                bad.append("lone")
-            if bad:
-                sys.stderr.write("\nWRONG RESULTS from %s: %s\n%s\n" % (contender, bad, stderr))
-                raise SystemExit(3)
-            sys.stderr.write("[rep %d/%d] %s done in %.1f s\n"
-                             % (rep + 1, args.reps, contender, wall))
-            # The machine may be shared: keep how busy it was next to the numbers.
-            jobs.append({"rep": rep, "position": pos, "contender": contender,
-                         "wall_s": round(wall, 3), "loadavg_1m_before": load_before,
-                         "loadavg_1m_after": os.getloadavg()[0], "result": result,
-                         "stderr": stderr[-8000:]})
-
-    summary = summarize(jobs, sizes)
-    table, verdicts = build_table(summary, sizes)
-    loads = [j["loadavg_1m_before"] for j in jobs]
+def notes(args, jobs, summary):
     lone = {k: summary.get("fuseopt", {}).get(k, {}).get("median")
             for k in ("lone", "lone_rank0", "lone_fastest_rank")}
-    notes = [
+    out = [
         "Per job: median over iterations of the slowest rank's time (barrier before each "
         "iteration); cells: median over %d job(s) per contender, run interleaved in shuffled "
         "order. Bus bandwidth = bytes/time x 2(n-1)/n (n=%d). Ratios: of those medians."
         % (args.reps, NRANKS),
-        "1-minute load average when jobs started: median %.2f, max %.2f (%d cores)."
-        % (statistics.median(loads), max(loads), os.cpu_count() or 0),
+        report.load_note(jobs) + ".",
     ]
     if lone["lone"] is not None:
-        notes.append("fuseopt lone 4 KiB: slowest rank %s, rank 0 %s, fastest rank %s."
-                     % tuple(fmt_time(lone[k])
-                             for k in ("lone", "lone_rank0", "lone_fastest_rank")))
-    table = table + "\n\n" + "\n".join("- " + n for n in notes)
+        out.append("fuseopt lone 4 KiB: slowest rank %s, rank 0 %s, fastest rank %s."
+                   % tuple(fmt_time(lone[k]) for k in ("lone", "lone_rank0", "lone_fastest_rank")))
+    return out
 
-    def single(c, n):
-        return lambda rep: slowest_rank_median_us(
-            rep[c]["result"]["workloads"]["single"][str(n)])
 
-    def batch(c, v):
-        return lambda rep: slowest_rank_median_us(
-            rep[c]["result"]["workloads"]["batch_200x16KiB"][v])
-
-    paired = {"bw_ratio/%d" % n: paired_ratios(jobs, single("mpi4py", n), single("fuseopt", n))
-              for n in sizes}
-    paired["batch_fuseopt_over_mpi_one"] = paired_ratios(jobs, batch("fuseopt", "grouped_200"),
-                                                         batch("mpi4py", "one_3.2MB"))
-    paired["batch_gloo_sync_over_fuseopt"] = paired_ratios(jobs, batch("gloo", "sync_200"),
-                                                           batch("fuseopt", "grouped_200"))
-
-    def half(dtype, n):
-        return lambda rep: slowest_rank_median_us(
-            rep["fuseopt"]["result"]["workloads"]["half_precision"]["%s/%d" % (dtype, n)])
-
-    for n in HALF_COUNTS:
-        for dtype in HALF_DTYPES[1:]:
-            paired["fuseopt_%s_over_float32/%d" % (dtype, n)] = paired_ratios(
-                jobs, half(dtype, n), half("float32", n))
-
-    meta = {
-        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-        "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-        "duration_s": round(time.time() - started, 1),
-        "mpiexec": mpiexec, "ranks": NRANKS, "reps": args.reps, "quick": args.quick,
-        "seed": args.seed, "sizes": sizes, "python": sys.version.split()[0],
-        "platform": platform.platform(), "cpus": os.cpu_count(),
-        "statistic": "per job: median over iterations of the slowest rank's time; "
-                     "table: median over jobs",
-        "targets": {"bw_ratio_min": TARGET_BW_RATIO, "batch_vs_one_mpi_max": TARGET_BATCH_VS_ONE,
-                    "batch_vs_gloo_min": TARGET_BATCH_VS_GLOO, "lone_us_max": TARGET_LONE_US,
-                    "idle_cpu_pct_max": TARGET_IDLE_CPU_PCT,
-                    "half_over_float32_max": TARGET_HALF_RATIO},
-    }
-    with open(os.path.join(out_dir, "allreduce.json"), "w") as f:
-        # Compact: the raw samples are large; allreduce.md has the readable table.
-        json.dump({"meta": meta, "summary": summary, "paired_ratios": paired,
-                   "table_markdown": table, "jobs": jobs}, f, separators=(",", ":"))
-        f.write("\n")
-    plot(summary, sizes, os.path.join(out_dir, "allreduce.png"))
-    with open(os.path.join(out_dir, "allreduce.md"), "w") as f:
-        f.write("# allreduce benchmark\n\n`%s` (%s, %d reps, %.0f s)\n\n%s\n"
-                % (meta["command"], meta["started"], args.reps, meta["duration_s"], table))
-
-    print(table)
-    print()
-    print("Per-repetition paired ratios: " + ", ".join(
-        "%s=[%s]" % (k, ", ".join("%.3g" % r for r in v)) for k, v in paired.items()))
-    print("Wrote %s, %s" % (os.path.join(out_dir, "allreduce.json"),
-                            os.path.join(out_dir, "allreduce.png")))
-    fails = sum(1 for ok in verdicts if not ok)
-    print("%d target(s) passed, %d failed" % (len(verdicts) - fails, fails))
-    if args.strict and fails:
-        return 1
-    return 0
+def driver_main(args):
+    mpiexec = harness.find_mpiexec()
+    os.makedirs(args.out, exist_ok=True)
+    contenders = harness.parse_contenders(args.contenders, CONTENDERS)
+    sizes = settings(args.quick)["sizes"]
+    started = time.time()
+    sys.stderr.write("mpiexec: %s; %d reps x %s; quick=%s\n"
+                     % (mpiexec, args.reps, contenders, args.quick))
+    jobs = run_all(args, mpiexec, contenders)
+    summary = summarize(jobs, sizes)
+    table, verdicts = build_table(summary, sizes)
+    table = table + "\n\n" + "\n".join("- " + n for n in notes(args, jobs, summary))
+    paired = paired_ratios(jobs, sizes)
+    meta = report.run_meta(
+        args, started, mpiexec, ranks=NRANKS, sizes=sizes,
+        statistic="per job: median over iterations of the slowest rank's time; "
+                  "table: median over jobs", targets=TARGETS)
+    # allreduce.md has the readable table.
+    paths = report.write_outputs(
+        args.out, "allreduce", "allreduce benchmark",
+        {"meta": meta, "summary": summary, "paired_ratios": paired, "table_markdown": table,
+         "jobs": jobs}, table, lambda path: plot(summary, sizes, path))
+    fails = report.print_outcome(table, paths, verdicts, more=[
+        "Per-repetition paired ratios: " + ", ".join(
+            "%s=[%s]" % (k, ", ".join("%.3g" % r for r in v)) for k, v in paired.items())])
+    return 1 if (args.strict and fails) else 0
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="sizes up to 64 MiB, fewer iterations")
-    p.add_argument("--reps", type=int, default=3, help="jobs per contender (interleaved)")
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                 "results"))
-    p.add_argument("--timeout", type=float, default=600, help="seconds per worker job")
-    p.add_argument("--contenders", default=",".join(CONTENDERS))
-    p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
-    p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
+    harness.add_common_args(p, "sizes up to 64 MiB, fewer iterations", 600, CONTENDERS)
     p.add_argument("--verbose", action="store_true", help="echo each job's stderr")
     p.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

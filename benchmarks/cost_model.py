@@ -181,6 +181,13 @@ def measure(args):
                lambda a, b: comm.Allreduce(a, b, op=MPI.SUM))
     if comm.rank != 0:
         return None
+    return fit_and_save(args, pp, ex, rl, ar, " ".join(MPI.Get_library_version().split()[:3]))
+
+
+def fit_and_save(args, pp, ex, rl, ar, mpi):
+    """Fits the model on rank 0's sweeps, stores it (save) and prints measured against
+    modelled allreduce times."""
+    mib = 1 << 20
     (alpha, beta), gamma = fit_line(*zip(*ex)), fit_line(*zip(*rl))[1]
     m = Model(Link(alpha, beta), Link(alpha, beta), gamma, 0.0, 0.0)
     # delta: what MPI_Allreduce takes beyond transfer + reduction (MPICH copies the send
@@ -192,7 +199,7 @@ def measure(args):
     fit = {"alpha_s": alpha, "beta_s_per_byte": beta, "gamma_s_per_byte": gamma,
            "delta_s_per_byte": delta, "delta_big_s_per_byte": delta_big}
     save(args, fit, {"pingpong_one_way": pp, "exchange": ex, "reduce_local": rl,
-                     "allreduce": ar}, " ".join(MPI.Get_library_version().split()[:3]))
+                     "allreduce": ar}, mpi)
     a_pp, b_pp = fit_line(*zip(*pp))
     print("wrote %s [%s], load %.2f before; ping-pong for reference: alpha %.2f us, %.2f GB/s"
           % (args.out, args.level, args.load_before, a_pp * 1e6, 1e-9 / b_pp))

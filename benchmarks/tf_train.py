@@ -18,14 +18,13 @@ identically everywhere. Every process runs with
 ``set_inter_op_parallelism_threads(--inter-op, default 1)``; no XLA
 (``jit_compile=False``, which is also what Keras picks on a CPU-only machine).
 
-Contenders, each a fresh set of processes (this file with ``--worker ...``):
+Contenders, each a fresh set of processes (harness.py, Note [one job]):
 
   single       1 process, plain ``model.fit`` (scaling-efficiency baseline);
-  unconnected  2 independent single processes at the same time: they shake
-               hands with the driver after warm-up so their timed steps start
-               together, and keep training after their timed steps until both
-               are done, so every timed step ran with both cores busy. The
-               compute-only baseline for 2 workers (mean of the two medians);
+  unconnected  2 independent single processes at the same time, shaking hands
+               with the driver after warm-up so that their timed steps start
+               together: the compute-only baseline for 2 workers (harness.py,
+               Note [unconnected]);
   fuseopt      ``mpiexec -n 2``; ``model.fit`` with
                ``hvd.DistributedOptimizer(SGD)`` and
                ``BroadcastGlobalVariablesCallback(0)``;
@@ -48,8 +47,9 @@ Step time: fit contenders use a Keras callback (``on_train_batch_begin`` ->
 dispatch synchronously and convert the logs to floats, so the interval covers
 the whole step). MWMS: the same interval around one call of the compiled step
 plus reading its loss. The first warm-up steps (tracing) are skipped. 2-worker
-jobs: per step the slowest worker, then the median over steps. Cells: median
-over ``--reps`` jobs, contenders interleaved in a shuffled order per rep.
+jobs: per step the slowest worker, then the median over steps (Note [slowest
+rank]). Cells: median over ``--reps`` jobs, contenders interleaved (Note
+[interleaving]).
 
 In fuseopt jobs the worker wraps ``fuseopt.ops.allreduce_async`` (in its own
 process, not in the library) to time stamp each gradient's enqueue and
@@ -64,38 +64,30 @@ CAUTION above the verdicts when the run looks invalid (load above the core
 count, the compute-only baseline slower than fuseopt, per-rep spread > 1.5x).
 
 Overhead = 2-worker step - unconnected step. Scaling efficiency = 2-worker
-throughput / (2 x single throughput) = single step / 2-worker step.
+throughput / (2 x single throughput) = single step / 2-worker step. Reference
+figures and targets: results/references.json.
 """
 import argparse
-import datetime
 import json
 import os
-import platform
-import queue
-import random
-import select
+import re
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+import harness
+import report
 
 NRANKS = 2
 BATCH = 64
 LR = 0.01
 DIMS = (1024, 2048, 2048, 1024, 10)
 BASE_CONTENDERS = ("single", "unconnected", "fuseopt", "mwms")
-TARGET_STEP_VS_UNCONNECTED = 1.4      # fuseopt step <= 1.4 x unconnected
-TARGET_THROUGHPUT_VS_MWMS = 3.5       # fuseopt throughput >= 3.5 x MWMS
-# Measured on this machine earlier (ms/step), for orientation only.
-REFERENCE = {"single": 26.0, "unconnected": 26.5, "mwms": (130.0, 135.0)}
-
-READY = "@@TF_TRAIN_READY@@"
-DONE = "@@TF_TRAIN_DONE@@"
+REF = report.references("tf_train")
+TARGETS = REF["targets"]
 
 
 def steps_for(quick):
@@ -106,37 +98,6 @@ def steps_for(quick):
 # --------------------------------------------------------------------------
 # Worker side.
 # --------------------------------------------------------------------------
-
-def _say(msg):
-    sys.stdout.write(msg + "\n")
-    sys.stdout.flush()
-
-
-class _StdinLines:
-    """Unbuffered line reader on fd 0 (select() must see what is unread)."""
-
-    def __init__(self):
-        self.buf = b""
-
-    def poll(self, timeout):
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buf:
-            left = max(0.0, deadline - time.monotonic())
-            r, _, _ = select.select([0], [], [], left)
-            if not r:
-                return None
-            chunk = os.read(0, 4096)
-            if not chunk:
-                raise SystemExit("driver closed stdin")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode().strip()
-
-    def expect(self, word, timeout):
-        line = self.poll(timeout)
-        if line != word:
-            raise SystemExit("expected %r from the driver, got %r" % (word, line))
-
 
 def _setup_tf(inter_op):
     import tensorflow as tf
@@ -204,7 +165,7 @@ class _AllreduceProbe:
         return ev
 
 
-def _make_timer(keras, warm, timed, stdin, probe, timeout):
+def _make_timer(keras, warm, timed, hs, probe):
     pc = time.perf_counter
 
     class StepTimer(keras.callbacks.Callback):
@@ -214,15 +175,13 @@ def _make_timer(keras, warm, timed, stdin, probe, timeout):
                         "t_enq": [], "t_done": []}
             self.t0 = None
             self.filler = 0
-            self.deadline = None
             self.t_begin = self.t_end = None
             self.cpu_begin = self.cpu_end = None
 
         def on_train_batch_begin(self, batch, logs=None):
-            if stdin is not None and batch == warm:     # unconnected: start together
-                _say(READY)
-                stdin.expect("GO", timeout)
             if batch == warm:
+                if hs is not None:     # unconnected: start together
+                    hs.ready()
                 self.t_begin = pc()
                 self.cpu_begin = time.process_time()
             if probe is not None:
@@ -235,32 +194,28 @@ def _make_timer(keras, warm, timed, stdin, probe, timeout):
                 self.rec["step"].append((t1 - self.t0) * 1e3)
                 self.rec["t_start"].append(self.t0)
                 if probe is not None:
-                    ev = probe.take()
-                    if ev:
-                        a, b = min(e[0] for e in ev), max(e[1] for e in ev)
-                        self.rec["pre"].append((a - self.t0) * 1e3)
-                        self.rec["comm"].append((b - a) * 1e3)
-                        self.rec["post"].append((t1 - b) * 1e3)
-                        self.rec["t_enq"].append(a)
-                        self.rec["t_done"].append(b)
+                    self._split(probe.take(), t1)
                 if batch == warm + timed - 1:
                     self.t_end = t1
                     self.cpu_end = time.process_time()
-                    if stdin is not None:
-                        _say(DONE)
-                        self.deadline = time.monotonic() + timeout
+                    if hs is not None:
+                        hs.done()
                     else:
                         self.model.stop_training = True
             elif batch >= warm + timed:
                 self.filler += 1
-            if stdin is not None and batch >= warm + timed - 1:
-                line = stdin.poll(0)
-                if line == "STOP":
-                    self.model.stop_training = True
-                elif line is not None:
-                    raise SystemExit("unexpected %r from the driver" % line)
-                elif time.monotonic() > self.deadline:
-                    raise SystemExit("no STOP from the driver")
+            if hs is not None and batch >= warm + timed - 1 and hs.stopped():
+                self.model.stop_training = True
+
+        def _split(self, ev, t1):
+            """compute before the first enqueue, enqueue -> last done, the rest."""
+            if ev:
+                a, b = min(e[0] for e in ev), max(e[1] for e in ev)
+                self.rec["pre"].append((a - self.t0) * 1e3)
+                self.rec["comm"].append((b - a) * 1e3)
+                self.rec["post"].append((t1 - b) * 1e3)
+                self.rec["t_enq"].append(a)
+                self.rec["t_done"].append(b)
 
     return StepTimer()
 
@@ -268,6 +223,15 @@ def _make_timer(keras, warm, timed, stdin, probe, timeout):
 def _dataset(tf, rank):
     x, y = _data(rank)
     return tf.data.Dataset.from_tensors((x, y)).repeat()
+
+
+def _header(kind, rank, tf, keras, args):
+    """What every worker's result file starts with."""
+    return {"kind": kind, "rank": rank, "size": 1 if kind == "single" else NRANKS,
+            "pid": os.getpid(), "tf": tf.__version__, "keras": keras.__version__,
+            "inter_op": args.inter_op,
+            "threads": [tf.config.threading.get_intra_op_parallelism_threads(),
+                        tf.config.threading.get_inter_op_parallelism_threads()]}
 
 
 def worker_fit(args):
@@ -286,42 +250,37 @@ def worker_fit(args):
             raise SystemExit("fuseopt worker expects %d ranks, got %d" % (NRANKS, size))
         probe = _AllreduceProbe()
     warm, timed = steps_for(args.quick)
-    stdin = _StdinLines() if args.handshake else None
+    hs = harness.Handshake(args.timeout) if args.handshake else None
     model = _build_model(keras)
     opt = keras.optimizers.SGD(LR)
     if hvd is not None:
         opt = hvd.DistributedOptimizer(opt)
     model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
-    timer = _make_timer(keras, warm, timed, stdin, probe, args.timeout)
+    timer = _make_timer(keras, warm, timed, hs, probe)
     callbacks = ([hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if hvd else []) + [timer]
     # Unconnected processes keep training until the driver says STOP; others
     # stop after their timed steps (stop_training; steps_per_epoch is the cap).
-    steps = warm + timed + (1000000 if stdin is not None else 0)
+    steps = warm + timed + (1000000 if hs is not None else 0)
     t0 = time.perf_counter()
     hist = model.fit(_dataset(tf, rank), epochs=1, steps_per_epoch=steps, verbose=0,
                      callbacks=callbacks)
     wall = time.perf_counter() - t0
-    out = {"kind": kind, "rank": rank, "size": size, "pid": os.getpid(),
-           "tf": tf.__version__, "keras": keras.__version__, "inter_op": args.inter_op,
-           "threads": [tf.config.threading.get_intra_op_parallelism_threads(),
-                       tf.config.threading.get_inter_op_parallelism_threads()],
-           "jit_compile": bool(model.jit_compile),
-           "env": {k: v for k, v in os.environ.items() if k.startswith("FUSEOPT_")},
-           "info": info, "params": int(model.count_params()),
-           "tensors": len(model.trainable_variables), "warmup": warm, "timed": timed,
-           "samples_ms": {k: [round(v, 4) for v in vs] for k, vs in timer.rec.items()
-                          if not k.startswith("t_")},
-           "t_start": timer.rec["t_start"], "t_enq": timer.rec["t_enq"],
-           "t_done": timer.rec["t_done"], "t_begin": timer.t_begin, "t_end": timer.t_end,
-           "cpu_ms_per_step": (timer.cpu_end - timer.cpu_begin) * 1e3 / timed,
-           "filler_steps": timer.filler, "fit_wall_s": wall,
-           "loss_last": float(hist.history["loss"][-1]), "checksum": _checksum(model),
-           "steps_trained": warm + timed + timer.filler}
+    out = dict(_header(kind, rank, tf, keras, args), size=size,
+               jit_compile=bool(model.jit_compile), env=harness.fuseopt_env(), info=info,
+               params=int(model.count_params()), tensors=len(model.trainable_variables),
+               warmup=warm, timed=timed,
+               samples_ms={k: [round(v, 4) for v in vs] for k, vs in timer.rec.items()
+                           if not k.startswith("t_")},
+               t_start=timer.rec["t_start"], t_enq=timer.rec["t_enq"],
+               t_done=timer.rec["t_done"], t_begin=timer.t_begin, t_end=timer.t_end,
+               cpu_ms_per_step=(timer.cpu_end - timer.cpu_begin) * 1e3 / timed,
+               filler_steps=timer.filler, fit_wall_s=wall,
+               loss_last=float(hist.history["loss"][-1]), checksum=_checksum(model),
+               steps_trained=warm + timed + timer.filler)
     if hvd is not None:
         hvd.shutdown()
-    with open(os.path.join(args.result_dir, "%s.%d.json" % (kind, rank)), "w") as f:
-        json.dump(out, f)
+    harness.write_result(args.result_dir, kind, rank, out)
     return 0
 
 
@@ -329,9 +288,8 @@ def worker_mwms(args):
     """mwms: custom tf.function loop under MultiWorkerMirroredStrategy (or, with
     --mwms-fit, a model.fit attempt whose error is recorded)."""
     idx = args.proc_index
-    ports = args.ports.split(",")
     os.environ["TF_CONFIG"] = json.dumps({
-        "cluster": {"worker": ["127.0.0.1:%s" % p for p in ports]},
+        "cluster": {"worker": ["127.0.0.1:%s" % p for p in args.ports.split(",")]},
         "task": {"type": "worker", "index": idx}})
     tf = _setup_tf(args.inter_op)
     impl = getattr(tf.distribute.experimental.CommunicationImplementation, args.mwms_impl)
@@ -342,41 +300,42 @@ def worker_mwms(args):
         raise SystemExit("MWMS has %d replicas, expected %d"
                          % (strategy.num_replicas_in_sync, NRANKS))
     warm, timed = steps_for(args.quick)
-    out = {"kind": "mwms", "rank": idx, "size": NRANKS, "pid": os.getpid(),
-           "tf": tf.__version__, "keras": keras.__version__, "inter_op": args.inter_op,
-           "threads": [tf.config.threading.get_intra_op_parallelism_threads(),
-                       tf.config.threading.get_inter_op_parallelism_threads()],
-           "mwms_impl": args.mwms_impl, "warmup": warm, "timed": timed}
-    name = "mwms_fit" if args.mwms_fit else "mwms"
+    out = dict(_header("mwms", idx, tf, keras, args), mwms_impl=args.mwms_impl, warmup=warm,
+               timed=timed)
     if args.mwms_fit:
-        with strategy.scope():
-            model = _build_model(keras)
-            model.compile(optimizer=keras.optimizers.SGD(LR),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        try:
-            model.fit(_dataset(tf, idx), epochs=1, steps_per_epoch=3, verbose=0)
-            out.update(fit_ok=True, error=None)
-        except Exception as e:  # noqa: BLE001  (the point is to record it)
-            msg = str(e)
-            out.update(fit_ok=False, error_type=type(e).__name__,
-                       error=msg[:400] + (" [...] " + msg[-300:] if len(msg) > 700 else
-                                          msg[400:]))
-        with open(os.path.join(args.result_dir, "%s.%d.json" % (name, idx)), "w") as f:
-            json.dump(out, f)
+        _mwms_fit_probe(tf, keras, strategy, idx, out)
+        harness.write_result(args.result_dir, "mwms_fit", idx, out)
         sys.stdout.flush()
         os._exit(0)     # a failed collective program may leave threads behind
+    out.update(_mwms_loop(tf, keras, strategy, warm, timed))
+    harness.write_result(args.result_dir, "mwms", idx, out)
+    return 0
 
+
+def _mwms_fit_probe(tf, keras, strategy, idx, out):
+    with strategy.scope():
+        model = _build_model(keras)
+        model.compile(optimizer=keras.optimizers.SGD(LR),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    try:
+        model.fit(_dataset(tf, idx), epochs=1, steps_per_epoch=3, verbose=0)
+        out.update(fit_ok=True, error=None)
+    except Exception as e:  # noqa: BLE001  (the point is to record it)
+        msg = str(e)
+        out.update(fit_ok=False, error_type=type(e).__name__,
+                   error=msg[:400] + (" [...] " + msg[-300:] if len(msg) > 700 else msg[400:]))
+
+
+def _mwms_loop(tf, keras, strategy, warm, timed):
+    """The custom loop: warm-up, then the timed steps; their record."""
     with strategy.scope():
         model = _build_model(keras)
         opt = keras.optimizers.SGD(LR)
         opt.build(model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     global_batch = BATCH * NRANKS
-
-    def dataset_fn(ctx):
-        return _dataset(tf, ctx.input_pipeline_id)
-
-    it = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    it = iter(strategy.distribute_datasets_from_function(
+        lambda ctx: _dataset(tf, ctx.input_pipeline_id)))
 
     @tf.function
     def train_step(iterator):
@@ -392,9 +351,7 @@ def worker_mwms(args):
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     pc = time.perf_counter
-    rec = {"step": [], "t_start": []}
-    loss = None
-    t_begin = t_end = None
+    steps, starts = [], []
     t0w = pc()
     for i in range(warm + timed):
         if i == warm:
@@ -404,20 +361,16 @@ def worker_mwms(args):
         loss = float(train_step(it))
         t1 = pc()
         if i >= warm:
-            rec["step"].append((t1 - t0) * 1e3)
-            rec["t_start"].append(t0)
+            steps.append((t1 - t0) * 1e3)
+            starts.append(t0)
     t_end = pc()
-    cpu_ms = (time.process_time() - cpu_begin) * 1e3 / timed
-    out.update(cpu_ms_per_step=cpu_ms, params=int(model.count_params()),
-               tensors=len(model.trainable_variables),
-               samples_ms={"step": [round(v, 4) for v in rec["step"]]},
-               t_start=rec["t_start"], t_begin=t_begin, t_end=t_end, filler_steps=0,
-               loop_wall_s=t_end - t0w, loss_last=loss, checksum=_checksum(model),
-               steps_trained=warm + timed,
-               data_path="strategy.distribute_datasets_from_function, 64 per worker")
-    with open(os.path.join(args.result_dir, "%s.%d.json" % (name, idx)), "w") as f:
-        json.dump(out, f)
-    return 0
+    return dict(cpu_ms_per_step=(time.process_time() - cpu_begin) * 1e3 / timed,
+                params=int(model.count_params()), tensors=len(model.trainable_variables),
+                samples_ms={"step": [round(v, 4) for v in steps]},
+                t_start=starts, t_begin=t_begin, t_end=t_end, filler_steps=0,
+                loop_wall_s=t_end - t0w, loss_last=loss, checksum=_checksum(model),
+                steps_trained=warm + timed,
+                data_path="strategy.distribute_datasets_from_function, 64 per worker")
 
 
 def worker_commfloor(args):
@@ -473,8 +426,7 @@ def worker_commfloor(args):
              "samples_ms": {k: [round(v, 3) for v in vs] for k, vs in times.items()},
              "fuseopt_settings": fuseopt.settings()}
     fuseopt.shutdown()
-    with open(os.path.join(args.result_dir, "commfloor.%d.json" % comm.rank), "w") as f:
-        json.dump(out_d, f)
+    harness.write_result(args.result_dir, "commfloor", comm.rank, out_d)
     return 0
 
 
@@ -482,52 +434,9 @@ def worker_commfloor(args):
 # Driver side.
 # --------------------------------------------------------------------------
 
-class JobFailed(RuntimeError):
-    pass
-
-
-def find_mpiexec():
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.path.isfile(here) and os.access(here, os.X_OK):
-        return here
-    found = shutil.which("mpiexec")
-    if not found:
-        raise SystemExit("mpiexec not found next to %s nor on PATH" % sys.executable)
-    return found
-
-
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _kill_group(proc):
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _base_env(extra=None):
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               TF_CPP_MIN_LOG_LEVEL="1")
-    env.pop("TF_CONFIG", None)
-    env.update(extra or {})
-    return env
+def _env(extra=None):
+    return harness.base_env(dict({"TF_CPP_MIN_LOG_LEVEL": "1"}, **(extra or {})),
+                            drop=("TF_CONFIG",))
 
 
 def _worker_cmd(kind, args, result_dir, extra=()):
@@ -537,169 +446,47 @@ def _worker_cmd(kind, args, result_dir, extra=()):
         + (["--quick"] if args.quick else []) + list(extra)
 
 
-def _read_results(result_dir, kind, n):
-    outs = []
-    for r in range(n):
-        path = os.path.join(result_dir, "%s.%d.json" % (kind, r))
-        if not os.path.exists(path):
-            raise JobFailed("missing result file %s" % path)
-        with open(path) as f:
-            outs.append(json.load(f))
-    return outs
-
-
-def _tail(path, n=4000):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()[-n:]
-    except OSError:
-        return ""
-
-
-def run_simple(cmd, env, timeout, label, stderr_path):
-    """Runs one command (its own process group); raises JobFailed on error/timeout."""
-    with open(stderr_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                                start_new_session=True)
-        try:
-            stdout, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            raise JobFailed("%s timed out after %.0f s: %s\n--- stderr ---\n%s"
-                            % (label, timeout, " ".join(cmd), _tail(stderr_path)))
-    if proc.returncode != 0:
-        raise JobFailed("%s failed (exit %s): %s\n--- stdout ---\n%s\n--- stderr ---\n%s"
-                        % (label, proc.returncode, " ".join(cmd), stdout[-2000:],
-                           _tail(stderr_path)))
-    return stdout
-
-
-def run_pair(cmds, env, timeout, label, tmp, grace=20.0):
-    """Two processes started together (own process groups). If one fails, the
-    other gets `grace` seconds, then is killed. Raises JobFailed."""
-    procs, errs = [], []
-    try:
-        for i, cmd in enumerate(cmds):
-            err = open(os.path.join(tmp, "%s.%d.stderr" % (label, i)), "w")
-            errs.append(err)
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                          start_new_session=True))
-        deadline = time.monotonic() + timeout
-        failed_at = None
-        while any(p.poll() is None for p in procs):
-            now = time.monotonic()
-            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
-                failed_at = now
-            if now > deadline or (failed_at is not None and now > failed_at + grace):
-                break
-            time.sleep(0.05)
-        problems = []
-        for i, p in enumerate(procs):
-            if p.poll() is None:
-                _kill_group(p)
-                problems.append("process %d killed (%s)" % (
-                    i, "timeout %.0f s" % timeout if failed_at is None else "peer failed"))
-            elif p.returncode != 0:
-                problems.append("process %d exit %s" % (i, p.returncode))
-        if problems:
-            raise JobFailed("%s: %s\n%s" % (label, "; ".join(problems), "\n".join(
-                "--- process %d stderr ---\n%s" % (i, _tail(e.name)) for i, e in enumerate(errs))))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                _kill_group(p)
-        for e in errs:
-            e.close()
-
-
-def run_unconnected(args, tmp):
-    procs, errs, queues = [], [], []
-    try:
-        for i in range(NRANKS):
-            cmd = _worker_cmd("single", args, tmp, ["--handshake", "--proc-index", str(i)])
-            err = open(os.path.join(tmp, "unconnected.%d.stderr" % i), "w")
-            errs.append(err)
-            p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                 text=True, env=_base_env(), start_new_session=True, bufsize=1)
-            q = queue.Queue()
-            threading.Thread(target=lambda p=p, q=q: [q.put(l.strip()) for l in p.stdout]
-                             + [q.put(None)], daemon=True).start()
-            procs.append(p)
-            queues.append(q)
-        deadline = time.monotonic() + args.timeout
-
-        def expect(i, word):
-            try:
-                line = queues[i].get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise JobFailed("unconnected process %d: timed out waiting for %r" % (i, word))
-            if line != word:
-                raise JobFailed("unconnected process %d: expected %r, got %r\n--- stderr ---\n%s"
-                                % (i, word, line, _tail(errs[i].name)))
-
-        def send(word):
-            for p in procs:
-                p.stdin.write(word + "\n")
-                p.stdin.flush()
-
-        for i in range(NRANKS):
-            expect(i, READY)
-        send("GO")
-        for i in range(NRANKS):
-            expect(i, DONE)
-        send("STOP")
-        for p in procs:
-            p.stdin.close()
-        for i, p in enumerate(procs):
-            try:
-                rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise JobFailed("unconnected process %d did not exit" % i)
-            if rc != 0:
-                raise JobFailed("unconnected process %d failed (exit %s)\n--- stderr ---\n%s"
-                                % (i, rc, _tail(errs[i].name)))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                _kill_group(p)
-        for e in errs:
-            e.close()
-    return _read_results(tmp, "single", NRANKS)
-
-
 def run_job(contender, variants, mpiexec, args):
     """One job of a contender: fresh processes; returns the per-process results."""
     tmp = tempfile.mkdtemp(prefix="tf_train_")
+    stderr_path = os.path.join(tmp, "stderr")
     try:
         if contender == "single":
-            run_simple(_worker_cmd("single", args, tmp), _base_env(), args.timeout, contender,
-                       os.path.join(tmp, "stderr"))
-            return _read_results(tmp, "single", 1)
+            harness.run_simple(_worker_cmd("single", args, tmp), _env(), args.timeout,
+                               contender, stderr_path)
+            return harness.read_results(tmp, "single", 1)
         if contender == "unconnected":
-            return run_unconnected(args, tmp)
+            cmds = [_worker_cmd("single", args, tmp, ["--handshake", "--proc-index", str(i)])
+                    for i in range(NRANKS)]
+            harness.run_unconnected(cmds, _env(), args.timeout, tmp)
+            return harness.read_results(tmp, "single", NRANKS)
         if contender in ("mwms", "mwms_fit"):
-            ports = ",".join(str(p) for p in free_ports(NRANKS))
+            ports = ",".join(str(p) for p in harness.free_ports(NRANKS))
             extra = ["--ports", ports] + (["--mwms-fit"] if contender == "mwms_fit" else [])
             cmds = [_worker_cmd("mwms", args, tmp, extra + ["--proc-index", str(i)])
                     for i in range(NRANKS)]
-            run_pair(cmds, _base_env(), args.timeout, contender, tmp)
-            return _read_results(tmp, contender, NRANKS)
-        if contender == "commfloor":
-            cmd = [mpiexec, "-n", str(NRANKS)] + _worker_cmd("commfloor", args, tmp)
-            run_simple(cmd, _base_env(), args.timeout, contender, os.path.join(tmp, "stderr"))
-            return _read_results(tmp, "commfloor", NRANKS)
-        # fuseopt and its variants
-        cmd = [mpiexec, "-n", str(NRANKS)] + _worker_cmd("fuseopt", args, tmp)
-        run_simple(cmd, _base_env(variants.get(contender, {})), args.timeout, contender,
-                   os.path.join(tmp, "stderr"))
-        return _read_results(tmp, "fuseopt", NRANKS)
+            harness.run_pair(cmds, _env(), args.timeout, contender, tmp)
+            return harness.read_results(tmp, contender, NRANKS)
+        kind = "commfloor" if contender == "commfloor" else "fuseopt"   # or a variant
+        cmd = [mpiexec, "-n", str(NRANKS)] + _worker_cmd(kind, args, tmp)
+        harness.run_simple(cmd, _env(variants.get(contender, {})), args.timeout, contender,
+                           stderr_path)
+        return harness.read_results(tmp, kind, NRANKS)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def job_value(contender, results):
-    v = _job_step(contender, results)
-    if contender != "commfloor" and all("cpu_ms_per_step" in r for r in results):
+    med = statistics.median
+    if contender == "commfloor":
+        return {k: med(v) for k, v in results[0]["samples_ms"].items()}
+    if contender == "single":
+        v = {"step_ms": med(results[0]["samples_ms"]["step"])}
+    elif contender == "unconnected":
+        v = harness.unconnected_figures(results)
+    else:
+        v = _two_worker_step(results)
+    if all("cpu_ms_per_step" in r for r in results):
         # process CPU time (all threads) per timed step vs wall time per step
         v["cpu_ms_per_step"] = statistics.mean(r["cpu_ms_per_step"] for r in results)
         v["wall_ms_per_step"] = statistics.mean((r["t_end"] - r["t_begin"]) * 1e3 / r["timed"]
@@ -707,22 +494,10 @@ def job_value(contender, results):
     return v
 
 
-def _job_step(contender, results):
+def _two_worker_step(results):
     med = statistics.median
-    if contender == "single":
-        return {"step_ms": med(results[0]["samples_ms"]["step"])}
-    if contender == "commfloor":
-        return {k: med(v) for k, v in results[0]["samples_ms"].items()}
-    if contender == "unconnected":
-        per = [med(r["samples_ms"]["step"]) for r in results]
-        b = max(r["t_begin"] for r in results)
-        e = min(r["t_end"] for r in results)
-        span = max(r["t_end"] for r in results) - min(r["t_begin"] for r in results)
-        return {"step_ms": statistics.mean(per), "per_process_ms": per,
-                "timed_window_overlap": round(max(0.0, e - b) / span, 3) if span > 0 else None,
-                "filler_steps": [r["filler_steps"] for r in results]}
     steps = [r["samples_ms"]["step"] for r in results]
-    slowest = [max(v) for v in zip(*steps)]
+    slowest = harness.slowest(steps)
     v = {"step_ms": med(slowest), "per_rank_ms": [med(s) for s in steps],
          "max_step_ms": max(slowest), "steps_over_1s": sum(1 for x in slowest if x > 1000),
          "n_steps": len(slowest)}
@@ -744,19 +519,10 @@ def _job_step(contender, results):
 
 
 def verify(contender, results):
-    """2-worker jobs: every worker ends with the same weights."""
+    """2-worker jobs: the workers' final weights (harness.same_weights)."""
     if contender in ("single", "unconnected", "commfloor"):
         return None
-    sums = [r["checksum"] for r in results]
-    for a, b in zip(sums[0], sums[1]):
-        if abs(a - b) > 1e-6 * max(1.0, abs(a)):
-            raise JobFailed("%s: workers diverged: weight checksums %s vs %s"
-                            % (contender, sums[0], sums[1]))
-    return sums[0]
-
-
-def fmt(v, spec="%.2f"):
-    return "—" if v is None else spec % v
+    return harness.same_weights(contender, [r["checksum"] for r in results])
 
 
 def summarize(jobs, contenders):
@@ -782,12 +548,13 @@ def summarize(jobs, contenders):
     return summary
 
 
-def per_rep(jobs, c):
-    return {j["rep"]: j["values"]["step_ms"] for j in jobs if j["contender"] == c}
+def same_rep_ratios(jobs, num, den):
+    """num's step / den's step per repetition (Note [interleaving])."""
+    return harness.paired(jobs, lambda r: round(r[num]["values"]["step_ms"]
+                                                / r[den]["values"]["step_ms"], 3))
 
 
-def build_report(summary, jobs, contenders, args, mwms_fit_probe, failures=()):
-    s = summary
+def table(s, contenders, args):
     single = s.get("single", {}).get("step_ms")
     unc = s.get("unconnected", {}).get("step_ms")
     mw = s.get("mwms", {}).get("step_ms")
@@ -804,20 +571,25 @@ def build_report(summary, jobs, contenders, args, mwms_fit_probe, failures=()):
             continue
         step = s[c]["step_ms"]
         workers = 1 if c == "single" else NRANKS
-        sps = 1e3 / step * BATCH * workers
         over = step - unc if unc is not None and c not in ("single", "unconnected") else None
         eff = single / step if single is not None and c != "single" else None
-        vs_mw = (mw / step) * (workers / NRANKS) if mw is not None else None
         label = c + (" (custom strategy.run loop, not fit)" if c == "mwms" else "") \
             + (" (compute only)" if c == "unconnected" else "")
         lines.append("| %s | %.2f | %.1f | %.0f | %s | %s | %s | %s |" % (
-            label, step, 1e3 / step, sps, fmt(over),
-            fmt(eff * 100 if eff is not None else None, "%.0f%%"),
-            fmt(vs_mw, "%.2fx"), ", ".join("%.1f" % v for v in s[c]["per_rep_ms"])))
-    lines.append("| reference (earlier, this machine) | single 26, unconnected 26.5, MWMS "
-                 "130-135 | | | | | | |")
-    lines.append("")
-    verdicts, targets = [], {}
+            label, step, 1e3 / step, 1e3 / step * BATCH * workers, report.fmt(over),
+            report.fmt(eff * 100 if eff is not None else None, "%.0f%%"),
+            report.fmt((mw / step) * (workers / NRANKS) if mw is not None else None, "%.2fx"),
+            ", ".join("%.1f" % v for v in s[c]["per_rep_ms"])))
+    ref = REF["reference_ms"]
+    lines.append("| reference (earlier, this machine) | single %g, unconnected %g, MWMS %g-%g "
+                 "| | | | | | |" % (ref["single"], ref["unconnected"], *ref["mwms"]))
+    return lines + [""]
+
+
+def suspicions(s, jobs):
+    """Why the verdicts of this run may not be trustworthy, if they may not."""
+    single = s.get("single", {}).get("step_ms")
+    unc = s.get("unconnected", {}).get("step_ms")
     loads = [j["loadavg_1m_before"] for j in jobs] or [0.0]
     suspect = []
     if statistics.median(loads) > (os.cpu_count() or 2) + 0.5:
@@ -834,48 +606,53 @@ def build_report(summary, jobs, contenders, args, mwms_fit_probe, failures=()):
               and max(s[c]["per_rep_ms"]) > 1.5 * min(s[c]["per_rep_ms"])]
     if spread:
         suspect.append("per-rep step times differ by more than 1.5x for %s" % ", ".join(spread))
-    if suspect:
-        lines.append("- **CAUTION, the verdicts below are not trustworthy**: " + "; ".join(suspect)
-                     + ". Rerun on a quiet machine.")
-    targets["suspect"] = suspect
+    return suspect
+
+
+def _same_rep(paired):
+    return "same-rep ratios %s, median %.2fx" % (
+        ", ".join("%.2fx" % p for p in paired),
+        statistics.median(paired) if paired else float("nan"))
+
+
+def target_lines(s, jobs, contenders, targets, verdicts):
+    """The verdicts (plain fuseopt only); fills targets and verdicts."""
+    lines, unc, mw = [], s.get("unconnected", {}).get("step_ms"), s.get("mwms", {}).get("step_ms")
     if "fuseopt" in s and unc is not None:
-        f = s["fuseopt"]["step_ms"]
+        f, target = s["fuseopt"]["step_ms"], TARGETS["step_vs_unconnected_max"]
         ratio = f / unc
-        ok = ratio <= TARGET_STEP_VS_UNCONNECTED
-        fr, ur = per_rep(jobs, "fuseopt"), per_rep(jobs, "unconnected")
-        paired = [round(fr[r] / ur[r], 3) for r in sorted(fr) if r in ur]
+        ok = ratio <= target
+        paired = same_rep_ratios(jobs, "fuseopt", "unconnected")
         verdicts.append(ok)
         targets["fuseopt_vs_unconnected"] = {"fuseopt_ms": f, "unconnected_ms": unc,
-                                             "ratio": ratio, "target": TARGET_STEP_VS_UNCONNECTED,
-                                             "pass": ok, "paired_ratios": paired}
+                                             "ratio": ratio, "target": target, "pass": ok,
+                                             "paired_ratios": paired}
         lines.append("- **%s** target: fuseopt 2-rank fit step %.2f ms <= %.1f x unconnected "
-                     "%.2f ms = %.2f ms (ratio %.2fx; same-rep ratios %s, median %.2fx) "
-                     "-> **%s**" % (
-                         "PASS" if ok else "FAIL", f, TARGET_STEP_VS_UNCONNECTED, unc,
-                         TARGET_STEP_VS_UNCONNECTED * unc, ratio,
-                         ", ".join("%.2fx" % p for p in paired),
-                         statistics.median(paired) if paired else float("nan"),
-                         "PASS" if ok else "FAIL"))
+                     "%.2f ms = %.2f ms (ratio %.2fx; %s) -> **%s**" % (
+                         report.verdict(ok), f, target, unc, target * unc, ratio,
+                         _same_rep(paired), report.verdict(ok)))
     if "fuseopt" in s and mw is not None:
-        f = s["fuseopt"]["step_ms"]
+        f, target = s["fuseopt"]["step_ms"], TARGETS["throughput_vs_mwms_min"]
         ratio = mw / f
-        ok = ratio >= TARGET_THROUGHPUT_VS_MWMS
-        fr, mr = per_rep(jobs, "fuseopt"), per_rep(jobs, "mwms")
-        paired = [round(mr[r] / fr[r], 3) for r in sorted(fr) if r in mr]
+        ok = ratio >= target
+        paired = same_rep_ratios(jobs, "mwms", "fuseopt")
         verdicts.append(ok)
         targets["fuseopt_vs_mwms"] = {"fuseopt_ms": f, "mwms_ms": mw, "throughput_ratio": ratio,
-                                      "target": TARGET_THROUGHPUT_VS_MWMS, "pass": ok,
-                                      "paired_ratios": paired}
+                                      "target": target, "pass": ok, "paired_ratios": paired}
         lines.append("- **%s** target: fuseopt throughput / MWMS throughput = %.2fx >= %.1fx "
-                     "(MWMS %.2f ms vs fuseopt %.2f ms; same-rep ratios %s, median %.2fx) "
-                     "-> **%s**" % (
-                         "PASS" if ok else "FAIL", ratio, TARGET_THROUGHPUT_VS_MWMS, mw, f,
-                         ", ".join("%.2fx" % p for p in paired),
-                         statistics.median(paired) if paired else float("nan"),
-                         "PASS" if ok else "FAIL"))
+                     "(MWMS %.2f ms vs fuseopt %.2f ms; %s) -> **%s**" % (
+                         report.verdict(ok), ratio, target, mw, f, _same_rep(paired),
+                         report.verdict(ok)))
     if "fuseopt" in contenders and "fuseopt" not in s:
         verdicts.append(False)
         lines.append("- **FAIL** targets: no fuseopt job completed (see the failures below).")
+    return lines
+
+
+def fuseopt_notes(s, contenders, failures):
+    """Notes on the failures and on where a fuseopt step's time went."""
+    single = s.get("single", {}).get("step_ms")
+    unc = s.get("unconnected", {}).get("step_ms")
     notes = []
     for fl in failures:
         first = " ".join(fl["error"].split("--- ")[0].split())[:240]
@@ -911,10 +688,14 @@ def build_report(summary, jobs, contenders, args, mwms_fit_probe, failures=()):
                      "Keras optimizer's apply), so nothing overlaps it."
                      % ("mpi4py on this MPICH", n_params() * 4 / 1e6, cf["mpi4py_8_calls"],
                         cf["mpi4py_8_in_place"], cf["mpi4py_1_fused"], cf["fuseopt_8_async"]))
-    for c in contenders:
-        if c.startswith("fuseopt:"):
-            notes.append("%s = fuseopt with %s (reported, not judged)."
-                         % (c, " ".join("%s=%s" % kv for kv in args.variants[c].items())))
+    return notes
+
+
+def run_notes(s, jobs, contenders, args, mwms_fit_probe):
+    """Notes on the variants, the contenders' set-up and the run itself."""
+    notes = ["%s = fuseopt with %s (reported, not judged)."
+             % (c, " ".join("%s=%s" % kv for kv in args.variants[c].items()))
+             for c in contenders if c.startswith("fuseopt:")]
     if "fuseopt" in s and args.inter_op == 1:
         notes.append("inter_op=1 works with fuseopt: the blocking allreduce inside the "
                      "tf.numpy_function holds the only inter-op thread, but everything else "
@@ -944,16 +725,28 @@ def build_report(summary, jobs, contenders, args, mwms_fit_probe, failures=()):
     if ov:
         notes.append("unconnected timed-window overlap: %s." % ", ".join("%.0f%%" % (100 * o)
                                                                        for o in ov))
-    notes.append("1-minute load average when jobs started: median %.2f, max %.2f (%d cores)."
-                 % (statistics.median(loads), max(loads), os.cpu_count() or 0))
+    notes.append(report.load_note(jobs) + ".")
     fo = [j["checksums"] for j in jobs if j["contender"] == "fuseopt"]
     mc = [j["checksums"] for j in jobs if j["contender"] == "mwms"]
     if fo and mc:
         rel = abs(fo[0][1] - mc[0][1]) / max(1e-12, abs(mc[0][1]))
         notes.append("workers agree in every 2-worker job; final sum(w^2) fuseopt vs MWMS "
                      "differ by %.1e (relative): same training." % rel)
-    return "\n".join(lines + [""] + ["- " + n for n in notes]), verdicts, targets
+    return notes
 
+
+def build_report(summary, jobs, contenders, args, mwms_fit_probe, failures=()):
+    verdicts, targets = [], {}
+    lines = table(summary, contenders, args)
+    suspect = suspicions(summary, jobs)
+    if suspect:
+        lines.append("- **CAUTION, the verdicts below are not trustworthy**: " + "; ".join(suspect)
+                     + ". Rerun on a quiet machine.")
+    targets["suspect"] = suspect
+    lines += target_lines(summary, jobs, contenders, targets, verdicts)
+    notes = fuseopt_notes(summary, contenders, failures) \
+        + run_notes(summary, jobs, contenders, args, mwms_fit_probe)
+    return "\n".join(lines + [""] + ["- " + n for n in notes]), verdicts, targets
 
 
 def n_params():
@@ -969,165 +762,122 @@ def keras_version():
 
 
 def plot(summary, contenders, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = report.pyplot()
     names = [c for c in contenders if c in summary and c != "commfloor"]
-    vals = [summary[c]["step_ms"] for c in names]
-    colors = ["#999999" if n in ("single", "unconnected") else "#d62728" if n == "mwms"
-              else "#1f77b4" for n in names]
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    xs = list(range(len(names)))
-    ax.bar(xs, vals, color=colors)
-    for x, c in zip(xs, names):
-        reps = summary[c]["per_rep_ms"]
-        ax.plot([x] * len(reps), reps, "k.", ms=4)
-    for x, v in zip(xs, vals):
-        ax.text(x, v, "%.1f" % v, ha="center", va="bottom", fontsize=8)
+    report.step_bars(ax, names, [summary[c]["step_ms"] for c in names], "mwms",
+                     [summary[c]["per_rep_ms"] for c in names])
     if "unconnected" in summary:
-        t = TARGET_STEP_VS_UNCONNECTED * summary["unconnected"]["step_ms"]
+        k = TARGETS["step_vs_unconnected_max"]
+        t = k * summary["unconnected"]["step_ms"]
         ax.axhline(t, color="green", ls="--", lw=1,
-                   label="%.1f x unconnected (%.1f ms)" % (TARGET_STEP_VS_UNCONNECTED, t))
+                   label="%.1f x unconnected (%.1f ms)" % (k, t))
     if "mwms" in summary:
-        t = summary["mwms"]["step_ms"] / TARGET_THROUGHPUT_VS_MWMS
-        ax.axhline(t, color="purple", ls=":", lw=1,
-                   label="MWMS / %.1f (%.1f ms)" % (TARGET_THROUGHPUT_VS_MWMS, t))
+        k = TARGETS["throughput_vs_mwms_min"]
+        t = summary["mwms"]["step_ms"] / k
+        ax.axhline(t, color="purple", ls=":", lw=1, label="MWMS / %.1f (%.1f ms)" % (k, t))
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_xticks(xs)
     ax.set_xticklabels([n if n != "mwms" else "mwms\n(custom loop)" for n in names],
                        rotation=15, fontsize=8)
-    ax.set_ylabel("median step time (ms)")
     ax.set_title("Keras MLP 1024-2048-2048-1024-10, batch %d/worker, 2 workers "
                  "(dots: reps)" % BATCH, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def parse_variant(text):
-    name, _, assigns = text.partition(":")
-    if not name or not assigns:
-        raise SystemExit("--fuseopt-variant wants NAME:VAR=VALUE[,VAR=VALUE]: %r" % text)
-    env = {}
-    for a in assigns.split(","):
-        k, eq, v = a.partition("=")
-        if not eq or not k.strip().startswith("FUSEOPT_"):
-            raise SystemExit("bad assignment %r in --fuseopt-variant %r" % (a, text))
-        env[k.strip()] = v.strip()
-    return "fuseopt:" + name, env
+    report.save(plt, fig, path, 110)
 
 
 def _short_error(msg):
     """One line; a PerReplica value's numpy dump cut out."""
-    import re
     msg = " ".join(msg.split())
     msg = re.sub(r"numpy= ?array\(.*?\)>", "numpy=...>", msg)
     return msg[:300]
 
 
+def probe_mwms_fit(args, mpiexec):
+    """Runs model.fit under MWMS once: (what happened, in a line; the raw results)."""
+    sys.stderr.write("[probe] MWMS model.fit ... ")
+    sys.stderr.flush()
+    t0 = time.perf_counter()
+    raw = None
+    try:
+        raw = run_job("mwms_fit", {}, mpiexec, args)
+        r = raw[0]
+        said = ("model.fit succeeded" if r["fit_ok"] else
+                "model.fit raised %s: %s" % (r["error_type"], _short_error(r["error"])))
+    except harness.JobFailed as e:
+        said = "the probe job itself failed: %s" % " ".join(str(e).split())[:300]
+    sys.stderr.write("%.1f s: %s\n" % (time.perf_counter() - t0, said[:200]))
+    return said, raw
+
+
+def run_one(c, rep, pos, args, mpiexec, jobs, failures):
+    """One job; to jobs, or to failures (a hang is a result too: the other jobs go on)."""
+    load = os.getloadavg()[0]
+    sys.stderr.write("[rep %d/%d] %-14s (load %.2f) ... " % (rep + 1, args.reps, c, load))
+    sys.stderr.flush()
+    t0 = time.perf_counter()
+    try:
+        results = run_job(c, args.variants, mpiexec, args)
+        values = job_value(c, results)
+        checks = verify(c, results)
+    except harness.JobFailed as e:
+        wall = time.perf_counter() - t0
+        sys.stderr.write("FAILED after %.1f s\n%s\n" % (wall, str(e)[-3000:]))
+        failures.append({"rep": rep, "position": pos, "contender": c, "wall_s": round(wall, 1),
+                         "loadavg_1m_before": load, "error": str(e)[-6000:]})
+        return
+    wall = time.perf_counter() - t0
+    if c == "commfloor":
+        said = ", ".join("%s %.2f ms" % kv for kv in values.items())
+    else:
+        said = "%.2f ms" % values["step_ms"]
+        if "phases_ms" in values:
+            ph = values["phases_ms"]
+            said += " (pre %.1f / allreduce %.1f [skew %.1f + transfer %.1f] / post %.1f)" % (
+                ph["pre"], ph["comm"], ph.get("skew", float("nan")),
+                ph.get("transfer", float("nan")), ph["post"])
+    sys.stderr.write("%.1f s: %s\n" % (wall, said))
+    jobs.append({"rep": rep, "position": pos, "contender": c, "quick": args.quick,
+                 "env": args.variants.get(c, {}), "wall_s": round(wall, 2),
+                 "loadavg_1m_before": load, "loadavg_1m_after": os.getloadavg()[0],
+                 "values": values, "checksums": checks, "results": results})
+
+
 def driver_main(args):
-    mpiexec = find_mpiexec()
+    mpiexec = harness.find_mpiexec()
     os.makedirs(args.out, exist_ok=True)
-    base = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    for c in base:
-        if c not in BASE_CONTENDERS:
-            raise SystemExit("unknown contender %r (choose from %s)"
-                             % (c, ", ".join(BASE_CONTENDERS)))
-    args.variants = dict(parse_variant(v) for v in args.fuseopt_variant)
+    base = harness.parse_contenders(args.contenders, BASE_CONTENDERS)
+    args.variants = harness.parse_variants(args.fuseopt_variant,
+                                           lambda k: k.startswith("FUSEOPT_"))
     contenders = base + list(args.variants) + (["commfloor"] if args.comm_floor else [])
-    rng = random.Random(args.seed)
     started = time.time()
     sys.stderr.write("mpiexec: %s; %d reps x %s; quick=%s; inter_op=%d\n"
                      % (mpiexec, args.reps, contenders, args.quick, args.inter_op))
-    mwms_fit_probe, probe_raw = None, None
+    probe = (None, None)
     if args.probe_mwms_fit and "mwms" in base:
-        sys.stderr.write("[probe] MWMS model.fit ... ")
-        sys.stderr.flush()
-        t0 = time.perf_counter()
-        try:
-            probe_raw = run_job("mwms_fit", {}, mpiexec, args)
-            r = probe_raw[0]
-            mwms_fit_probe = ("model.fit succeeded" if r["fit_ok"] else
-                              "model.fit raised %s: %s" % (r["error_type"],
-                                                          _short_error(r["error"])))
-        except JobFailed as e:
-            mwms_fit_probe = "the probe job itself failed: %s" % " ".join(str(e).split())[:300]
-        sys.stderr.write("%.1f s: %s\n" % (time.perf_counter() - t0, mwms_fit_probe[:200]))
+        probe = probe_mwms_fit(args, mpiexec)
     jobs, failures = [], []
-    for rep in range(args.reps):
-        order = list(contenders)
-        rng.shuffle(order)
-        for pos, c in enumerate(order):
-            load = os.getloadavg()[0]
-            sys.stderr.write("[rep %d/%d] %-14s (load %.2f) ... " % (rep + 1, args.reps, c, load))
-            sys.stderr.flush()
-            t0 = time.perf_counter()
-            try:
-                results = run_job(c, args.variants, mpiexec, args)
-                values = job_value(c, results)
-                checks = verify(c, results)
-            except JobFailed as e:
-                # Recorded and reported; the other jobs go on (a hang is a result too).
-                wall = time.perf_counter() - t0
-                sys.stderr.write("FAILED after %.1f s\n%s\n" % (wall, str(e)[-3000:]))
-                failures.append({"rep": rep, "position": pos, "contender": c,
-                                 "wall_s": round(wall, 1), "loadavg_1m_before": load,
-                                 "error": str(e)[-6000:]})
-                continue
-            wall = time.perf_counter() - t0
-            extra = ""
-            if "phases_ms" in values:
-                ph = values["phases_ms"]
-                extra = " (pre %.1f / allreduce %.1f [skew %.1f + transfer %.1f] / post %.1f)" % (
-                    ph["pre"], ph["comm"], ph.get("skew", float("nan")),
-                    ph.get("transfer", float("nan")), ph["post"])
-            if c == "commfloor":
-                sys.stderr.write("%.1f s: %s\n" % (wall, ", ".join(
-                    "%s %.2f ms" % kv for kv in values.items())))
-            else:
-                sys.stderr.write("%.1f s: %.2f ms%s\n" % (wall, values["step_ms"], extra))
-            jobs.append({"rep": rep, "position": pos, "contender": c, "quick": args.quick,
-                         "env": args.variants.get(c, {}), "wall_s": round(wall, 2),
-                         "loadavg_1m_before": load, "loadavg_1m_after": os.getloadavg()[0],
-                         "values": values, "checksums": checks, "results": results})
-
-    meta = {
-        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
-        "started": datetime.datetime.fromtimestamp(started).isoformat(timespec="seconds"),
-        "duration_s": round(time.time() - started, 1), "mpiexec": mpiexec, "workers": NRANKS,
-        "reps": args.reps, "quick": args.quick, "seed": args.seed, "steps": steps_for(args.quick),
-        "batch_per_worker": BATCH, "lr": LR, "dims": DIMS, "params": n_params(),
-        "inter_op": args.inter_op, "intra_op": 1, "mwms_impl": args.mwms_impl,
-        "mwms_mode": "custom loop (tf.function + strategy.run), not model.fit",
-        "contenders": contenders, "variants": args.variants,
-        "python": sys.version.split()[0], "platform": platform.platform(),
-        "cpus": os.cpu_count(), "reference_ms": REFERENCE,
-    }
+    for rep, pos, c in harness.interleaved(contenders, args.reps, args.seed):
+        run_one(c, rep, pos, args, mpiexec, jobs, failures)
+    meta = report.run_meta(
+        args, started, mpiexec, workers=NRANKS, steps=steps_for(args.quick),
+        batch_per_worker=BATCH, lr=LR, dims=DIMS, params=n_params(), inter_op=args.inter_op,
+        intra_op=1, mwms_impl=args.mwms_impl,
+        mwms_mode="custom loop (tf.function + strategy.run), not model.fit",
+        contenders=contenders, variants=args.variants, reference_ms=REF["reference_ms"])
     return write_outputs(args, meta, contenders, jobs, failures,
-                         {"summary": mwms_fit_probe, "results": probe_raw})
+                         {"summary": probe[0], "results": probe[1]})
 
 
 def write_outputs(args, meta, contenders, jobs, failures, probe):
     summary = summarize(jobs, contenders)
-    report, verdicts, targets = build_report(summary, jobs, contenders, args, probe["summary"],
-                                             failures)
-    with open(os.path.join(args.out, "tf_train.json"), "w") as f:
-        json.dump({"meta": meta, "summary": summary, "targets": targets, "failures": failures,
-                   "mwms_fit_probe": probe, "table_markdown": report, "jobs": jobs}, f,
-                  separators=(",", ":"))
-        f.write("\n")
-    plot(summary, contenders, os.path.join(args.out, "tf_train.png"))
-    with open(os.path.join(args.out, "tf_train.md"), "w") as f:
-        f.write("# Keras training-step benchmark\n\n`%s` (%s, %d reps, %.0f s)\n\n%s\n"
-                % (meta["command"], meta["started"], meta["reps"], meta["duration_s"], report))
-    print(report)
-    print()
-    print("Wrote %s, %s, %s" % tuple(os.path.join(args.out, n) for n in
-                                     ("tf_train.json", "tf_train.png", "tf_train.md")))
-    fails = sum(1 for ok in verdicts if not ok)
-    print("%d target(s) passed, %d failed%s" % (len(verdicts) - fails, fails,
-                                                " (CAUTION: suspect run, see above)"
-                                                if targets.get("suspect") else ""))
+    text, verdicts, targets = build_report(summary, jobs, contenders, args, probe["summary"],
+                                           failures)
+    paths = report.write_outputs(
+        args.out, "tf_train", "Keras training-step benchmark",
+        {"meta": meta, "summary": summary, "targets": targets, "failures": failures,
+         "mwms_fit_probe": probe, "table_markdown": text, "jobs": jobs}, text,
+        lambda path: plot(summary, contenders, path))
+    fails = report.print_outcome(text, paths, verdicts, " (CAUTION: suspect run, see above)"
+                                 if targets.get("suspect") else "")
     return 1 if (args.strict and fails) else 0
 
 
@@ -1152,12 +902,7 @@ def rerender_main(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer timed steps (20 instead of 40)")
-    p.add_argument("--reps", type=int, default=3, help="jobs per contender (interleaved)")
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                 "results"))
-    p.add_argument("--timeout", type=float, default=300, help="seconds per job")
-    p.add_argument("--contenders", default=",".join(BASE_CONTENDERS))
+    harness.add_common_args(p, "fewer timed steps (20 instead of 40)", 300, BASE_CONTENDERS)
     p.add_argument("--inter-op", type=int, default=1, help="inter-op threads per process")
     p.add_argument("--mwms-impl", default="RING", choices=("RING", "AUTO"))
     p.add_argument("--probe-mwms-fit", dest="probe_mwms_fit", action="store_true",
@@ -1168,16 +913,9 @@ def main(argv=None):
                    help="skip the allreduce-only job (raw MPI vs fuseopt, no TF) per rep")
     p.add_argument("--fuseopt-variant", action="append", default=[],
                    help="NAME:FUSEOPT_VAR=VALUE[,...]: an extra fuseopt contender")
-    p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
-    p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
     p.add_argument("--rerender", metavar="JSON",
                    help="rebuild the report and files from a saved tf_train.json (no jobs)")
-    # Worker-only flags.
-    p.add_argument("--worker", choices=("single", "fuseopt", "mwms", "commfloor"),
-                   help=argparse.SUPPRESS)
-    p.add_argument("--result-dir", help=argparse.SUPPRESS)
-    p.add_argument("--handshake", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--proc-index", type=int, default=0, help=argparse.SUPPRESS)
+    harness.add_worker_args(p, ("single", "fuseopt", "mwms", "commfloor"))
     p.add_argument("--ports", help=argparse.SUPPRESS)
     p.add_argument("--mwms-fit", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -1,0 +1,442 @@
+"""What the benchmark drivers share: starting jobs and killing them whole, the start
+handshake of unconnected processes, reading results, waiting for a quiet machine, and
+the notes on method that the scripts refer to by name.
+
+Note [interleaving]: the machine is noisy (slow spells of tens of seconds), so every
+repetition runs each contender once, in an order shuffled afresh per repetition. Jobs
+next to each other in time are compared (a paired figure is same-repetition), and the
+tables report medians over repetitions.
+
+Note [one job]: a job is a fresh set of processes (the script itself with ``--worker``),
+each started in a process group of its own, so that a job that hangs or times out is
+killed whole: mpiexec and the ranks it started.
+
+Note [unconnected]: the compute-only baseline for 2 ranks is 2 independent processes (no
+MPI) started together. Per round (a model) each says READY once set up, the driver says
+GO when both have; after its timed steps each says DONE and keeps training until the
+driver says STOP, which it does once both are done. So every timed step ran with both
+cores busy, as in a 2-rank job. The job's figure is the mean of the two medians.
+
+Note [slowest rank]: a 2-rank job's figure per step (iteration) is the slower rank's
+time (conservative: it includes any skew between the ranks); the job's figure is the
+median over steps.
+
+Note [settle]: other processes share this machine. Before a job the driver may wait
+until the machine is idle, and it measures the CPU that processes other than its own
+used during the job: such a job measured them, not us.
+"""
+import argparse
+import contextlib
+import json
+import os
+import queue
+import random
+import select
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+READY, DONE = "@@BENCH_READY@@", "@@BENCH_DONE@@"
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+class JobFailed(RuntimeError):
+    """A job failed, timed out or gave wrong results; the message says how."""
+
+
+# ---- worker side -----------------------------------------------------------------------
+
+def say(msg):
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
+
+
+def fuseopt_env():
+    return {k: v for k, v in os.environ.items() if k.startswith("FUSEOPT_")}
+
+
+def write_result(result_dir, kind, rank, out):
+    with open(os.path.join(result_dir, "%s.%d.json" % (kind, rank)), "w") as f:
+        json.dump(out, f)
+
+
+class Handshake:
+    """A worker's side of Note [unconnected]. Reads fd 0 unbuffered (select() must see
+    what is still unread)."""
+
+    def __init__(self, timeout):
+        self.timeout, self.buf, self.deadline = timeout, b"", None
+
+    def _line(self, timeout):
+        """A line if one arrives within timeout seconds, else None."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            r, _, _ = select.select([0], [], [], max(0.0, deadline - time.monotonic()))
+            if not r:
+                return None
+            chunk = os.read(0, 4096)
+            if not chunk:
+                raise SystemExit("driver closed stdin")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode().strip()
+
+    def ready(self, round_name=""):
+        """Says READY, returns at GO."""
+        say(READY + round_name)
+        line = self._line(self.timeout)
+        if line != "GO":
+            raise SystemExit("expected 'GO' from the driver, got %r" % line)
+
+    def done(self, round_name=""):
+        say(DONE + round_name)
+        self.deadline = time.monotonic() + self.timeout
+
+    def stopped(self):
+        """True once the driver said STOP; until then the caller keeps its core busy."""
+        line = self._line(0)
+        if line == "STOP":
+            return True
+        if line is not None:
+            raise SystemExit("unexpected %r from the driver" % line)
+        if time.monotonic() > self.deadline:
+            raise SystemExit("no STOP from the driver")
+        return False
+
+
+# ---- driver side: processes ------------------------------------------------------------
+
+def find_mpiexec():
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if os.path.isfile(here) and os.access(here, os.X_OK):
+        return here
+    found = shutil.which("mpiexec")
+    if not found:
+        raise SystemExit("mpiexec not found next to %s nor on PATH" % sys.executable)
+    return found
+
+
+def free_ports(n):
+    """n distinct free ports on 127.0.0.1 (all bound at once, then released)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def base_env(extra=None, drop=()):
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    for k in drop:
+        env.pop(k, None)
+    env.update(extra or {})
+    return env
+
+
+def kill_group(proc):
+    """Note [one job]: the job's whole process group, politely first."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def tail(path, n=4000):
+    """The last n characters of a file (all of it if n is None), "" if it is unreadable."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:] if n else f.read()
+    except OSError:
+        return ""
+
+
+def read_results(result_dir, kind, n):
+    """The result files <kind>.<rank>.json of ranks 0..n-1 (see write_result)."""
+    outs = []
+    for r in range(n):
+        path = os.path.join(result_dir, "%s.%d.json" % (kind, r))
+        if not os.path.exists(path):
+            raise JobFailed("missing result file %s" % path)
+        with open(path) as f:
+            outs.append(json.load(f))
+    return outs
+
+
+def run_simple(cmd, env, timeout, label, stderr_path):
+    """Runs one command (Note [one job]); its stdout, or JobFailed on error or timeout."""
+    with open(stderr_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                start_new_session=True)
+        try:
+            stdout, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            raise JobFailed("%s timed out after %.0f s: %s\n--- stderr ---\n%s"
+                            % (label, timeout, " ".join(cmd), tail(stderr_path)))
+    if proc.returncode != 0:
+        raise JobFailed("%s failed (exit %s): %s\n--- stdout ---\n%s\n--- stderr ---\n%s"
+                        % (label, proc.returncode, " ".join(cmd), stdout[-2000:],
+                           tail(stderr_path)))
+    return stdout
+
+
+@contextlib.contextmanager
+def started(cmds, env, tmp, label, talk=False):
+    """Starts the commands together (Note [one job]), stderr to tmp/<label>.<i>.stderr,
+    with stdin and stdout as text pipes if talk; kills what still runs at the end."""
+    procs, errs = [], []
+    pipes = (dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+             if talk else dict(stdout=subprocess.DEVNULL))
+    try:
+        for i, cmd in enumerate(cmds):
+            errs.append(open(os.path.join(tmp, "%s.%d.stderr" % (label, i)), "w"))
+            procs.append(subprocess.Popen(cmd, stderr=errs[-1], env=env,
+                                          start_new_session=True, **pipes))
+        yield procs, errs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                kill_group(p)
+        for e in errs:
+            e.close()
+
+
+def run_pair(cmds, env, timeout, label, tmp, grace=20.0):
+    """Processes started together that find each other themselves. If one fails, the
+    others get `grace` seconds, then are killed. Raises JobFailed."""
+    with started(cmds, env, tmp, label) as (procs, errs):
+        deadline = time.monotonic() + timeout
+        failed_at = None
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+                failed_at = now
+            if now > deadline or (failed_at is not None and now > failed_at + grace):
+                break
+            time.sleep(0.05)
+        problems = []
+        for i, p in enumerate(procs):
+            if p.poll() is None:
+                kill_group(p)
+                problems.append("process %d killed (%s)" % (
+                    i, "timeout %.0f s" % timeout if failed_at is None else "peer failed"))
+            elif p.returncode != 0:
+                problems.append("process %d exit %s" % (i, p.returncode))
+        if problems:
+            raise JobFailed("%s: %s\n%s" % (label, "; ".join(problems), "\n".join(
+                "--- process %d stderr ---\n%s" % (i, tail(e.name)) for i, e in enumerate(errs))))
+
+
+def _line_queue(stream):
+    q = queue.Queue()
+    threading.Thread(target=lambda: [q.put(line.strip()) for line in stream] + [q.put(None)],
+                     daemon=True).start()
+    return q
+
+
+def run_unconnected(cmds, env, timeout, tmp, rounds=("",)):
+    """The driver's side of Note [unconnected], one round per name in rounds. Raises
+    JobFailed."""
+    with started(cmds, env, tmp, "unconnected", talk=True) as (procs, errs):
+        lines = [_line_queue(p.stdout) for p in procs]
+        deadline = time.monotonic() + timeout
+
+        def expect(word):
+            for i, q in enumerate(lines):
+                try:
+                    line = q.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise JobFailed("unconnected process %d: timed out waiting for %r"
+                                    % (i, word))
+                if line != word:
+                    raise JobFailed("unconnected process %d: expected %r, got %r\n"
+                                    "--- stderr ---\n%s" % (i, word, line, tail(errs[i].name)))
+
+        def send(word):
+            for p in procs:
+                p.stdin.write(word + "\n")
+                p.stdin.flush()
+
+        for name in rounds:
+            expect(READY + name)
+            send("GO")
+            expect(DONE + name)
+            send("STOP")
+        for p in procs:
+            p.stdin.close()
+        for i, p in enumerate(procs):
+            try:
+                rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise JobFailed("unconnected process %d did not exit" % i)
+            if rc != 0:
+                raise JobFailed("unconnected process %d failed (exit %s)\n--- stderr ---\n%s"
+                                % (i, rc, tail(errs[i].name)))
+
+
+# ---- driver side: the machine (Note [settle]) ------------------------------------------
+
+def _cpu_times():
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    return sum(vals), vals[3] + vals[4]   # total, idle + iowait
+
+
+def settle(max_wait_s, idle_needed=0.9, window_s=1.0):
+    """Waits (up to max_wait_s) until the machine is >= idle_needed idle over a window.
+    Returns (idle fraction seen, seconds waited)."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            a = _cpu_times()
+            time.sleep(window_s)
+            b = _cpu_times()
+        except OSError:
+            return None, 0.0
+        idle = (b[1] - a[1]) / max(1, b[0] - a[0])
+        waited = time.monotonic() - t0
+        if idle >= idle_needed or waited >= max_wait_s:
+            return idle, waited
+
+
+def _own_cpu_s():
+    import resource
+    a = resource.getrusage(resource.RUSAGE_SELF)
+    b = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+class ForeignCpu:
+    """From its creation: the wall time, and the mean cores used by processes other than
+    the driver and its children."""
+
+    def __init__(self):
+        try:
+            self.stat0 = _cpu_times()
+        except OSError:
+            self.stat0 = None
+        self.ours0 = _own_cpu_s()
+        self.t0 = time.perf_counter()
+
+    def cores(self):
+        """(wall seconds, foreign cores or None)."""
+        wall = time.perf_counter() - self.t0
+        if self.stat0 is None or wall <= 0:
+            return wall, None
+        stat1 = _cpu_times()
+        busy_s = ((stat1[0] - self.stat0[0]) - (stat1[1] - self.stat0[1])) \
+            / os.sysconf("SC_CLK_TCK")
+        return wall, max(0.0, busy_s - (_own_cpu_s() - self.ours0)) / wall
+
+
+# ---- driver side: the run --------------------------------------------------------------
+
+def parse_contenders(text, known):
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    for c in names:
+        if c not in known:
+            raise SystemExit("unknown contender %r (choose from %s)" % (c, ", ".join(known)))
+    return names
+
+
+def parse_variants(texts, key_ok):
+    """{"fuseopt:NAME": {VAR: VALUE}} from --fuseopt-variant NAME:VAR=VALUE[,VAR=VALUE]."""
+    variants = {}
+    for text in texts:
+        name, _, assigns = text.partition(":")
+        if not name or not assigns:
+            raise SystemExit("--fuseopt-variant wants NAME:VAR=VALUE[,VAR=VALUE]: %r" % text)
+        env = {}
+        for a in assigns.split(","):
+            k, eq, v = a.partition("=")
+            if not eq or not key_ok(k.strip()):
+                raise SystemExit("bad assignment %r in --fuseopt-variant %r" % (a, text))
+            env[k.strip()] = v.strip()
+        variants["fuseopt:" + name] = env
+    return variants
+
+
+def interleaved(contenders, reps, seed):
+    """(rep, position, contender) for every job, in Note [interleaving]'s order."""
+    rng = random.Random(seed)
+    for rep in range(reps):
+        order = list(contenders)
+        rng.shuffle(order)
+        for pos, c in enumerate(order):
+            yield rep, pos, c
+
+
+def add_common_args(p, quick_help, timeout, contenders):
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    p.add_argument("--reps", type=int, default=3, help="jobs per contender (interleaved)")
+    p.add_argument("--out", default=RESULTS)
+    p.add_argument("--timeout", type=float, default=timeout, help="seconds per job")
+    p.add_argument("--contenders", default=",".join(contenders))
+    p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
+    p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
+
+
+def add_worker_args(p, kinds):
+    """The flags a driver passes to its workers (hidden from --help)."""
+    p.add_argument("--worker", choices=kinds, help=argparse.SUPPRESS)
+    p.add_argument("--result-dir", help=argparse.SUPPRESS)
+    p.add_argument("--handshake", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--proc-index", type=int, default=0, help=argparse.SUPPRESS)
+
+
+# ---- job figures -----------------------------------------------------------------------
+
+def slowest(per_rank):
+    """Per step, the slowest rank's time (Note [slowest rank])."""
+    return [max(v) for v in zip(*per_rank)]
+
+
+def unconnected_figures(recs):
+    """An unconnected job's figure (Note [unconnected]), and how much the two processes'
+    timed windows overlapped."""
+    per = [statistics.median(r["samples_ms"]["step"]) for r in recs]
+    b = max(r["t_begin"] for r in recs)
+    e = min(r["t_end"] for r in recs)
+    span = max(r["t_end"] for r in recs) - min(r["t_begin"] for r in recs)
+    return {"step_ms": statistics.mean(per), "per_process_ms": per,
+            "timed_window_overlap": round(max(0.0, e - b) / span, 3) if span > 0 else None,
+            "filler_steps": [r["filler_steps"] for r in recs]}
+
+
+def same_weights(label, sums):
+    """2-rank jobs: every rank must end with the same weights (gradients averaged)."""
+    for a, b in zip(sums[0], sums[1]):
+        if abs(a - b) > 1e-6 * max(1.0, abs(a)):
+            raise JobFailed("%s: ranks diverged: weight checksums %s vs %s"
+                            % (label, sums[0], sums[1]))
+    return sums[0]
+
+
+def paired(jobs, figure, keep=lambda job: True):
+    """figure(the repetition's jobs by contender) for each repetition, in order (Note
+    [interleaving]); a repetition that lacks a job figure() needs (KeyError) is left out."""
+    by_rep = {}
+    for job in jobs:
+        if keep(job):
+            by_rep.setdefault(job["rep"], {})[job["contender"]] = job
+    out = []
+    for rep in sorted(by_rep):
+        try:
+            out.append(figure(by_rep[rep]))
+        except KeyError:
+            continue
+    return out
