@@ -1,0 +1,112 @@
+"""The Python core's imports point one way (docs/design.md, "Layers"): every
+module sits in one layer and imports only from its own layer or below, and
+no set of modules imports itself in a circle (function-level imports
+included: a cycle hidden inside a function is still a cycle)."""
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE = os.path.join(ROOT, "fuseopt")
+
+# Bottom to top. A module not listed here fails the test: place it.
+LAYERS = [
+    ("base", ["_native", "_version", "_build", "errors", "_launch_notes", "launch_records",
+              "log", "metrics_math", "dtypes", "arguments", "config", "horovod_env", "devices"]),
+    ("world", ["world", "_peer_watch"]),
+    ("requests", ["handles", "requests", "process_sets"]),
+    ("operations", ["ops", "objects", "naming", "timeline", "overlap", "compression", "buckets",
+                    "local_sgd", "optimizer_args", "checkpoint", "capabilities"]),
+    ("lifecycle", ["runtime"]),
+    ("package", ["__init__"]),
+    ("bindings", ["torch", "tensorflow"]),
+    ("tools", ["launcher", "cli", "__main__", "timeline_summary", "timeline_plot"]),
+]
+LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
+
+
+def modules():
+    out = {}
+    for dirpath, _, files in os.walk(PACKAGE):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                out[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = path
+    return out
+
+
+def imported(module, path, known):
+    """fuseopt modules that ``module`` imports (outside TYPE_CHECKING blocks)."""
+    tree = ast.parse(open(path).read())
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            subs = [base + "." + a.name for a in node.names if base + "." + a.name in known]
+            compiled = all(a.name == "_fuseopt_cffi" for a in node.names)  # the extension
+            found.update(subs or ([base] if base in known and not compiled else []))
+    return found - {module}
+
+
+def graph():
+    known = modules()
+    return {m: imported(m, p, known) for m, p in known.items()}
+
+
+def layer(module):
+    parts = module.split(".")
+    return LAYER_OF[parts[1] if len(parts) > 1 else "__init__"]
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in modules() if m != "fuseopt" and m.split(".")[1] not in LAYER_OF]
+    assert not unplaced, "add these to LAYERS (and docs/design.md): %s" % unplaced
+
+
+def test_imports_point_down():
+    upward = ["%s -> %s" % (m, t) for m, targets in graph().items() for t in targets
+              if t != "fuseopt" and m != "fuseopt" and layer(t) > layer(m)]
+    assert not upward, upward
+
+
+def test_no_import_cycle():
+    g = graph()
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in g:
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
