@@ -20,25 +20,8 @@
 
 #include "device_backend.h"
 #include "device_free.h"
-#include "mpi_world.h"
 
 namespace fuseopt {
-
-// What a device backend needs to bootstrap itself.
-struct DeviceSetup {
-  int device_id = 0;
-  Backend* host = nullptr;         // MPI over all ranks: broadcasts, agreement
-  const MpiWorld* world = nullptr; // topology and node communicators
-  bool hierarchical = false;       // FUSEOPT_HIERARCHICAL_ALLREDUCE
-};
-
-// A backend whose library is loaded but which is not yet connected.
-class DeviceBackendFactory {
- public:
-  virtual ~DeviceBackendFactory() = default;
-  // Collective: creates the communicator; returns the ready backend.
-  virtual std::unique_ptr<DeviceBackend> connect(const DeviceSetup& setup) = 0;
-};
 
 using OpenFn = std::unique_ptr<DeviceBackendFactory> (*)();
 

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <future>
 #include <map>
 #include <memory>
@@ -16,6 +15,7 @@
 
 #include "entry.h"
 #include "handle_table.h"
+#include "inbox.h"
 #include "metrics.h"
 #include "process_set_table.h"
 #include "timeline.h"
@@ -23,23 +23,6 @@
 namespace fuseopt {
 
 class Loop;
-
-// What the framework threads and the loop thread share, under one mutex.
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable wake;
-  std::deque<Entry> queue;
-  std::atomic<uint64_t> enqueued{0};         // count ever queued; read without mu
-  uint64_t calls = 0;                         // enqueue calls ever made (one per batch)
-  bool shutdown_requested = false;
-  bool loop_waiting = false;                  // enqueue signals only if true
-  bool stopped = false;                       // the loop thread has exited
-  Outcome stop_reason;                        // why enqueue now fails
-  std::atomic<bool> aborted{false};           // see Context::abort; read without mu
-  // A framework thread was told that the runtime stopped (an enqueue or a
-  // wait failed since): it is not stuck outside fuseopt.
-  bool error_delivered = false;
-};
 
 // fuseopt_cancel_init: what a waiting or later fuseopt_init fails with.
 void cancel_init(const Outcome& reason);

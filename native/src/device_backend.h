@@ -15,10 +15,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "backend.h"
 
 namespace fuseopt {
+
+class MpiWorld;
 
 class DeviceBackend : public Backend {
  public:
@@ -71,6 +75,22 @@ class DeviceBackend : public Backend {
  private:
   void* fusion_ = nullptr;
   int64_t fusion_bytes_ = 0;
+};
+
+// What a device backend needs to bootstrap itself.
+struct DeviceSetup {
+  int device_id = 0;
+  Backend* host = nullptr;         // MPI over all ranks: broadcasts, agreement
+  const MpiWorld* world = nullptr; // topology and node communicators
+  bool hierarchical = false;       // FUSEOPT_HIERARCHICAL_ALLREDUCE
+};
+
+// A backend whose library is loaded but which is not yet connected.
+class DeviceBackendFactory {
+ public:
+  virtual ~DeviceBackendFactory() = default;
+  // Collective: creates the communicator; returns the ready backend.
+  virtual std::unique_ptr<DeviceBackend> connect(const DeviceSetup& setup) = 0;
 };
 
 // Everyone learns whether any rank failed a local step (loading a library,

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "dtype.h"
+#include "mpi_world.h"
 
 namespace fuseopt {
 namespace {

@@ -18,7 +18,8 @@
 #include <vector>
 
 #include "backend_registry.h"
-#include "executor.h"
+#include "handle_table.h"
+#include "work.h"
 
 namespace fuseopt {
 

@@ -39,8 +39,6 @@ std::string fusion_key(const TensorSpec& s) {
 
 }  // namespace
 
-int64_t tensor_bytes(const TensorSpec& s) { return s.num_elements() * dtype_size(s.dtype); }
-
 double Executor::postscale_of(const TensorSpec& spec) const {
   // Integer averages divide exactly afterwards (finish_average) instead.
   return spec.reduce_op == FUSEOPT_AVERAGE && is_floating(spec.dtype) ? spec.postscale / size_

@@ -20,36 +20,12 @@
 #include "handle_table.h"
 #include "metrics.h"
 #include "timeline.h"
+#include "work.h"
 
 namespace fuseopt {
 
 class DeviceExecutor;
 class MpiWorld;
-
-// One response paired with this rank's entry (nullptr when joined).
-struct Work {
-  Response response;
-  Entry* entry = nullptr;
-};
-
-// Bytes of one tensor of this spec.
-int64_t tensor_bytes(const TensorSpec& spec);
-
-// A bucket's tensors laid end to end in a fusion buffer: calls place(work,
-// byte offset) for each, in order, and returns the bytes of all.
-template <typename Place>
-int64_t lay_out(const std::vector<Work*>& bucket, Place place) {
-  int64_t offset = 0;
-  for (Work* w : bucket) {
-    place(*w, offset);
-    offset += tensor_bytes(w->response.spec);
-  }
-  return offset;
-}
-
-inline int64_t bucket_bytes(const std::vector<Work*>& bucket) {
-  return lay_out(bucket, [](Work&, int64_t) {});
-}
 
 class Executor {
  public:

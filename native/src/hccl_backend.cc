@@ -11,8 +11,10 @@
 #include <string>
 
 #include "common.h"
+#include "device_free.h"
 #include "dynlib.h"
 #include "log.h"
+#include "mpi_world.h"
 #include "hccl_api.h"
 #include "polite_wait.h"
 

@@ -36,10 +36,11 @@
 #include <vector>
 
 #include "autotune.h"
-#include "context.h"
 #include "control_plane.h"
 #include "coordinator.h"
 #include "executor.h"
+#include "handle_table.h"
+#include "inbox.h"
 #include "metrics.h"
 #include "mpi_backend.h"
 #include "mpi_world.h"

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "dtype.h"
 #include "log.h"
+#include "mpi_world.h"
 #include "nccl_api.h"
 #include "polite_wait.h"
 

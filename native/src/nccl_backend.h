@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "backend_registry.h"
+#include "device_backend.h"
 
 namespace fuseopt {
 
