@@ -4,27 +4,20 @@
 #include <thread>
 
 #include "common.h"
+#include "poll_schedule.h"
 
 namespace fuseopt {
-namespace {
-// Peers usually post their part of a round within microseconds of us; a
-// short spin catches that without a sleep's wake-up latency.
-constexpr int kSpinMicros = 30;
-}  // namespace
 
 void ControlPlane::and_round(std::vector<uint64_t>* words, const PauseFn& pause) {
   MPI_Request request;
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, words->data(), static_cast<int>(words->size()),
                            MPI_UINT64_T, MPI_BAND, world_.comm(), &request),
             "MPI_Iallreduce(negotiation)");
-  // Poll: spin briefly (peers are usually right behind us), then sleep with
-  // exponential backoff so that waiting for a slow rank costs next to no CPU.
+  // See Note [Poll schedule].
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  auto sleep = std::chrono::microseconds(5);
-  const auto max_sleep_short = std::chrono::microseconds(200);
-  const auto max_sleep_long = std::chrono::microseconds(2000);
-  auto spin_until = start + std::chrono::microseconds(kSpinMicros);
+  auto sleep = kRoundFirstPause;
+  auto spin_until = start + kRoundSpin;
   auto active_since = start;
   for (;;) {
     int done = 0;
@@ -39,14 +32,14 @@ void ControlPlane::and_round(std::vector<uint64_t>* words, const PauseFn& pause)
       new std::vector<uint64_t>(std::move(*words));
       throw Error(FUSEOPT_RANK_FAILED, "negotiation round abandoned");
     }
-    if (how == Pause::kWoken) {  // local activity: the others are likely close
-      sleep = std::chrono::microseconds(5);
+    if (how == Pause::kWoken) {
+      sleep = kRoundFirstPause;
       active_since = clock::now();
-      spin_until = active_since + std::chrono::microseconds(kSpinMicros);
+      spin_until = active_since + kRoundSpin;
       continue;
     }
-    const bool long_wait = clock::now() - active_since > std::chrono::milliseconds(20);
-    const auto cap = long_wait ? max_sleep_long : max_sleep_short;
+    const bool long_wait = clock::now() - active_since > kRoundLongWait;
+    const auto cap = long_wait ? kRoundMaxPauseLong : kRoundMaxPause;
     sleep = std::min(cap, sleep * 2);
   }
 }

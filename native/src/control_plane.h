@@ -1,11 +1,9 @@
 // The negotiation channel between ranks, over MPI.
 //
-// A *round* is one bitwise-AND allreduce of a small word vector (see
-// negotiator.h for its layout). It is posted non-blocking and then polled
-// with a growing sleep, because MPICH's blocking calls busy-poll a core, and
-// the loop thread must not steal CPU from training while it waits for a
-// slower rank. Full negotiation (names, shapes) uses gather-to-coordinator and
-// broadcast-from-coordinator of byte blobs.
+// A *round* is one bitwise-AND allreduce of a small word vector (see loop.h
+// for its layout), posted non-blocking and polled (see Note [Poll schedule]
+// in poll_schedule.h). Full negotiation (names, shapes) uses
+// gather-to-coordinator and broadcast-from-coordinator of byte blobs.
 #pragma once
 
 #include <chrono>

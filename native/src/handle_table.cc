@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "device_free.h"
-#include "polite_wait.h"
+#include "poll_schedule.h"
 
 namespace fuseopt {
 
@@ -83,18 +83,11 @@ bool HandleTable::poll(int64_t handle) {
   return find(handle).done;
 }
 
-namespace {
-// A blocked waiter pays a futex wake-up when its handle completes, tens of
-// microseconds on a virtual machine; a small op often completes sooner than
-// that, so look a few times before blocking.
-constexpr auto kWaitSpin = std::chrono::microseconds(50);
-}  // namespace
-
 bool HandleTable::wait_done(std::unique_lock<std::mutex>& lock, int64_t handle,
                             std::chrono::steady_clock::time_point deadline) {
   using clock = std::chrono::steady_clock;
   FrameworkBlocked blocked;
-  const auto spin_end = std::min(deadline, clock::now() + kWaitSpin);
+  const auto spin_end = std::min(deadline, clock::now() + kHandleWaitSpin);
   while (!find(handle).done && clock::now() < spin_end) {
     lock.unlock();
     std::this_thread::yield();

@@ -66,7 +66,8 @@ class HandleTable {
   };
   State& find(int64_t handle);  // with mu_ held
   // Spins briefly, then blocks until the handle is done or the deadline
-  // passes (steady clock; time_point::max() for none). With mu_ held.
+  // passes (steady clock; time_point::max() for none). With mu_ held. See
+  // Note [Poll schedule].
   bool wait_done(std::unique_lock<std::mutex>& lock, int64_t handle,
                  std::chrono::steady_clock::time_point deadline);
 

@@ -16,7 +16,7 @@
 #include "log.h"
 #include "mpi_world.h"
 #include "hccl_api.h"
-#include "polite_wait.h"
+#include "poll_schedule.h"
 
 namespace fuseopt {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "bits.h"
 #include "log.h"
-#include "polite_wait.h"
+#include "poll_schedule.h"
 
 namespace fuseopt {
 namespace {
@@ -133,11 +133,8 @@ void Loop::and_round(ProcessSet& ps, std::vector<uint64_t>* words) {
                                         << (names.empty() ? "nothing" : join_names(names, 10)));
       }
       if (!keep_waiting(started)) return ControlPlane::Pause::kAbandon;
-      // Short sleeps while a framework thread waits on us (polite_wait.h).
-      if (hurry.at(std::chrono::steady_clock::now()))
-        most = std::min(most, std::chrono::microseconds(10));
-      // Sleep on the inbox, not a timer: a local enqueue means the other ranks
-      // are probably enqueueing too, so poll again at once.
+      // See Note [Poll schedule]: hurried pauses, and pausing on the inbox.
+      if (hurry.at(std::chrono::steady_clock::now())) most = std::min(most, kRoundHurriedPause);
       std::unique_lock<std::mutex> lock(inbox_.mu);
       auto news = [&] { return inbox_.queue.size() != seen || inbox_.shutdown_requested; };
       inbox_.loop_waiting = true;

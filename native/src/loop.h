@@ -19,9 +19,7 @@
 // then run steps 2-5 among themselves, on the set's communicator, in
 // ascending id order on every rank (so that overlapping sets cannot deadlock).
 //
-// Pacing. A rank with nothing in flight does not post a round until it is
-// woken by an enqueue or an idle tick (so an idle job costs next to no CPU);
-// a rank with work in flight posts at once and polls without spinning.
+// Pacing: see Note [Poll schedule] (poll_schedule.h).
 #pragma once
 
 #include <atomic>

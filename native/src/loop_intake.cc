@@ -5,20 +5,11 @@
 #include <thread>
 
 #include "loop.h"
+#include "poll_schedule.h"
 
 namespace fuseopt {
-namespace {
 
-// How long a rank with nothing in flight sleeps before joining a round that
-// another rank may have started (e.g. to shut down). Enqueues wake it sooner.
-constexpr auto kIdleTick = std::chrono::milliseconds(50);
-
-// Adaptive batching of enqueue bursts (see wait_for_work).
-constexpr auto kBurstQuiet = std::chrono::microseconds(20);
-constexpr auto kBurstMax = std::chrono::microseconds(1000);
-
-}  // namespace
-
+// The waits here follow Note [Poll schedule].
 bool Loop::wait_for_work() {
   std::deque<Entry> incoming;
   bool shutdown;
@@ -32,10 +23,8 @@ bool Loop::wait_for_work() {
     if (in_flight() == 0 && !joined_ && !(others_busy_ && subsets_ > 0)) {
       inbox_.wake.wait_for(lock, kIdleTick, has_news);
     } else if (no_progress_rounds_ > 0) {
-      // Everyone has something in flight but nothing matched last round:
-      // rounds would spin. Progress needs a new enqueue somewhere, so wait
-      // for ours a little, backing off.
-      auto backoff = std::chrono::microseconds(10 << std::min(no_progress_rounds_, 7));
+      // Everyone has something in flight but nothing matched last round.
+      auto backoff = kNoProgressWait * (1 << std::min(no_progress_rounds_, kNoProgressDoublings));
       inbox_.wake.wait_for(lock, backoff, has_news);
     }
     inbox_.loop_waiting = false;
@@ -50,7 +39,6 @@ bool Loop::wait_for_work() {
       // instead of in many small rounds. A stream shows as several calls
       // queued since the last intake, or as the last gap catching one; a lone
       // call (one tensor, or one grouped batch) goes straight to negotiation.
-      // The gap is polled, not slept: a 20 us sleep takes several times that.
       lock.unlock();
       using clock = std::chrono::steady_clock;
       auto now = clock::now();

@@ -12,14 +12,13 @@
 
 #include "log.h"
 #include "loop.h"
+#include "poll_schedule.h"
 
 namespace fuseopt {
 
 void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
 #ifdef __linux__
-  // Linux rounds short sleeps up by the timer slack (50 us by default), which
-  // would dominate the latency of polling a negotiation round.
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  prctl(PR_SET_TIMERSLACK, kLoopTimerSlackNs, 0, 0, 0);  // see Note [Poll schedule]
 #endif
   try {
     start();

@@ -15,7 +15,7 @@
 #include "log.h"
 #include "mpi_world.h"
 #include "nccl_api.h"
-#include "polite_wait.h"
+#include "poll_schedule.h"
 
 namespace fuseopt {
 namespace {

@@ -1,6 +1,7 @@
 #include "polite_wait.h"
 
 #include "mpi_world.h"
+#include "poll_schedule.h"
 
 namespace fuseopt {
 
