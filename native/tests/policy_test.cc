@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "autotune.h"
-#include "common.h"
-#include "coordinator.h"
-#include "dtype.h"
-#include "fusion_planner.h"
-#include "response_cache.h"
-#include "wire.h"
+#include "base/common.h"
+#include "base/dtype.h"
+#include "policy/autotune.h"
+#include "policy/coordinator.h"
+#include "policy/fusion_planner.h"
+#include "policy/response_cache.h"
+#include "policy/wire.h"
 
 using namespace fuseopt;
 
