@@ -172,110 +172,141 @@ std::string Context::auto_name(int32_t set, int collective, bool advance) {
   return name;
 }
 
-Entry Context::validate(const fuseopt_request_t& q) {
-  REQUIRE(q.collective >= 0 && q.collective < FUSEOPT_COLLECTIVE_COUNT,
-          "unknown collective " + std::to_string(q.collective));
-  Entry e;
-  TensorSpec& s = e.spec;
-  s.collective = q.collective;
-  if (q.collective == FUSEOPT_PROCESS_SET_ADD || q.collective == FUSEOPT_PROCESS_SET_REMOVE)
-    return validate_set_change(q);
-  ProcessSetTable::Set set;
-  take_process_set(q, &e, &set);
-  const int set_size = static_cast<int>(set.ranks.size());
-  if (q.collective == FUSEOPT_BARRIER || q.collective == FUSEOPT_JOIN) {
-    REQUIRE(q.collective == FUSEOPT_BARRIER || e.process_set == 0,
-            "join is for every rank (the global process set), as in Horovod");
-    s.dtype = FUSEOPT_UINT8;
-    s.shape = {0};
-    if (q.collective == FUSEOPT_JOIN) {
-      s.name = "join";
-      e.output = q.output;  // NULL, or an int32 for the last rank to join
-    }
-    else s.name = q.name ? q.name : auto_name(e.process_set, q.collective, true);
-    return e;  // nothing left to refuse, so the counter may advance
-  }
-  const char* prefix = fuseopt_collective_name(q.collective);
-  // Unnamed requests match across ranks by count, so the counter advances only
-  // for requests that are accepted (at the end of this function).
-  s.name = q.name ? std::string(q.name) : auto_name(e.process_set, q.collective, false);
+namespace {
+
+// "allreduce 'name'", for messages.
+std::string who(const TensorSpec& s) {
+  return std::string(fuseopt_collective_name(s.collective)) + " '" + s.name + "'";
+}
+
+// The tensor itself: dtype, shape and input buffer (the name is set).
+void take_tensor(const fuseopt_request_t& q, Entry* e) {
+  TensorSpec& s = e->spec;
   REQUIRE(!s.name.empty(), "tensor name must not be empty");
   REQUIRE(is_valid_dtype(q.dtype), "unsupported dtype code " + std::to_string(q.dtype) +
                                        " for tensor '" + s.name + "'");
   s.dtype = q.dtype;
-  auto who = [&] { return std::string(prefix) + " '" + s.name + "'"; };
   REQUIRE(q.ndim >= 0 && q.ndim <= FUSEOPT_MAX_NDIM,
-          who() + ": ndim must be 0.." + std::to_string(FUSEOPT_MAX_NDIM));
-  REQUIRE(q.ndim == 0 || q.shape, who() + ": shape is NULL");
+          who(s) + ": ndim must be 0.." + std::to_string(FUSEOPT_MAX_NDIM));
+  REQUIRE(q.ndim == 0 || q.shape, who(s) + ": shape is NULL");
   for (int i = 0; i < q.ndim; ++i) {
-    REQUIRE(q.shape[i] >= 0, who() + ": negative dimension in shape");
+    REQUIRE(q.shape[i] >= 0, who(s) + ": negative dimension in shape");
     s.shape.push_back(q.shape[i]);
   }
-  const int64_t n = s.num_elements();
-  REQUIRE(n == 0 || q.input, who() + ": input buffer is NULL");
-  if (q.collective == FUSEOPT_ALLREDUCE || q.collective == FUSEOPT_REDUCESCATTER) {
-    REQUIRE(q.reduce_op >= 0 && q.reduce_op < FUSEOPT_REDUCE_OP_COUNT,
-            who() + ": unknown reduce op " + std::to_string(q.reduce_op));
-    REQUIRE(std::isfinite(q.prescale) && std::isfinite(q.postscale),
-            who() + ": prescale and postscale must be finite");
-    s.reduce_op = q.reduce_op;
-    s.prescale = q.prescale;
-    s.postscale = q.postscale;
+  REQUIRE(s.num_elements() == 0 || q.input, who(s) + ": input buffer is NULL");
+}
+
+// Allreduce and reducescatter: the reduce op and scale factors.
+void take_reduction(const fuseopt_request_t& q, TensorSpec* s) {
+  REQUIRE(q.reduce_op >= 0 && q.reduce_op < FUSEOPT_REDUCE_OP_COUNT,
+          who(*s) + ": unknown reduce op " + std::to_string(q.reduce_op));
+  REQUIRE(std::isfinite(q.prescale) && std::isfinite(q.postscale),
+          who(*s) + ": prescale and postscale must be finite");
+  s->reduce_op = q.reduce_op;
+  s->prescale = q.prescale;
+  s->postscale = q.postscale;
+}
+
+// Alltoall: the rows for each rank of the set, or an even split.
+void take_splits(const fuseopt_request_t& q, int set_size, Entry* e) {
+  const TensorSpec& s = e->spec;
+  if (!q.splits) {
+    REQUIRE(s.shape[0] % set_size == 0,
+            who(s) + ": first dimension " + std::to_string(s.shape[0]) +
+                " is not divisible by the number of ranks; pass splits");
+    return;
   }
+  REQUIRE(q.num_splits == set_size, who(s) + ": " + std::to_string(q.num_splits) +
+                                        " splits given for " + std::to_string(set_size) +
+                                        " ranks");
+  int64_t total = 0;
+  for (int r = 0; r < set_size; ++r) {
+    REQUIRE(q.splits[r] >= 0, who(s) + ": negative split");
+    total += q.splits[r];
+    e->splits.push_back(q.splits[r]);
+  }
+  REQUIRE(total == s.shape[0], who(s) + ": splits add up to " + std::to_string(total) +
+                                   " rows but the first dimension is " +
+                                   std::to_string(s.shape[0]));
+}
+
+// What runs on host memory only, known once the device is (take_device).
+void check_host_only(const Entry& e) {
+  const TensorSpec& s = e.spec;
+  if (e.process_set != 0 && s.device != FUSEOPT_DEVICE_HOST)
+    throw Error(FUSEOPT_UNSUPPORTED, who(s) + ": process sets run on host memory only so far; "
+                                              "copy the tensor to the CPU, or use the global set");
+  if (s.reduce_op != FUSEOPT_ADASUM) return;
+  REQUIRE(s.collective == FUSEOPT_ALLREDUCE, who(s) + ": Adasum is an allreduce op only");
+  REQUIRE(adasum_dtype(s.dtype), who(s) + ": Adasum reduces float16, float32 and float64 "
+                                          "tensors only, not " + fuseopt_dtype_name(s.dtype));
+  if (s.device != FUSEOPT_DEVICE_HOST)
+    throw Error(FUSEOPT_UNSUPPORTED, who(s) + ": Adasum runs on host memory only; copy the "
+                                              "tensor to the CPU (NCCL/HCCL Adasum is not built)");
+}
+
+}  // namespace
+
+Entry Context::validate(const fuseopt_request_t& q) {
+  REQUIRE(q.collective >= 0 && q.collective < FUSEOPT_COLLECTIVE_COUNT,
+          "unknown collective " + std::to_string(q.collective));
+  if (q.collective == FUSEOPT_PROCESS_SET_ADD || q.collective == FUSEOPT_PROCESS_SET_REMOVE)
+    return validate_set_change(q);
+  Entry e;
+  TensorSpec& s = e.spec;
+  s.collective = q.collective;
+  ProcessSetTable::Set set;
+  take_process_set(q, &e, &set);
+  if (q.collective == FUSEOPT_BARRIER || q.collective == FUSEOPT_JOIN)
+    return validate_barrier_or_join(q, std::move(e));
+  // Unnamed requests match across ranks by count, so the counter advances only
+  // for requests that are accepted (at the end of this function).
+  s.name = q.name ? std::string(q.name) : auto_name(e.process_set, q.collective, false);
+  take_tensor(q, &e);
+  if (q.collective == FUSEOPT_ALLREDUCE || q.collective == FUSEOPT_REDUCESCATTER)
+    take_reduction(q, &s);
   if (q.collective == FUSEOPT_ALLREDUCE || q.collective == FUSEOPT_BROADCAST ||
       q.collective == FUSEOPT_REDUCESCATTER)
-    REQUIRE(n == 0 || q.output, who() + ": output buffer is NULL");
-  if (q.collective == FUSEOPT_BROADCAST) {
-    REQUIRE(q.root >= 0 && q.root < info_.size,
-            who() + ": root " + std::to_string(q.root) + " is not a rank (size " +
-                std::to_string(info_.size) + ")");
-    REQUIRE(std::binary_search(set.ranks.begin(), set.ranks.end(), q.root),
-            who() + ": root " + std::to_string(q.root) + " is not a member of process set " +
-                std::to_string(e.process_set) + " (ranks " + ranks_string(set.ranks) + ")");
-    s.root = q.root;
-  }
+    REQUIRE(s.num_elements() == 0 || q.output, who(s) + ": output buffer is NULL");
+  if (q.collective == FUSEOPT_BROADCAST) take_root(q, set, &e);
   if (q.collective == FUSEOPT_REDUCESCATTER || q.collective == FUSEOPT_ALLTOALL ||
       q.collective == FUSEOPT_ALLGATHER)
-    REQUIRE(q.ndim >= 1, who() + ": needs at least one dimension");
-  if (q.collective == FUSEOPT_ALLTOALL) {
-    if (q.splits) {
-      REQUIRE(q.num_splits == set_size,
-              who() + ": " + std::to_string(q.num_splits) + " splits given for " +
-                  std::to_string(set_size) + " ranks");
-      int64_t total = 0;
-      for (int r = 0; r < set_size; ++r) {
-        REQUIRE(q.splits[r] >= 0, who() + ": negative split");
-        total += q.splits[r];
-        e.splits.push_back(q.splits[r]);
-      }
-      REQUIRE(total == s.shape[0], who() + ": splits add up to " + std::to_string(total) +
-                                       " rows but the first dimension is " +
-                                       std::to_string(s.shape[0]));
-    } else {
-      REQUIRE(s.shape[0] % set_size == 0,
-              who() + ": first dimension " + std::to_string(s.shape[0]) +
-                  " is not divisible by the number of ranks; pass splits");
-    }
-  }
-  REQUIRE(q.phase >= 0, who() + ": negative phase");  // 0 for structs that predate it
+    REQUIRE(q.ndim >= 1, who(s) + ": needs at least one dimension");
+  if (q.collective == FUSEOPT_ALLTOALL) take_splits(q, static_cast<int>(set.ranks.size()), &e);
+  REQUIRE(q.phase >= 0, who(s) + ": negative phase");  // 0 for structs that predate it
   s.phase = q.phase;
   e.input = q.input;
   e.output = q.output;
   take_device(q, &e);  // device_request.cc
-  if (e.process_set != 0 && s.device != FUSEOPT_DEVICE_HOST)
-    throw Error(FUSEOPT_UNSUPPORTED, who() + ": process sets run on host memory only so far; "
-                                             "copy the tensor to the CPU, or use the global set");
-  if (s.reduce_op == FUSEOPT_ADASUM) {
-    REQUIRE(q.collective == FUSEOPT_ALLREDUCE, who() + ": Adasum is an allreduce op only");
-    REQUIRE(adasum_dtype(s.dtype),
-            who() + ": Adasum reduces float16, float32 and float64 tensors only, not " +
-                fuseopt_dtype_name(s.dtype));
-    if (s.device != FUSEOPT_DEVICE_HOST)
-      throw Error(FUSEOPT_UNSUPPORTED, who() + ": Adasum runs on host memory only; copy the "
-                                               "tensor to the CPU (NCCL/HCCL Adasum is not built)");
-  }
+  check_host_only(e);
   if (!q.name) auto_name(e.process_set, q.collective, true);
   return e;
+}
+
+Entry Context::validate_barrier_or_join(const fuseopt_request_t& q, Entry e) {
+  TensorSpec& s = e.spec;
+  REQUIRE(q.collective == FUSEOPT_BARRIER || e.process_set == 0,
+          "join is for every rank (the global process set), as in Horovod");
+  s.dtype = FUSEOPT_UINT8;
+  s.shape = {0};
+  if (q.collective == FUSEOPT_JOIN) {
+    s.name = "join";
+    e.output = q.output;  // NULL, or an int32 for the last rank to join
+  }
+  else s.name = q.name ? q.name : auto_name(e.process_set, q.collective, true);
+  return e;  // nothing left to refuse, so the counter may advance
+}
+
+void Context::take_root(const fuseopt_request_t& q, const ProcessSetTable::Set& set,
+                        Entry* e) const {
+  const TensorSpec& s = e->spec;
+  REQUIRE(q.root >= 0 && q.root < info_.size,
+          who(s) + ": root " + std::to_string(q.root) + " is not a rank (size " +
+              std::to_string(info_.size) + ")");
+  REQUIRE(std::binary_search(set.ranks.begin(), set.ranks.end(), q.root),
+          who(s) + ": root " + std::to_string(q.root) + " is not a member of process set " +
+              std::to_string(e->process_set) + " (ranks " + ranks_string(set.ranks) + ")");
+  e->spec.root = q.root;
 }
 
 void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles) {

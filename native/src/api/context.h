@@ -54,6 +54,9 @@ class Context {
 
  private:
   Entry validate(const fuseopt_request_t& request);
+  Entry validate_barrier_or_join(const fuseopt_request_t& request, Entry entry);
+  void take_root(const fuseopt_request_t& request, const ProcessSetTable::Set& set,
+                 Entry* entry) const;
   // process_set_request.cc: the request's process set (members only), and
   // the requests that add or remove one.
   void take_process_set(const fuseopt_request_t& request, Entry* entry,

@@ -112,36 +112,13 @@ void Loop::throw_if_aborted() {
 }
 
 void Loop::and_round(ProcessSet& ps, std::vector<uint64_t>* words) {
-  const double started = now_s();
+  RoundWait wait;
+  wait.started_s = now_s();
   busy_what_ = ps.id == 0 ? "negotiating" : "negotiating in a process set";
-  busy_since_s_ = started;
-  bool warned = false;
-  Hurry hurry;
+  busy_since_s_ = wait.started_s;
   try {
-    size_t seen = 0;  // queue length at our last wake-up
     ps.control->and_round(words, [&](std::chrono::microseconds most) {
-      if (!warned && config_.stall_check_s > 0 && now_s() - started > config_.stall_check_s) {
-        warned = true;
-        metrics_.add(metrics_.stalls, 1);
-        std::vector<std::string> names;
-        for (auto& kv : ps.pending) names.push_back(kv.first);
-        std::sort(names.begin(), names.end());
-        FUSEOPT_LOG(kWarning, "waited " << config_.stall_check_s << " s for other ranks to "
-                                        << "negotiate" << (ps.id ? " in process set " : "")
-                                        << (ps.id ? std::to_string(ps.id) : std::string())
-                                        << "; in flight here: "
-                                        << (names.empty() ? "nothing" : join_names(names, 10)));
-      }
-      if (!keep_waiting(started)) return ControlPlane::Pause::kAbandon;
-      // See Note [Poll schedule]: hurried pauses, and pausing on the inbox.
-      if (hurry.at(std::chrono::steady_clock::now())) most = std::min(most, kRoundHurriedPause);
-      std::unique_lock<std::mutex> lock(inbox_.mu);
-      auto news = [&] { return inbox_.queue.size() != seen || inbox_.shutdown_requested; };
-      inbox_.loop_waiting = true;
-      const bool woken = inbox_.wake.wait_for(lock, most, news);
-      inbox_.loop_waiting = false;
-      seen = inbox_.queue.size();
-      return woken ? ControlPlane::Pause::kWoken : ControlPlane::Pause::kTimedOut;
+      return pause_round(ps, &wait, most);
     });
   } catch (const Error& e) {
     if (e.status() != FUSEOPT_RANK_FAILED) throw;
@@ -151,6 +128,37 @@ void Loop::and_round(ProcessSet& ps, std::vector<uint64_t>* words) {
                     std::to_string(config_.stall_shutdown_s) +
                     " s (FUSEOPT_STALL_SHUTDOWN_S); a rank has died or stalled");
   }
+}
+
+ControlPlane::Pause Loop::pause_round(ProcessSet& ps, RoundWait* wait,
+                                      std::chrono::microseconds most) {
+  if (!wait->warned && config_.stall_check_s > 0 &&
+      now_s() - wait->started_s > config_.stall_check_s) {
+    wait->warned = true;
+    warn_slow_round(ps);
+  }
+  if (!keep_waiting(wait->started_s)) return ControlPlane::Pause::kAbandon;
+  // See Note [Poll schedule]: hurried pauses, and pausing on the inbox.
+  if (wait->hurry.at(std::chrono::steady_clock::now())) most = std::min(most, kRoundHurriedPause);
+  std::unique_lock<std::mutex> lock(inbox_.mu);
+  auto news = [&] { return inbox_.queue.size() != wait->seen || inbox_.shutdown_requested; };
+  inbox_.loop_waiting = true;
+  const bool woken = inbox_.wake.wait_for(lock, most, news);
+  inbox_.loop_waiting = false;
+  wait->seen = inbox_.queue.size();
+  return woken ? ControlPlane::Pause::kWoken : ControlPlane::Pause::kTimedOut;
+}
+
+void Loop::warn_slow_round(ProcessSet& ps) {
+  metrics_.add(metrics_.stalls, 1);
+  std::vector<std::string> names;
+  for (auto& kv : ps.pending) names.push_back(kv.first);
+  std::sort(names.begin(), names.end());
+  FUSEOPT_LOG(kWarning, "waited " << config_.stall_check_s << " s for other ranks to "
+                                  << "negotiate" << (ps.id ? " in process set " : "")
+                                  << (ps.id ? std::to_string(ps.id) : std::string())
+                                  << "; in flight here: "
+                                  << (names.empty() ? "nothing" : join_names(names, 10)));
 }
 
 bool Loop::round() {
@@ -189,12 +197,7 @@ bool Loop::round() {
   // Join completes once every rank has joined and no tensor is in flight
   // anywhere (a rank may have enqueued one just before joining).
   if ((flags & kJoined) && (flags & kNothingPending)) {
-    const int last = last_to_join();
-    if (join_output_) *join_output_ = last;
-    join_output_ = nullptr;
-    if (join_handle_) handles_.complete(join_handle_, Outcome());
-    joined_ = false;
-    join_handle_ = 0;
+    complete_join();
     progress = true;
   }
   // Ascending ids on every rank: members of overlapping sets meet in the
@@ -271,6 +274,15 @@ void Loop::execute(ProcessSet& ps, std::vector<Work>& work) {
     stalled_here_ = stalled_here_ || w.entry == nullptr;  // this rank never submitted it
   }
   if (stalled) throw Error(FUSEOPT_RANK_FAILED, stalled->response.error_message);
+}
+
+void Loop::complete_join() {
+  const int last = last_to_join();
+  if (join_output_) *join_output_ = last;
+  join_output_ = nullptr;
+  if (join_handle_) handles_.complete(join_handle_, Outcome());
+  joined_ = false;
+  join_handle_ = 0;
 }
 
 int Loop::last_to_join() {

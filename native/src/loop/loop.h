@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdint>
 #include <future>
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "base/metrics.h"
+#include "base/poll_schedule.h"
 #include "base/timeline.h"
 #include "exec/executor.h"
 #include "exec/handle_table.h"
@@ -89,6 +91,17 @@ class Loop {
   std::vector<uint64_t> build_round_vector(bool shutdown);
   // One AND-allreduce among ps's members, paced by the inbox (loop.cc).
   void and_round(ProcessSet& ps, std::vector<uint64_t>* words);
+  // What the pauses of one round remember.
+  struct RoundWait {
+    double started_s = 0;
+    bool warned = false;  // about a slow round (FUSEOPT_STALL_CHECK_S)
+    Hurry hurry;
+    size_t seen = 0;  // queue length at the last wake-up
+  };
+  // Between two polls of a round: warns once if it is slow, abandons it past
+  // the stall shutdown, else waits on the inbox for up to most.
+  ControlPlane::Pause pause_round(ProcessSet& ps, RoundWait* wait, std::chrono::microseconds most);
+  void warn_slow_round(ProcessSet& ps);
   // Steps 3-4 of a round for ps: the work its AND (words) and, when asked
   // for, full negotiation make ready.
   std::vector<Work> collect_work(ProcessSet& ps, const std::vector<uint64_t>& words,
@@ -103,6 +116,7 @@ class Loop {
   void throw_if_aborted();  // throws the abort's reason (Context::abort)
   std::vector<Response> negotiate_full(ProcessSet& ps);
   void finish(ProcessSet& ps, std::vector<Work>& work);
+  void complete_join();  // every rank has joined and nothing is in flight anywhere
   int last_to_join();  // collective: every rank, in the round join completes
   void stop(const Outcome& reason);
   Outcome shutdown_reason(bool requested_here);

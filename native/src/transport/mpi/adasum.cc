@@ -62,6 +62,39 @@ void exchange(MPI_Comm comm, int partner, const char* send, int64_t send_bytes, 
   }
 }
 
+// One level on the slice this rank keeps, from keep_lo, in parts (per
+// tensor, clip): element i of buf and element i - keep_lo of the partner's
+// half (theirs) become adasum(A, B), A being the left group's. Per tensor
+// [A.B, |A|^2, |B|^2] is summed over the slice, then over the level's group.
+void combine(const Access& io, MPI_Comm group,
+             const std::vector<std::pair<int64_t, int64_t>>& parts, char* buf,
+             const char* theirs, int64_t keep_lo, bool left) {
+  std::vector<double> sums(3 * parts.size(), 0.0);
+  for (size_t t = 0; t < parts.size(); ++t) {
+    for (int64_t i = parts[t].first; i < parts[t].second; ++i) {
+      const double mine = io.load(buf + i * io.esize);
+      const double other = io.load(theirs + (i - keep_lo) * io.esize);
+      const double a = left ? mine : other, b = left ? other : mine;
+      sums[3 * t] += a * b;
+      sums[3 * t + 1] += a * a;
+      sums[3 * t + 2] += b * b;
+    }
+  }
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_DOUBLE,
+                          MPI_SUM, group),
+            "MPI_Allreduce(adasum dot products)");
+  for (size_t t = 0; t < parts.size(); ++t) {
+    const double dot = sums[3 * t], a_sq = sums[3 * t + 1], b_sq = sums[3 * t + 2];
+    const double ca = a_sq >= 1e-8 ? 1.0 - dot / a_sq * 0.5 : 1.0;
+    const double cb = b_sq >= 1e-8 ? 1.0 - dot / b_sq * 0.5 : 1.0;
+    for (int64_t i = parts[t].first; i < parts[t].second; ++i) {
+      const double mine = io.load(buf + i * io.esize);
+      const double other = io.load(theirs + (i - keep_lo) * io.esize);
+      io.store(buf + i * io.esize, left ? ca * mine + cb * other : ca * other + cb * mine);
+    }
+  }
+}
+
 }  // namespace
 
 AdasumComms::AdasumComms(MPI_Comm comm) : comm_(comm) {
@@ -117,32 +150,8 @@ void adasum_allreduce(const AdasumComms& comms, void* buffer,
     exchange(comms.comm(), partner, buf + give_lo * io.esize, (give_hi - give_lo) * io.esize,
              theirs.data(), (keep_hi - keep_lo) * io.esize);
     held.push_back(Held{lo, hi, left});
-    // Per tensor: [A.B, |A|^2, |B|^2] over this slice, A being the left group's.
-    const auto parts = clip(tensor_counts, keep_lo, keep_hi);
-    std::vector<double> sums(3 * parts.size(), 0.0);
-    for (size_t t = 0; t < parts.size(); ++t) {
-      for (int64_t i = parts[t].first; i < parts[t].second; ++i) {
-        const double mine = io.load(buf + i * io.esize);
-        const double other = io.load(theirs.data() + (i - keep_lo) * io.esize);
-        const double a = left ? mine : other, b = left ? other : mine;
-        sums[3 * t] += a * b;
-        sums[3 * t + 1] += a * a;
-        sums[3 * t + 2] += b * b;
-      }
-    }
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_DOUBLE,
-                            MPI_SUM, comms.group(index)),
-              "MPI_Allreduce(adasum dot products)");
-    for (size_t t = 0; t < parts.size(); ++t) {
-      const double dot = sums[3 * t], a_sq = sums[3 * t + 1], b_sq = sums[3 * t + 2];
-      const double ca = a_sq >= 1e-8 ? 1.0 - dot / a_sq * 0.5 : 1.0;
-      const double cb = b_sq >= 1e-8 ? 1.0 - dot / b_sq * 0.5 : 1.0;
-      for (int64_t i = parts[t].first; i < parts[t].second; ++i) {
-        const double mine = io.load(buf + i * io.esize);
-        const double other = io.load(theirs.data() + (i - keep_lo) * io.esize);
-        io.store(buf + i * io.esize, left ? ca * mine + cb * other : ca * other + cb * mine);
-      }
-    }
+    combine(io, comms.group(index), clip(tensor_counts, keep_lo, keep_hi), buf, theirs.data(),
+            keep_lo, left);
     lo = keep_lo;
     hi = keep_hi;
   }

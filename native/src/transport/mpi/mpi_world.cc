@@ -95,7 +95,10 @@ void MpiWorld::abandon() {
 #endif
 }
 
-MpiWorld::MpiWorld(int emulated_local_size) {
+namespace {
+
+// MPI itself, the first time in this process; then our 16-bit float ops.
+void start_mpi() {
   if (g_abandoned)
     throw Error(FUSEOPT_RANK_FAILED,
                 "fuseopt was aborted in this process after a rank failure; MPI cannot be used "
@@ -127,33 +130,39 @@ MpiWorld::MpiWorld(int emulated_local_size) {
                   "initialise MPI and not call MPI itself.");
   }
   std::call_once(g_ops16_once, create_ops16);
+}
+
+// The lowest rank of comm on this host, which names the node. By host name,
+// not MPI_COMM_TYPE_SHARED: with MPIR_CVAR_NOLOCAL (what fuseoptrun sets
+// when a host runs more ranks than it has cores) MPICH reports every rank as
+// a node of its own, but local_rank must still count the ranks of one
+// machine (it picks a GPU, shards node-local data).
+int node_by_host_name(MPI_Comm comm, int rank, int size) {
+  char mine[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  mpi_check(MPI_Get_processor_name(mine, &len), "MPI_Get_processor_name");
+  std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  mpi_check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(),
+                          MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm),
+            "MPI_Allgather(host names)");
+  for (int r = 0; r < size; ++r) {
+    if (std::strncmp(&names[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME], mine,
+                     MPI_MAX_PROCESSOR_NAME) == 0)
+      return r;
+  }
+  return rank;
+}
+
+}  // namespace
+
+MpiWorld::MpiWorld(int emulated_local_size) {
+  start_mpi();
   mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &info_.rank);
   MPI_Comm_size(comm_, &info_.size);
-  int node = info_.rank / std::max(emulated_local_size, 1);
-  if (emulated_local_size <= 0) {
-    // Nodes by host name, not MPI_COMM_TYPE_SHARED: with MPIR_CVAR_NOLOCAL
-    // (what fuseoptrun sets when a host runs more ranks than it has cores)
-    // MPICH reports every rank as a node of its own, but local_rank must still
-    // count the ranks of one machine (it picks a GPU, shards node-local data).
-    char mine[MPI_MAX_PROCESSOR_NAME] = {};
-    int len = 0;
-    mpi_check(MPI_Get_processor_name(mine, &len), "MPI_Get_processor_name");
-    std::vector<char> names(static_cast<size_t>(info_.size) * MPI_MAX_PROCESSOR_NAME);
-    mpi_check(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(),
-                            MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm_),
-              "MPI_Allgather(host names)");
-    node = info_.rank;  // the lowest rank on this host names the node
-    for (int r = 0; r < info_.size; ++r) {
-      if (std::strncmp(&names[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME], mine,
-                       MPI_MAX_PROCESSOR_NAME) == 0) {
-        node = r;
-        break;
-      }
-    }
-  }
-  split_nodes(node);
+  split_nodes(emulated_local_size > 0 ? info_.rank / emulated_local_size
+                                      : node_by_host_name(comm_, info_.rank, info_.size));
 }
 
 MpiWorld::MpiWorld(MPI_Comm comm, int node) : comm_(comm) {
