@@ -1,14 +1,14 @@
 """Builds and runs native/tests/policy_test.cc: the pure policy of the core
-(fusion planner, response cache, coordinator table, wire format, float16 and
-bfloat16 conversion and kernels (vector against scalar, bit for bit),
-autotune search) tested without MPI or ranks."""
+(fusion planner, response cache, coordinator table, wire format, reducescatter
+row split, float16 and bfloat16 conversion and kernels (vector against scalar,
+bit for bit), autotune search) tested without MPI or ranks."""
 import os
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICY_SOURCES = ["policy/autotune", "policy/fusion_planner", "policy/response_cache",
-                  "policy/coordinator", "policy/wire", "base/message", "base/dtype", "base/half16",
-                  "base/names"]
+                  "policy/coordinator", "policy/wire", "policy/row_split", "base/message",
+                  "base/dtype", "base/half16", "base/names"]
 
 
 def test_native_policy(tmp_path):

@@ -1,7 +1,7 @@
 // Unit tests of the pure policy parts of the core: fusion planning, the
-// response cache, the coordinator's message table, the wire encoding and
-// 16-bit float conversion and its vector kernels. No MPI, no ranks. Built and run by
-// tests/test_native_policy.py.
+// response cache, the coordinator's message table, the wire encoding, the
+// reducescatter row split, and 16-bit float conversion and its vector
+// kernels. No MPI, no ranks. Built and run by tests/test_native_policy.py.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +15,7 @@
 #include "policy/coordinator.h"
 #include "policy/fusion_planner.h"
 #include "policy/response_cache.h"
+#include "policy/row_split.h"
 #include "policy/wire.h"
 
 using namespace fuseopt;
@@ -189,6 +190,14 @@ static void test_coordinator_stalls() {
   c.take_stalled(111.0, 60.0);
 }
 
+static void test_row_split() {
+  // 7 rows over 3 ranks: 3, 2, 2; every row lands somewhere.
+  CHECK(reducescatter_rows(7, 0, 3) == 3 && reducescatter_rows(7, 1, 3) == 2 &&
+        reducescatter_rows(7, 2, 3) == 2);
+  CHECK(reducescatter_rows(2, 0, 4) == 1 && reducescatter_rows(2, 3, 4) == 0);
+  CHECK(reducescatter_rows(8, 3, 4) == 2 && reducescatter_rows(0, 0, 1) == 0);
+}
+
 static void test_wire() {
   TensorSpec s = spec("w\xc3\xa9ird name", {0, 7, 1});
   s.dtype = FUSEOPT_BFLOAT16;
@@ -336,6 +345,7 @@ int main() {
   test_coordinator_order();
   test_coordinator_mismatch();
   test_coordinator_stalls();
+  test_row_split();
   test_wire();
   test_half();
   test_half16_kernels();

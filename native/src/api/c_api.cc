@@ -10,6 +10,7 @@
 #include "api/context.h"
 #include "base/common.h"
 #include "base/dtype.h"
+#include "policy/row_split.h"
 #include "transport/device/device_free.h"
 
 struct fuseopt_ctx {
@@ -235,5 +236,9 @@ int fuseopt_pending_handles(fuseopt_ctx_t* ctx, int64_t* count) {
 }
 
 const char* fuseopt_last_error(void) { return t_last_error.c_str(); }
+
+int64_t fuseopt_reducescatter_rows(int64_t rows, int rank, int size) {
+  return size > 0 ? fuseopt::reducescatter_rows(rows, rank, size) : 0;
+}
 
 }  // extern "C"

@@ -292,11 +292,7 @@ void DeviceExecutor::allgather(DeviceBackend& b, Work& w) {
 void DeviceExecutor::alltoall(DeviceBackend& b, Work& w) {
   const TensorSpec& s = w.response.spec;
   const int64_t row_bytes = s.row_elements() * dtype_size(s.dtype);
-  std::vector<int64_t> send_rows = w.entry->splits;
-  if (send_rows.empty()) {  // even split, validated at enqueue
-    const int64_t rows = w.entry->spec.shape.empty() ? 0 : w.entry->spec.shape[0];
-    send_rows.assign(size_, rows / size_);
-  }
+  const std::vector<int64_t> send_rows = alltoall_send_rows(*w.entry, size_);
   std::vector<int64_t> recv_rows;
   host_.alltoall_counts(send_rows, &recv_rows);  // row counts travel over MPI
   std::vector<int64_t> send_bytes(size_), recv_bytes(size_);
@@ -325,13 +321,11 @@ void DeviceExecutor::alltoall(DeviceBackend& b, Work& w) {
 // slice (NCCL and HCCL take one count for all ranks).
 void DeviceExecutor::reducescatter(DeviceBackend& b, Work& w) {
   const TensorSpec& s = w.response.spec;
-  const int64_t rows = s.shape.empty() ? 1 : s.shape[0];
-  const int64_t row_elems = s.row_elements(), esize = dtype_size(s.dtype);
-  std::vector<int64_t> counts(size_);
+  const int64_t esize = dtype_size(s.dtype);
+  const std::vector<int64_t> counts = reducescatter_counts(s, size_);
   int64_t mine_offset = 0;
   bool even = true;
   for (int r = 0; r < size_; ++r) {
-    counts[r] = (rows / size_ + (r < rows % size_ ? 1 : 0)) * row_elems;
     if (r < rank_) mine_offset += counts[r];
     even = even && counts[r] == counts[0];
   }

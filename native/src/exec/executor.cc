@@ -318,11 +318,7 @@ void Executor::allgather(Work& w) {
 void Executor::alltoall(Work& w) {
   const TensorSpec& s = w.response.spec;
   const int64_t row_bytes = s.row_elements() * dtype_size(s.dtype);
-  std::vector<int64_t> send_rows = w.entry->splits;
-  if (send_rows.empty()) {  // even split, validated at enqueue
-    const int64_t rows = s.shape.empty() ? 0 : w.entry->spec.shape[0];
-    send_rows.assign(size_, rows / size_);
-  }
+  const std::vector<int64_t> send_rows = alltoall_send_rows(*w.entry, size_);
   OwnedOutput out;
   backend_.alltoall_counts(send_rows, &out.recv_splits);
   std::vector<int64_t> send_bytes(size_), recv_bytes(size_);
@@ -352,10 +348,7 @@ void Executor::alltoall(Work& w) {
 
 void Executor::reducescatter(Work& w) {
   const TensorSpec& s = w.response.spec;
-  const int64_t rows = s.shape.empty() ? 1 : s.shape[0];
-  const int64_t row_elems = s.row_elements();
-  std::vector<int64_t> counts(size_);
-  for (int r = 0; r < size_; ++r) counts[r] = (rows / size_ + (r < rows % size_ ? 1 : 0)) * row_elems;
+  const std::vector<int64_t> counts = reducescatter_counts(s, size_);
   const void* send = w.entry->input;
   if (s.prescale != 1.0 || send == w.entry->output) {  // MPI forbids aliased buffers
     char* buf = fusion_buffer(tensor_bytes(s));

@@ -36,4 +36,11 @@ inline int64_t bucket_bytes(const std::vector<Work*>& bucket) {
   return lay_out(bucket, [](Work&, int64_t) {});
 }
 
+// Alltoall: the rows this rank sends to each of size ranks (its splits, or
+// an even split, validated at enqueue).
+std::vector<int64_t> alltoall_send_rows(const Entry& entry, int size);
+
+// Reducescatter: the elements of the result on each of size ranks.
+std::vector<int64_t> reducescatter_counts(const TensorSpec& spec, int size);
+
 }  // namespace fuseopt
