@@ -1,9 +1,11 @@
 """cffi builder for the native core (out-of-line API mode).
 
 setup.py names this file in ``cffi_modules``; ``pip install .`` then compiles
-``native/src/*.cc`` together with cffi's wrapper into ``fuseopt._fuseopt_cffi``.
-The cdef is read from the public header between its cdef markers, so the C
-declarations and constants exist in exactly one place.
+every ``.cc`` under ``native/src`` (one folder per layer; native/src is on the
+include path, so includes name the folder: ``#include "base/log.h"``) together
+with cffi's wrapper into ``fuseopt._fuseopt_cffi``. MANIFEST.in puts native/
+into the sdist. The cdef is read from the public header between its cdef
+markers, so the C declarations and constants exist in exactly one place.
 
 Which MPI to build against, first match wins:
   1. ``FUSEOPT_MPI_DIR=/prefix``   a site MPI installed under prefix/{include,lib}
@@ -93,7 +95,7 @@ def find_mpi():
 
 def make_builder(absolute_paths=False):
     mpi = find_mpi()
-    sources = sorted(glob.glob(os.path.join(ROOT, "native", "src", "*.cc")))
+    sources = sorted(glob.glob(os.path.join(ROOT, "native", "src", "**", "*.cc"), recursive=True))
     if not absolute_paths:  # setuptools insists on paths relative to setup.py
         sources = [os.path.relpath(p, ROOT) for p in sources]
     # The chosen MPI's own directory first, so that a site MPI with the same
@@ -109,7 +111,8 @@ def make_builder(absolute_paths=False):
         '#include "fuseopt/fuseopt.h"',
         sources=sources,
         source_extension=".cpp",
-        include_dirs=[os.path.join(ROOT, "native", "include")] + mpi["include_dirs"],
+        include_dirs=[os.path.join(ROOT, "native", "include"), os.path.join(ROOT, "native", "src")]
+        + mpi["include_dirs"],
         library_dirs=mpi["library_dirs"],
         # dl: the device backends dlopen NCCL/HCCL (part of libc since glibc 2.34)
         libraries=mpi["libraries"] + ["stdc++", "dl"],

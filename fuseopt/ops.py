@@ -203,7 +203,7 @@ def alltoall_async(array: np.ndarray, splits: Any = None, name: Optional[str] = 
 def reducescatter_rows(rows, rank, size):
     """Rows of a reducescatter result on ``rank``: the first rows % size ranks
     get one extra."""
-    return rows // size + (1 if rank < rows % size else 0)
+    return lib.fuseopt_reducescatter_rows(rows, rank, size)
 
 
 def reducescatter_async(array: np.ndarray, name: Optional[str] = None, op: Optional[int] = Average,

@@ -2,8 +2,8 @@
 
 Adasum combines *updates*, not gradients: every rank steps its own optimizer
 on its own gradients, and the ranks then combine the parameter changes with
-Adasum (see native/src/adasum.h), so that orthogonal updates add and
-parallel ones are not over-counted. That is what Horovod's
+Adasum (see native/src/transport/mpi/adasum.h), so that orthogonal updates
+add and parallel ones are not over-counted. That is what Horovod's
 ``_DistributedAdasumOptimizer`` computes; here the changes of all parameters
 go to the core in one grouped allreduce at ``step()``, where they fuse into
 buckets (per-tensor coefficients are kept inside a bucket).

@@ -1,7 +1,7 @@
 // Unit tests of the pure policy parts of the core: fusion planning, the
-// response cache, the coordinator's message table, the wire encoding and
-// 16-bit float conversion and its vector kernels. No MPI, no ranks. Built and run by
-// tests/test_native_policy.py.
+// response cache, the coordinator's message table, the wire encoding, the
+// reducescatter row split, and 16-bit float conversion and its vector
+// kernels. No MPI, no ranks. Built and run by tests/test_native_policy.py.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -9,13 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "autotune.h"
-#include "common.h"
-#include "coordinator.h"
-#include "dtype.h"
-#include "fusion_planner.h"
-#include "response_cache.h"
-#include "wire.h"
+#include "base/common.h"
+#include "base/dtype.h"
+#include "policy/autotune.h"
+#include "policy/coordinator.h"
+#include "policy/fusion_planner.h"
+#include "policy/response_cache.h"
+#include "policy/row_split.h"
+#include "policy/wire.h"
 
 using namespace fuseopt;
 
@@ -111,7 +112,7 @@ static Request request(int rank, TensorSpec s) {
   return q;
 }
 
-static void test_coordinator() {
+static void test_coordinator_order() {
   Coordinator c(3);
   std::vector<bool> none(3, false);
   c.add({request(0, spec("b", {2})), request(0, spec("a", {2}))}, 0.0);
@@ -122,9 +123,27 @@ static void test_coordinator() {
   // Ordered by first arrival at the coordinator: b before a.
   CHECK(ready.size() == 2 && ready[0].spec.name == "b" && ready[1].spec.name == "a");
   CHECK(!ready[0].is_error() && c.waiting() == 0);
+  // Joined ranks count as present; allgather records 0 rows for them.
+  auto g = spec("g", {5, 2}, FUSEOPT_ALLGATHER);
+  c.add({request(0, g), request(2, spec("g", {1, 2}, FUSEOPT_ALLGATHER))}, 0);
+  CHECK(c.take_ready(none).empty());
+  ready = c.take_ready({false, true, false});
+  CHECK(ready.size() == 1 && ready[0].first_dims == (std::vector<int64_t>{5, 0, 1}));
+  CHECK(ready[0].joined == std::vector<int32_t>{1});
+  // Broadcast from a joined root is an error, not a hang.
+  auto bc = spec("bc", {1}, FUSEOPT_BROADCAST);
+  bc.root = 1;
+  c.add({request(0, bc), request(2, bc)}, 0);
+  ready = c.take_ready({false, true, false});
+  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_INVALID_ARG);
+}
+
+static void test_coordinator_mismatch() {
+  Coordinator c(3);
+  std::vector<bool> none(3, false);
   // Mismatch names the tensor, groups ranks and shows both values.
   c.add({request(0, spec("m", {3})), request(1, spec("m", {4})), request(2, spec("m", {4}))}, 0);
-  ready = c.take_ready(none);
+  auto ready = c.take_ready(none);
   CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_MISMATCH);
   const std::string& msg = ready[0].error_message;
   CHECK(msg.find("'m'") != std::string::npos);
@@ -140,19 +159,19 @@ static void test_coordinator() {
         std::string::npos);
   CHECK(ready[0].error_message.find("ranks 1, 2 have allreduce float32[2] op=sum on cuda") !=
         std::string::npos);
-  // Joined ranks count as present; allgather records 0 rows for them.
-  auto g = spec("g", {5, 2}, FUSEOPT_ALLGATHER);
-  c.add({request(0, g), request(2, spec("g", {1, 2}, FUSEOPT_ALLGATHER))}, 0);
-  CHECK(c.take_ready(none).empty());
-  ready = c.take_ready({false, true, false});
-  CHECK(ready.size() == 1 && ready[0].first_dims == (std::vector<int64_t>{5, 0, 1}));
-  CHECK(ready[0].joined == std::vector<int32_t>{1});
-  // Broadcast from a joined root is an error, not a hang.
-  auto bc = spec("bc", {1}, FUSEOPT_BROADCAST);
-  bc.root = 1;
-  c.add({request(0, bc), request(2, bc)}, 0);
-  ready = c.take_ready({false, true, false});
-  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_INVALID_ARG);
+  // Phases must agree like dtypes: fresh gradients (0) never reduce with
+  // resubmitted stale ones (1); the message names the phase.
+  auto stale = spec("p", {2});
+  stale.phase = 1;
+  c.add({request(0, spec("p", {2})), request(1, stale), request(2, spec("p", {2}))}, 0);
+  ready = c.take_ready(none);
+  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_MISMATCH);
+  CHECK(ready[0].error_message.find("rank 1 has allreduce float32[2] op=sum phase=1") !=
+        std::string::npos);
+}
+
+static void test_coordinator_stalls() {
+  Coordinator c(3);
   // Stalls name the missing ranks; stall shutdown fails them.
   c.add({request(1, spec("s", {1}))}, 10.0);
   auto stalls = c.stalls(100.0, 60.0);
@@ -169,15 +188,14 @@ static void test_coordinator() {
   CHECK(c.stalls(111.0, 60.0).size() == 1 && c.stalls(109.0, 60.0).empty());
   CHECK(c.stalls(111.0, 60.0)[0].waiting_s > 60.0);
   c.take_stalled(111.0, 60.0);
-  // Phases must agree like dtypes: fresh gradients (0) never reduce with
-  // resubmitted stale ones (1); the message names the phase.
-  auto stale = spec("p", {2});
-  stale.phase = 1;
-  c.add({request(0, spec("p", {2})), request(1, stale), request(2, spec("p", {2}))}, 0);
-  ready = c.take_ready(none);
-  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_MISMATCH);
-  CHECK(ready[0].error_message.find("rank 1 has allreduce float32[2] op=sum phase=1") !=
-        std::string::npos);
+}
+
+static void test_row_split() {
+  // 7 rows over 3 ranks: 3, 2, 2; every row lands somewhere.
+  CHECK(reducescatter_rows(7, 0, 3) == 3 && reducescatter_rows(7, 1, 3) == 2 &&
+        reducescatter_rows(7, 2, 3) == 2);
+  CHECK(reducescatter_rows(2, 0, 4) == 1 && reducescatter_rows(2, 3, 4) == 0);
+  CHECK(reducescatter_rows(8, 3, 4) == 2 && reducescatter_rows(0, 0, 1) == 0);
 }
 
 static void test_wire() {
@@ -324,7 +342,10 @@ int main() {
   test_autotune();
   test_planner();
   test_cache();
-  test_coordinator();
+  test_coordinator_order();
+  test_coordinator_mismatch();
+  test_coordinator_stalls();
+  test_row_split();
   test_wire();
   test_half();
   test_half16_kernels();

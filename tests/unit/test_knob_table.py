@@ -63,7 +63,7 @@ def test_rank_0_marks_match_the_knobs_the_core_agrees_on():
     marked = {env for env, (_, _, meaning) in rows.items() if "*(rank 0)*" in meaning}
     assert marked == {k.env for k in config.KNOBS if k.agreed}
     # ...and config.py's flags match what loop_lifecycle.cc takes from rank 0.
-    with open(os.path.join(ROOT, "native", "src", "loop_lifecycle.cc")) as f:
+    with open(os.path.join(ROOT, "native", "src", "loop", "loop_lifecycle.cc")) as f:
         taken = set(re.findall(r"take\(config_\.(\w+),", f.read()))
     assert taken == {k.field for k in config.KNOBS if k.agreed}
 

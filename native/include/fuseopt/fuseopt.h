@@ -328,6 +328,10 @@ const char* fuseopt_dtype_name(int dtype);
 int fuseopt_dtype_size(int dtype);  /* bytes per element; 0 for an unknown code */
 const char* fuseopt_collective_name(int collective);
 const char* fuseopt_reduce_op_name(int op);
+/* Rows of a reducescatter result on rank (0 <= rank < size) for a first
+ * dimension of rows: rows / size, and one more on the first rows % size
+ * ranks. 0 when size <= 0. */
+int64_t fuseopt_reducescatter_rows(int64_t rows, int rank, int size);
 
 /* Detail of the last failing call on this thread. */
 const char* fuseopt_last_error(void);

@@ -1,0 +1,154 @@
+// The poll schedule: how every wait in the core paces itself, as constants and
+// as poll_until. See Note [Poll schedule]; the measurements behind it are in
+// docs/design.md, "Pacing".
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace fuseopt {
+
+// Note [Poll schedule]
+// ~~~~~~~~~~~~~~~~~~~~
+// No wait in the core blocks in a library call or sleeps on a fixed timer.
+// Each polls: a short spin, because the other side (a peer rank, a kernel,
+// the loop thread) is usually right behind and a sleep's wake-up costs more
+// than the wait; then yields; then sleeps that grow, so that a long wait costs
+// next to no CPU.
+//
+// Why not block: MPICH's blocking calls busy-poll until the slowest rank
+// arrives. When ranks share cores with training threads (two ranks on two
+// cores here; any job whose framework uses every core), a loop thread
+// spinning in a collective takes the CPU that its own rank's backward pass,
+// or the late rank's loop thread, needs: with the PyTorch MLP a 45 KB bucket
+// took up to 36 ms. So negotiation rounds and data-plane collectives are
+// posted non-blocking and polled. Device streams are polled the same way, so
+// that an asynchronous error of the device library (a dead peer) can end a
+// wait that would otherwise never return. Linux rounds short sleeps up by the
+// timer slack (50 us by default), which would dominate the latency of polling
+// a round: the loop thread sets its own to kLoopTimerSlackNs.
+//
+// The waits and their schedules (constants below):
+//  - MPI collectives (wait_politely): kCollectivePoll. Peers usually arrive
+//    within microseconds.
+//  - Device streams (a device backend's synchronize): kStreamPoll. Kernels
+//    take a while: sleep at once, briefly (latency against CPU).
+//  - Negotiation rounds (ControlPlane::and_round): kRoundSpin, then pauses of
+//    kRoundFirstPause doubling to kRoundMaxPause, or to kRoundMaxPauseLong
+//    once kRoundLongWait has passed without local activity. The pause is the
+//    loop thread waiting on its inbox, not a timer: a local enqueue means the
+//    other ranks are probably enqueueing too, so it ends the pause and the
+//    schedule starts over.
+//  - The loop's intake (Loop::wait_for_work): a rank with nothing in flight
+//    posts no round until an enqueue or kIdleTick wakes it (it must still
+//    answer a peer's round, say a shutdown), so an idle job costs next to no
+//    CPU; a rank with work in flight posts at once. When every rank has work
+//    in flight but the last round matched nothing, rounds would spin:
+//    progress needs a new enqueue somewhere, so the rank waits for its own,
+//    kNoProgressWait doubled per such round, kNoProgressDoublings times at
+//    most. A burst of separate enqueue calls is batched until it pauses for
+//    kBurstQuiet (kBurstMax at most); that gap is polled with yields, not
+//    slept: a 20 us sleep takes several times that.
+//  - Handle waits (HandleTable::wait_done): a blocked waiter pays a futex
+//    wake-up when its handle completes, tens of microseconds on a virtual
+//    machine, and a small op often completes sooner: it yields for
+//    kHandleWaitSpin before blocking.
+//
+// Hurry: while a framework thread is blocked waiting for results
+// (FrameworkBlocked), its rank's compute has stopped until we deliver, and a
+// wait that sleeps adds its oversleep to the step. The polls of collectives,
+// streams and rounds then keep their sleeps at the shortest length (a
+// schedule's first_sleep, kRoundHurriedPause) for up to kHurriedWait.
+// Sleeping, not yielding: a yield with the rank's compute thread runnable on
+// the same core acts like a spin, and with many shared-memory barriers per
+// bucket (1 MiB chunks, since dropped) the loop thread burnt 35 ms of CPU per
+// MLP step against the peer's compute (step 53 -> 79 ms).
+
+// Spin until `spin` has passed, yield until `yield`, then sleep, starting at
+// `first_sleep` and doubling up to `max_sleep`.
+struct PollSchedule {
+  std::chrono::microseconds spin, yield, first_sleep, max_sleep;
+};
+
+constexpr PollSchedule kCollectivePoll{std::chrono::microseconds(20),
+                                       std::chrono::microseconds(200),
+                                       std::chrono::microseconds(10),
+                                       std::chrono::microseconds(500)};
+constexpr PollSchedule kStreamPoll{std::chrono::microseconds(0), std::chrono::microseconds(0),
+                                   std::chrono::microseconds(1), std::chrono::microseconds(64)};
+
+constexpr std::chrono::microseconds kRoundSpin(30);
+constexpr std::chrono::microseconds kRoundFirstPause(5);
+constexpr std::chrono::microseconds kRoundMaxPause(200);
+constexpr std::chrono::microseconds kRoundMaxPauseLong(2000);
+constexpr std::chrono::milliseconds kRoundLongWait(20);
+constexpr std::chrono::microseconds kRoundHurriedPause(10);
+
+constexpr std::chrono::milliseconds kIdleTick(50);
+constexpr std::chrono::microseconds kNoProgressWait(10);
+constexpr int kNoProgressDoublings = 7;
+constexpr std::chrono::microseconds kBurstQuiet(20);
+constexpr std::chrono::microseconds kBurstMax(1000);
+
+constexpr std::chrono::microseconds kHandleWaitSpin(50);
+
+constexpr std::chrono::microseconds kHurriedWait(5000);
+constexpr unsigned long kLoopTimerSlackNs = 1000;
+
+// Framework threads of this process now blocked waiting for results.
+class FrameworkBlocked {
+ public:
+  FrameworkBlocked() { count().fetch_add(1, std::memory_order_relaxed); }
+  ~FrameworkBlocked() { count().fetch_sub(1, std::memory_order_relaxed); }
+  FrameworkBlocked(const FrameworkBlocked&) = delete;
+  FrameworkBlocked& operator=(const FrameworkBlocked&) = delete;
+  static bool now() { return count().load(std::memory_order_relaxed) > 0; }
+
+ private:
+  static std::atomic<int>& count() {
+    static std::atomic<int> blocked{0};
+    return blocked;
+  }
+};
+
+// One wait's view of FrameworkBlocked: whether its sleeps stay short at time
+// t (the window starts when this wait first sees a blocked framework).
+class Hurry {
+ public:
+  bool at(std::chrono::steady_clock::time_point t) {
+    if (!FrameworkBlocked::now()) return false;
+    since_ = std::min(since_, t);
+    return t - since_ < kHurriedWait;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::time_point::max();
+};
+
+// Calls done() until it returns true (done may throw to give up).
+template <typename Done>
+void poll_until(Done done, const PollSchedule& schedule) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto sleep = schedule.first_sleep;
+  Hurry hurry;
+  while (!done()) {
+    const auto now = clock::now();
+    const auto waited = now - start;
+    if (waited < schedule.spin) continue;
+    if (waited < schedule.yield) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (hurry.at(now)) {
+      std::this_thread::sleep_for(schedule.first_sleep);
+      continue;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(schedule.max_sleep, sleep * 2);
+  }
+}
+
+}  // namespace fuseopt

@@ -1,0 +1,54 @@
+// The negotiation channel between ranks, over MPI.
+//
+// A *round* is one bitwise-AND allreduce of a small word vector (see loop.h
+// for its layout), posted non-blocking and polled (see Note [Poll schedule]
+// in poll_schedule.h). Full negotiation (names, shapes) uses
+// gather-to-coordinator and broadcast-from-coordinator of byte blobs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "transport/mpi/mpi_world.h"
+
+namespace fuseopt {
+
+class ControlPlane {
+ public:
+  explicit ControlPlane(const MpiWorld& world) : world_(world) {}
+
+  // How a pause between polls ended.
+  enum class Pause { kTimedOut, kWoken, kAbandon };
+  using PauseFn = std::function<Pause(std::chrono::microseconds)>;
+
+  // Runs one AND-allreduce of words in place. Between polls it calls pause,
+  // which waits up to the given time and may end early (kWoken: something
+  // happened locally, so peers are probably active too: poll eagerly again)
+  // or abandon the round (kAbandon: the function throws; stall shutdown).
+  void and_round(std::vector<uint64_t>* words, const PauseFn& pause);
+
+  // On the coordinator: every rank's blob, indexed by rank. Elsewhere: empty.
+  std::vector<std::vector<char>> gather(const std::vector<char>& mine);
+
+  // Every rank's flag, indexed by rank.
+  std::vector<char> allgather_flag(bool mine);
+
+  // Every rank's value, indexed by rank.
+  std::vector<int64_t> allgather_value(int64_t mine);
+
+  // The coordinator's blob, on every rank.
+  std::vector<char> broadcast(std::vector<char> blob);
+
+  // Broadcasts a fixed-size POD from the coordinator.
+  template <typename T>
+  void broadcast_value(T* value) {
+    mpi_check(MPI_Bcast(value, sizeof(T), MPI_BYTE, 0, world_.comm()), "MPI_Bcast");
+  }
+
+ private:
+  const MpiWorld& world_;
+};
+
+}  // namespace fuseopt

@@ -1,0 +1,34 @@
+// The inbox: what the framework threads (Context, context.h) and the loop
+// thread (Loop, loop.h) share. A header of its own so that the context, which
+// owns the loop, and the loop need not include each other.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+
+#include "base/common.h"
+#include "exec/entry.h"
+
+namespace fuseopt {
+
+// What the framework threads and the loop thread share, under one mutex.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable wake;
+  std::deque<Entry> queue;
+  std::atomic<uint64_t> enqueued{0};         // count ever queued; read without mu
+  uint64_t calls = 0;                         // enqueue calls ever made (one per batch)
+  bool shutdown_requested = false;
+  bool loop_waiting = false;                  // enqueue signals only if true
+  bool stopped = false;                       // the loop thread has exited
+  Outcome stop_reason;                        // why enqueue now fails
+  std::atomic<bool> aborted{false};           // see Context::abort; read without mu
+  // A framework thread was told that the runtime stopped (an enqueue or a
+  // wait failed since): it is not stuck outside fuseopt.
+  bool error_delivered = false;
+};
+
+}  // namespace fuseopt

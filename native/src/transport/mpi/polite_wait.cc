@@ -1,0 +1,18 @@
+#include "transport/mpi/polite_wait.h"
+
+#include "base/poll_schedule.h"
+#include "transport/mpi/mpi_world.h"
+
+namespace fuseopt {
+
+void wait_politely(MPI_Request* request, const char* what) {
+  poll_until(
+      [&] {
+        int done = 0;
+        mpi_check(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
+        return done != 0;
+      },
+      kCollectivePoll);
+}
+
+}  // namespace fuseopt

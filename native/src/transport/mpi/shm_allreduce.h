@@ -1,0 +1,63 @@
+// Allreduce through one shared-memory segment, for jobs whose ranks all share
+// a host. MPICH's shared-memory allreduce streams large buffers through small
+// cells with a handshake per cell (measured here: 33.6 MB in 26-28 ms, 1.3
+// GB/s, against 8 GB/s for memcpy); with every rank's data mapped, a rank can
+// reduce its share of the elements in one pass instead:
+//   1. each rank copies its chunk into its own slot, straight from the
+//      tensors of the bucket (no fusion buffer), applying prescale;
+//   2. rank r reduces element range r of all slots into its slot (MPI's own
+//      reduction kernels, MPI_Reduce_local, so 16-bit floats use our ops);
+//   3. each rank copies every range from the slot of the rank that reduced it
+//      straight into the output tensors, applying postscale.
+// Each element is reduced by exactly one rank, so all ranks get the same bits.
+// Barriers separate the phases. Every rank has two slots used in turn, so a
+// rank may refill one while the others still read the other: the barrier
+// after the next copy-in already orders it after their reads. Runs on the
+// loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "transport/backend.h"
+#include "transport/mpi/mpi_world.h"
+
+namespace fuseopt {
+
+class ShmAllreduce {
+ public:
+  // Collective over the world. usable() is the same on every rank.
+  explicit ShmAllreduce(const MpiWorld& world);
+  ~ShmAllreduce();
+  ShmAllreduce(const ShmAllreduce&) = delete;
+  ShmAllreduce& operator=(const ShmAllreduce&) = delete;
+
+  bool usable() const { return usable_; }
+  // Collective: every rank calls it with the same total count, dtype and op
+  // (the executor's plan guarantees it). A segment's out may equal its in.
+  void allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                 fuseopt_reduce_op_t op, double postscale);
+
+ private:
+  // Float sums and averages: each rank publishes only the elements others
+  // reduce, and reduces its own range straight from its tensors into its
+  // outputs in one pass (scales folded in): about 27% less memory traffic
+  // than staging everything, which matters when ranks share memory bandwidth.
+  template <typename T>
+  void direct(const std::vector<Segment>& segments, double postscale);
+  // Every dtype and op: stage all, reduce in the slots, copy all out.
+  void staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+              fuseopt_reduce_op_t op, double postscale);
+  void attach();  // allocates the segment on first use (collective)
+  void sync();
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  bool usable_ = false;
+  std::vector<char*> slots_;  // every rank's pair of slots, mapped into this process
+  int turn_ = 0;              // which slot of the pair the next chunk uses
+};
+
+}  // namespace fuseopt
