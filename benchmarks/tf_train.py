@@ -51,11 +51,6 @@ jobs: per step the slowest worker, then the median over steps (Note [slowest
 rank]). Cells: median over ``--reps`` jobs, contenders interleaved (Note
 [interleaving]).
 
-In fuseopt jobs the worker wraps ``fuseopt.ops.allreduce_async`` (in its own
-process, not in the library) to time stamp each gradient's enqueue and
-completion, which splits a step into compute before the allreduce, the
-allreduce inside the ``tf.numpy_function``, and the rest (SGD update, Keras).
-
 Also per rep, ``commfloor``: allreduce only, no TensorFlow (mpi4py on the same
 MPI vs fuseopt, the MLP's 8 gradient buffers), the floor under the
 communication part of a fuseopt step. A job that fails or times out is
@@ -75,7 +70,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 import harness
@@ -130,49 +124,13 @@ def _checksum(model):
             float(sum(np.sum(w.astype(np.float64) ** 2) for w in ws))]
 
 
-class _AllreduceProbe:
-    """Wraps fuseopt.ops.allreduce_async in this process: (enqueue, done) per tensor."""
-
-    def __init__(self):
-        import fuseopt.ops as fops
-        self.events = []
-        self.lock = threading.Lock()
-        orig = fops.allreduce_async
-        probe = self
-
-        class Handle:
-            def __init__(self, h, t0):
-                self._h, self._t0 = h, t0
-
-            def wait(self, *a, **k):
-                r = self._h.wait(*a, **k)
-                with probe.lock:
-                    probe.events.append((self._t0, time.perf_counter()))
-                return r
-
-            def __getattr__(self, name):
-                return getattr(self._h, name)
-
-        def allreduce_async(*a, **k):
-            t0 = time.perf_counter()
-            return Handle(orig(*a, **k), t0)
-
-        fops.allreduce_async = allreduce_async
-
-    def take(self):
-        with self.lock:
-            ev, self.events = self.events, []
-        return ev
-
-
-def _make_timer(keras, warm, timed, hs, probe):
+def _make_timer(keras, warm, timed, hs):
     pc = time.perf_counter
 
     class StepTimer(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
-            self.rec = {"step": [], "t_start": [], "pre": [], "comm": [], "post": [],
-                        "t_enq": [], "t_done": []}
+            self.rec = {"step": [], "t_start": []}
             self.t0 = None
             self.filler = 0
             self.t_begin = self.t_end = None
@@ -184,8 +142,6 @@ def _make_timer(keras, warm, timed, hs, probe):
                     hs.ready()
                 self.t_begin = pc()
                 self.cpu_begin = time.process_time()
-            if probe is not None:
-                probe.take()
             self.t0 = pc()
 
         def on_train_batch_end(self, batch, logs=None):
@@ -193,8 +149,6 @@ def _make_timer(keras, warm, timed, hs, probe):
             if warm <= batch < warm + timed:
                 self.rec["step"].append((t1 - self.t0) * 1e3)
                 self.rec["t_start"].append(self.t0)
-                if probe is not None:
-                    self._split(probe.take(), t1)
                 if batch == warm + timed - 1:
                     self.t_end = t1
                     self.cpu_end = time.process_time()
@@ -206,16 +160,6 @@ def _make_timer(keras, warm, timed, hs, probe):
                 self.filler += 1
             if hs is not None and batch >= warm + timed - 1 and hs.stopped():
                 self.model.stop_training = True
-
-        def _split(self, ev, t1):
-            """compute before the first enqueue, enqueue -> last done, the rest."""
-            if ev:
-                a, b = min(e[0] for e in ev), max(e[1] for e in ev)
-                self.rec["pre"].append((a - self.t0) * 1e3)
-                self.rec["comm"].append((b - a) * 1e3)
-                self.rec["post"].append((t1 - b) * 1e3)
-                self.rec["t_enq"].append(a)
-                self.rec["t_done"].append(b)
 
     return StepTimer()
 
@@ -239,7 +183,7 @@ def worker_fit(args):
     kind = args.worker
     tf = _setup_tf(args.inter_op)
     import keras
-    rank, size, info, hvd, probe = args.proc_index, 1, {}, None, None
+    rank, size, info, hvd = args.proc_index, 1, {}, None
     if kind == "fuseopt":
         import fuseopt
         import fuseopt.tensorflow.keras as hvd
@@ -248,7 +192,6 @@ def worker_fit(args):
         info["fuseopt_settings"] = fuseopt.settings()
         if size != NRANKS:
             raise SystemExit("fuseopt worker expects %d ranks, got %d" % (NRANKS, size))
-        probe = _AllreduceProbe()
     warm, timed = steps_for(args.quick)
     hs = harness.Handshake(args.timeout) if args.handshake else None
     model = _build_model(keras)
@@ -257,7 +200,7 @@ def worker_fit(args):
         opt = hvd.DistributedOptimizer(opt)
     model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=False)
-    timer = _make_timer(keras, warm, timed, hs, probe)
+    timer = _make_timer(keras, warm, timed, hs)
     callbacks = ([hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if hvd else []) + [timer]
     # Unconnected processes keep training until the driver says STOP; others
     # stop after their timed steps (stop_training; steps_per_epoch is the cap).
@@ -270,10 +213,8 @@ def worker_fit(args):
                jit_compile=bool(model.jit_compile), env=harness.fuseopt_env(), info=info,
                params=int(model.count_params()), tensors=len(model.trainable_variables),
                warmup=warm, timed=timed,
-               samples_ms={k: [round(v, 4) for v in vs] for k, vs in timer.rec.items()
-                           if not k.startswith("t_")},
-               t_start=timer.rec["t_start"], t_enq=timer.rec["t_enq"],
-               t_done=timer.rec["t_done"], t_begin=timer.t_begin, t_end=timer.t_end,
+               samples_ms={"step": [round(v, 4) for v in timer.rec["step"]]},
+               t_start=timer.rec["t_start"], t_begin=timer.t_begin, t_end=timer.t_end,
                cpu_ms_per_step=(timer.cpu_end - timer.cpu_begin) * 1e3 / timed,
                filler_steps=timer.filler, fit_wall_s=wall,
                loss_last=float(hist.history["loss"][-1]), checksum=_checksum(model),
@@ -501,20 +442,6 @@ def _two_worker_step(results):
     v = {"step_ms": med(slowest), "per_rank_ms": [med(s) for s in steps],
          "max_step_ms": max(slowest), "steps_over_1s": sum(1 for x in slowest if x > 1000),
          "n_steps": len(slowest)}
-    if all(r["samples_ms"].get("comm") for r in results):
-        v["phases_ms"] = {k: statistics.mean(med(r["samples_ms"][k]) for r in results)
-                          for k in ("pre", "comm", "post")}
-        # perf_counter is CLOCK_MONOTONIC, shared by the processes of one machine:
-        # per step, the wait for the later rank's gradients (skew) and the time
-        # from the later rank's enqueue to the last completion (transfer).
-        if all(len(r.get("t_enq", [])) == len(steps[0]) for r in results):
-            skew, xfer = [], []
-            for enq, done in zip(zip(*[r["t_enq"] for r in results]),
-                                 zip(*[r["t_done"] for r in results])):
-                skew.append((max(enq) - min(enq)) * 1e3)
-                xfer.append((max(done) - max(enq)) * 1e3)
-            v["phases_ms"]["skew"] = med(skew)
-            v["phases_ms"]["transfer"] = med(xfer)
     return v
 
 
@@ -541,9 +468,6 @@ def summarize(jobs, contenders):
                if v.get("wall_ms_per_step")]
         if cpu:
             s["cpu_busy_fraction"] = statistics.median(cpu)
-        ph = [v["phases_ms"] for v in vals if "phases_ms" in v]
-        if ph:
-            s["phases_ms"] = {k: statistics.median(p[k] for p in ph) for k in ph[0]}
         summary[c] = s
     return summary
 
@@ -650,7 +574,7 @@ def target_lines(s, jobs, contenders, targets, verdicts):
 
 
 def fuseopt_notes(s, contenders, failures):
-    """Notes on the failures and on where a fuseopt step's time went."""
+    """Notes on the failures, the compute-only ceiling, CPU use and the allreduce-only job."""
     single = s.get("single", {}).get("step_ms")
     unc = s.get("unconnected", {}).get("step_ms")
     notes = []
@@ -661,17 +585,6 @@ def fuseopt_notes(s, contenders, failures):
     if single is not None and unc is not None:
         notes.append("compute-only ceiling: unconnected efficiency (single / unconnected) = "
                      "%.0f%%." % (100 * single / unc))
-    if "fuseopt" in s and "phases_ms" in s["fuseopt"]:
-        p = s["fuseopt"]["phases_ms"]
-        notes.append("fuseopt step split (median per step, mean over ranks, median over reps): "
-                     "compute before the allreduce (fwd+bwd) %.2f ms, allreduce inside the "
-                     "tf.numpy_function (first gradient enqueued -> last done, 8 tensors, "
-                     "%.1f MB) %.2f ms, rest (SGD update + Keras) %.2f ms."
-                     % (p["pre"], n_params() * 4 / 1e6, p["comm"], p["post"]))
-        if "transfer" in p:
-            notes.append("fuseopt allreduce split across ranks (shared monotonic clock): waiting "
-                         "for the later rank to enqueue (compute skew) %.2f ms, later rank's "
-                         "enqueue -> last completion %.2f ms." % (p["skew"], p["transfer"]))
     busy = [(c, s[c]["cpu_busy_fraction"]) for c in contenders
             if c in s and "cpu_busy_fraction" in s[c]]
     if busy:
@@ -829,11 +742,6 @@ def run_one(c, rep, pos, args, mpiexec, jobs, failures):
         said = ", ".join("%s %.2f ms" % kv for kv in values.items())
     else:
         said = "%.2f ms" % values["step_ms"]
-        if "phases_ms" in values:
-            ph = values["phases_ms"]
-            said += " (pre %.1f / allreduce %.1f [skew %.1f + transfer %.1f] / post %.1f)" % (
-                ph["pre"], ph["comm"], ph.get("skew", float("nan")),
-                ph.get("transfer", float("nan")), ph["post"])
     sys.stderr.write("%.1f s: %s\n" % (wall, said))
     jobs.append({"rep": rep, "position": pos, "contender": c, "quick": args.quick,
                  "env": args.variants.get(c, {}), "wall_s": round(wall, 2),
