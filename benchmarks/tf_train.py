@@ -7,7 +7,6 @@ Usage (from the repository root)::
     python benchmarks/tf_train.py [--quick] [--reps N] [--out benchmarks/results]
         [--inter-op N] [--mwms-impl RING|AUTO] [--no-probe-mwms-fit] [--no-comm-floor]
         [--fuseopt-variant NAME:FUSEOPT_VAR=VALUE[,...]]... [--timeout S]
-    python benchmarks/tf_train.py --rerender benchmarks/results/tf_train.json
 
 Workload: MLP 1024-2048-2048-1024-10 (Dense + ReLU, linear logits, ~8.4M
 parameters in 8 tensors), sparse categorical cross-entropy (from logits), SGD
@@ -789,25 +788,6 @@ def write_outputs(args, meta, contenders, jobs, failures, probe):
     return 1 if (args.strict and fails) else 0
 
 
-def rerender_main(args):
-    """Rebuilds the report, chart and files from a saved tf_train.json."""
-    with open(args.rerender) as f:
-        d = json.load(f)
-    meta = d["meta"]
-    args.reps, args.quick = meta["reps"], meta["quick"]
-    args.inter_op, args.mwms_impl = meta["inter_op"], meta["mwms_impl"]
-    args.variants = meta.get("variants", {})
-    present = {j["contender"] for j in d["jobs"]} | {fl["contender"]
-                                                    for fl in d.get("failures", [])}
-    contenders = meta.get("contenders") or (
-        [c for c in BASE_CONTENDERS if c in present] + list(args.variants)
-        + (["commfloor"] if "commfloor" in present else []))
-    meta["contenders"] = contenders
-    os.makedirs(args.out, exist_ok=True)
-    return write_outputs(args, meta, contenders, d["jobs"], d.get("failures", []),
-                         d.get("mwms_fit_probe") or {"summary": None, "results": None})
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     harness.add_common_args(p, "fewer timed steps (20 instead of 40)", 300, BASE_CONTENDERS)
@@ -821,8 +801,6 @@ def main(argv=None):
                    help="skip the allreduce-only job (raw MPI vs fuseopt, no TF) per rep")
     p.add_argument("--fuseopt-variant", action="append", default=[],
                    help="NAME:FUSEOPT_VAR=VALUE[,...]: an extra fuseopt contender")
-    p.add_argument("--rerender", metavar="JSON",
-                   help="rebuild the report and files from a saved tf_train.json (no jobs)")
     harness.add_worker_args(p, ("single", "fuseopt", "mwms", "commfloor"))
     p.add_argument("--ports", help=argparse.SUPPRESS)
     p.add_argument("--mwms-fit", action="store_true", help=argparse.SUPPRESS)
@@ -833,8 +811,6 @@ def main(argv=None):
         return worker_commfloor(args)
     if args.worker:
         return worker_fit(args)
-    if args.rerender:
-        return rerender_main(args)
     if args.reps < 1:
         p.error("--reps must be >= 1")
     return driver_main(args)
