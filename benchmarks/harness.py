@@ -38,9 +38,11 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
+NRANKS = 2
 READY, DONE = "@@BENCH_READY@@", "@@BENCH_DONE@@"
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -60,8 +62,8 @@ def fuseopt_env():
     return {k: v for k, v in os.environ.items() if k.startswith("FUSEOPT_")}
 
 
-def write_result(result_dir, kind, rank, out):
-    with open(os.path.join(result_dir, "%s.%d.json" % (kind, rank)), "w") as f:
+def write_result(result_dir, rank, out):
+    with open(os.path.join(result_dir, "result.%d.json" % rank), "w") as f:
         json.dump(out, f)
 
 
@@ -133,8 +135,10 @@ def free_ports(n):
 
 
 def base_env(extra=None, drop=()):
+    """The jobs' environment; MASTER_ADDR/PORT for torch.distributed's env:// start (gloo)."""
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_ports(1)[0]))
     for k in drop:
         env.pop(k, None)
     env.update(extra or {})
@@ -164,11 +168,11 @@ def tail(path, n=4000):
         return ""
 
 
-def read_results(result_dir, kind, n):
-    """The result files <kind>.<rank>.json of ranks 0..n-1 (see write_result)."""
+def read_results(result_dir, n):
+    """The result files of ranks 0..n-1 (see write_result)."""
     outs = []
     for r in range(n):
-        path = os.path.join(result_dir, "%s.%d.json" % (kind, r))
+        path = os.path.join(result_dir, "result.%d.json" % r)
         if not os.path.exists(path):
             raise JobFailed("missing result file %s" % path)
         with open(path) as f:
@@ -176,34 +180,16 @@ def read_results(result_dir, kind, n):
     return outs
 
 
-def run_simple(cmd, env, timeout, label, stderr_path):
-    """Runs one command (Note [one job]); its stdout, or JobFailed on error or timeout."""
-    with open(stderr_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                                start_new_session=True)
-        try:
-            stdout, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            raise JobFailed("%s timed out after %.0f s: %s\n--- stderr ---\n%s"
-                            % (label, timeout, " ".join(cmd), tail(stderr_path)))
-    if proc.returncode != 0:
-        raise JobFailed("%s failed (exit %s): %s\n--- stdout ---\n%s\n--- stderr ---\n%s"
-                        % (label, proc.returncode, " ".join(cmd), stdout[-2000:],
-                           tail(stderr_path)))
-    return stdout
-
-
 @contextlib.contextmanager
-def started(cmds, env, tmp, label, talk=False):
-    """Starts the commands together (Note [one job]), stderr to tmp/<label>.<i>.stderr,
-    with stdin and stdout as text pipes if talk; kills what still runs at the end."""
+def started(cmds, env, tmp, talk=False):
+    """Starts the commands together (Note [one job]), stderr to tmp/stderr.<i>, with stdin
+    and stdout as text pipes if talk; kills what still runs at the end."""
     procs, errs = [], []
     pipes = (dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
              if talk else dict(stdout=subprocess.DEVNULL))
     try:
         for i, cmd in enumerate(cmds):
-            errs.append(open(os.path.join(tmp, "%s.%d.stderr" % (label, i)), "w"))
+            errs.append(open(os.path.join(tmp, "stderr.%d" % i), "w"))
             procs.append(subprocess.Popen(cmd, stderr=errs[-1], env=env,
                                           start_new_session=True, **pipes))
         yield procs, errs
@@ -215,10 +201,10 @@ def started(cmds, env, tmp, label, talk=False):
             e.close()
 
 
-def run_pair(cmds, env, timeout, label, tmp, grace=20.0):
-    """Processes started together that find each other themselves. If one fails, the
-    others get `grace` seconds, then are killed. Raises JobFailed."""
-    with started(cmds, env, tmp, label) as (procs, errs):
+def run_procs(cmds, env, timeout, label, tmp, grace=20.0):
+    """Processes started together (that find each other themselves, if more than one). If
+    one fails, the others get `grace` seconds, then are killed. Raises JobFailed."""
+    with started(cmds, env, tmp) as (procs, errs):
         deadline = time.monotonic() + timeout
         failed_at = None
         while any(p.poll() is None for p in procs):
@@ -251,7 +237,7 @@ def _line_queue(stream):
 def run_unconnected(cmds, env, timeout, tmp, rounds=("",)):
     """The driver's side of Note [unconnected], one round per name in rounds. Raises
     JobFailed."""
-    with started(cmds, env, tmp, "unconnected", talk=True) as (procs, errs):
+    with started(cmds, env, tmp, talk=True) as (procs, errs):
         lines = [_line_queue(p.stdout) for p in procs]
         deadline = time.monotonic() + timeout
 
@@ -286,6 +272,26 @@ def run_unconnected(cmds, env, timeout, tmp, rounds=("",)):
             if rc != 0:
                 raise JobFailed("unconnected process %d failed (exit %s)\n--- stderr ---\n%s"
                                 % (i, rc, tail(errs[i].name)))
+
+
+def run_job(how, argv, env, timeout, label, mpiexec=None, rounds=("",)):
+    """One job (Note [one job]) of the worker command argv, in a fresh --result-dir: how is
+    "single" (one process), "mpi" (mpiexec -n NRANKS), "pair" (NRANKS processes that find
+    each other) or "unconnected" (Note [unconnected], one round per name in rounds).
+    Returns every process's result (write_result) and the tail of the first one's stderr."""
+    tmp = tempfile.mkdtemp(prefix="bench_")
+    cmds = [argv + ["--result-dir", tmp, "--proc-index", str(i)]
+            for i in range(1 if how in ("single", "mpi") else NRANKS)]
+    try:
+        if how == "unconnected":
+            run_unconnected([c + ["--handshake"] for c in cmds], env, timeout, tmp, rounds)
+        else:
+            run_procs([[mpiexec, "-n", str(NRANKS)] + cmds[0]] if how == "mpi" else cmds, env,
+                      timeout, label, tmp)
+        return (read_results(tmp, 1 if how == "single" else NRANKS),
+                tail(os.path.join(tmp, "stderr.0"), 8000))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- driver side: the machine (Note [settle]) ------------------------------------------
@@ -345,29 +351,27 @@ class ForeignCpu:
 
 # ---- driver side: the run --------------------------------------------------------------
 
-def parse_contenders(text, known):
-    names = [c.strip() for c in text.split(",") if c.strip()]
+def parse_contenders(args, known):
+    """--contenders (from known), then one "fuseopt:NAME" per --fuseopt-variant
+    NAME:VAR=VALUE[,VAR=VALUE] (if the driver takes it), whose environment goes to
+    args.variants."""
+    names = [c.strip() for c in args.contenders.split(",") if c.strip()]
     for c in names:
         if c not in known:
             raise SystemExit("unknown contender %r (choose from %s)" % (c, ", ".join(known)))
-    return names
-
-
-def parse_variants(texts, key_ok):
-    """{"fuseopt:NAME": {VAR: VALUE}} from --fuseopt-variant NAME:VAR=VALUE[,VAR=VALUE]."""
-    variants = {}
-    for text in texts:
+    args.variants = {}
+    for text in getattr(args, "fuseopt_variant", []):
         name, _, assigns = text.partition(":")
         if not name or not assigns:
             raise SystemExit("--fuseopt-variant wants NAME:VAR=VALUE[,VAR=VALUE]: %r" % text)
         env = {}
         for a in assigns.split(","):
-            k, eq, v = a.partition("=")
-            if not eq or not key_ok(k.strip()):
+            k, eq, v = (x.strip() for x in a.partition("="))
+            if not eq or not k.replace("_", "").isalnum():
                 raise SystemExit("bad assignment %r in --fuseopt-variant %r" % (a, text))
-            env[k.strip()] = v.strip()
-        variants["fuseopt:" + name] = env
-    return variants
+            env[k] = v
+        args.variants["fuseopt:" + name] = env
+    return names + list(args.variants)
 
 
 def interleaved(contenders, reps, seed):
@@ -380,7 +384,9 @@ def interleaved(contenders, reps, seed):
             yield rep, pos, c
 
 
-def add_common_args(p, quick_help, timeout, contenders):
+def parser(doc, quick_help, timeout, contenders, variants=True):
+    """The flags the drivers share (--fuseopt-variant where variants)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help=quick_help)
     p.add_argument("--reps", type=int, default=3, help="jobs per contender (interleaved)")
     p.add_argument("--out", default=RESULTS)
@@ -388,14 +394,24 @@ def add_common_args(p, quick_help, timeout, contenders):
     p.add_argument("--contenders", default=",".join(contenders))
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
     p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
+    p.add_argument("--verbose", action="store_true", help="echo each job's stderr")
+    if variants:
+        p.add_argument("--fuseopt-variant", action="append", default=[],
+                       help="NAME:VAR=VALUE[,...]: an extra fuseopt contender run with these "
+                            "environment variables (FUSEOPT_* knobs, or e.g. MPICH's MPIR_CVAR_*)")
+    return p
 
 
-def add_worker_args(p, kinds):
-    """The flags a driver passes to its workers (hidden from --help)."""
+def parse(p, argv, kinds):
+    """The command line, with the flags a driver passes to its workers (hidden from --help)."""
     p.add_argument("--worker", choices=kinds, help=argparse.SUPPRESS)
     p.add_argument("--result-dir", help=argparse.SUPPRESS)
     p.add_argument("--handshake", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--proc-index", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.reps < 1:
+        p.error("--reps must be >= 1")
+    return args
 
 
 # ---- job figures -----------------------------------------------------------------------
