@@ -1,6 +1,6 @@
 """What the benchmark drivers share: starting jobs and killing them whole, the start
-handshake of unconnected processes, reading results, waiting for a quiet machine, and
-the notes on method that the scripts refer to by name.
+handshake of unconnected processes, reading results, waiting for a quiet machine, the
+command line, and the notes on method that the scripts refer to by name.
 
 Note [interleaving]: the machine is noisy (slow spells of tens of seconds), so every
 repetition runs each contender once, in an order shuffled afresh per repetition. Jobs
@@ -12,10 +12,10 @@ each started in a process group of its own, so that a job that hangs or times ou
 killed whole: mpiexec and the ranks it started.
 
 Note [unconnected]: the compute-only baseline for 2 ranks is 2 independent processes (no
-MPI) started together. Per round (a model) each says READY once set up, the driver says
-GO when both have; after its timed steps each says DONE and keeps training until the
-driver says STOP, which it does once both are done. So every timed step ran with both
-cores busy, as in a 2-rank job. The job's figure is the mean of the two medians.
+MPI) started together. Per round (a model) each marks itself ready in the job's folder
+once set up and starts its timed steps when both are; after them it marks itself done and
+keeps training until both are. So every timed step ran with both cores busy, as in a
+2-rank job. The job's figure is the mean of the two medians.
 
 Note [slowest rank]: a 2-rank job's figure per step (iteration) is the slower rank's
 time (conservative: it includes any skew between the ranks); the job's figure is the
@@ -29,9 +29,7 @@ import argparse
 import contextlib
 import json
 import os
-import queue
 import random
-import select
 import shutil
 import signal
 import socket
@@ -39,11 +37,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 NRANKS = 2
-READY, DONE = "@@BENCH_READY@@", "@@BENCH_DONE@@"
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -52,11 +48,6 @@ class JobFailed(RuntimeError):
 
 
 # ---- worker side -----------------------------------------------------------------------
-
-def say(msg):
-    sys.stdout.write(msg + "\n")
-    sys.stdout.flush()
-
 
 def fuseopt_env():
     return {k: v for k, v in os.environ.items() if k.startswith("FUSEOPT_")}
@@ -68,46 +59,37 @@ def write_result(result_dir, rank, out):
 
 
 class Handshake:
-    """A worker's side of Note [unconnected]. Reads fd 0 unbuffered (select() must see
-    what is still unread)."""
+    """A worker's side of Note [unconnected]: files ready.<round>.<i> and done.<round>.<i>
+    in the job's folder say how far process i has come."""
 
-    def __init__(self, timeout):
-        self.timeout, self.buf, self.deadline = timeout, b"", None
+    def __init__(self, args):
+        self.dir, self.index, self.timeout = args.result_dir, args.proc_index, args.timeout
 
-    def _line(self, timeout):
-        """A line if one arrives within timeout seconds, else None."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buf:
-            r, _, _ = select.select([0], [], [], max(0.0, deadline - time.monotonic()))
-            if not r:
-                return None
-            chunk = os.read(0, 4096)
-            if not chunk:
-                raise SystemExit("driver closed stdin")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode().strip()
+    def _arrive(self, word):
+        """Marks this process as come to word; whether every process has."""
+        open(os.path.join(self.dir, "%s.%d" % (word, self.index)), "w").close()
+        return all(os.path.exists(os.path.join(self.dir, "%s.%d" % (word, i)))
+                   for i in range(NRANKS))
 
     def ready(self, round_name=""):
-        """Says READY, returns at GO."""
-        say(READY + round_name)
-        line = self._line(self.timeout)
-        if line != "GO":
-            raise SystemExit("expected 'GO' from the driver, got %r" % line)
+        """Returns once every process is ready for round_name's timed steps."""
+        deadline = time.monotonic() + self.timeout
+        while not self._arrive("ready." + round_name):
+            if time.monotonic() > deadline:
+                raise SystemExit("the other unconnected process never got ready")
+            time.sleep(0.001)
 
     def done(self, round_name=""):
-        say(DONE + round_name)
-        self.deadline = time.monotonic() + self.timeout
+        """Marks the timed steps done; then stopped() says when to stop training."""
+        self.round, self.deadline = round_name, time.monotonic() + self.timeout
+        self.stopped()
 
     def stopped(self):
-        """True once the driver said STOP; until then the caller keeps its core busy."""
-        line = self._line(0)
-        if line == "STOP":
+        """True once every process is done; until then the caller keeps its core busy."""
+        if self._arrive("done." + self.round):
             return True
-        if line is not None:
-            raise SystemExit("unexpected %r from the driver" % line)
         if time.monotonic() > self.deadline:
-            raise SystemExit("no STOP from the driver")
+            raise SystemExit("the other unconnected process never got done")
         return False
 
 
@@ -181,17 +163,15 @@ def read_results(result_dir, n):
 
 
 @contextlib.contextmanager
-def started(cmds, env, tmp, talk=False):
-    """Starts the commands together (Note [one job]), stderr to tmp/stderr.<i>, with stdin
-    and stdout as text pipes if talk; kills what still runs at the end."""
+def started(cmds, env, tmp):
+    """Starts the commands together (Note [one job]), stderr to tmp/stderr.<i>; kills what
+    still runs at the end."""
     procs, errs = [], []
-    pipes = (dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-             if talk else dict(stdout=subprocess.DEVNULL))
     try:
         for i, cmd in enumerate(cmds):
             errs.append(open(os.path.join(tmp, "stderr.%d" % i), "w"))
-            procs.append(subprocess.Popen(cmd, stderr=errs[-1], env=env,
-                                          start_new_session=True, **pipes))
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errs[-1],
+                                          env=env, start_new_session=True))
         yield procs, errs
     finally:
         for p in procs:
@@ -227,67 +207,18 @@ def run_procs(cmds, env, timeout, label, tmp, grace=20.0):
                 "--- process %d stderr ---\n%s" % (i, tail(e.name)) for i, e in enumerate(errs))))
 
 
-def _line_queue(stream):
-    q = queue.Queue()
-    threading.Thread(target=lambda: [q.put(line.strip()) for line in stream] + [q.put(None)],
-                     daemon=True).start()
-    return q
-
-
-def run_unconnected(cmds, env, timeout, tmp, rounds=("",)):
-    """The driver's side of Note [unconnected], one round per name in rounds. Raises
-    JobFailed."""
-    with started(cmds, env, tmp, talk=True) as (procs, errs):
-        lines = [_line_queue(p.stdout) for p in procs]
-        deadline = time.monotonic() + timeout
-
-        def expect(word):
-            for i, q in enumerate(lines):
-                try:
-                    line = q.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    raise JobFailed("unconnected process %d: timed out waiting for %r"
-                                    % (i, word))
-                if line != word:
-                    raise JobFailed("unconnected process %d: expected %r, got %r\n"
-                                    "--- stderr ---\n%s" % (i, word, line, tail(errs[i].name)))
-
-        def send(word):
-            for p in procs:
-                p.stdin.write(word + "\n")
-                p.stdin.flush()
-
-        for name in rounds:
-            expect(READY + name)
-            send("GO")
-            expect(DONE + name)
-            send("STOP")
-        for p in procs:
-            p.stdin.close()
-        for i, p in enumerate(procs):
-            try:
-                rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise JobFailed("unconnected process %d did not exit" % i)
-            if rc != 0:
-                raise JobFailed("unconnected process %d failed (exit %s)\n--- stderr ---\n%s"
-                                % (i, rc, tail(errs[i].name)))
-
-
-def run_job(how, argv, env, timeout, label, mpiexec=None, rounds=("",)):
+def run_job(how, argv, env, timeout, label, mpiexec=None):
     """One job (Note [one job]) of the worker command argv, in a fresh --result-dir: how is
     "single" (one process), "mpi" (mpiexec -n NRANKS), "pair" (NRANKS processes that find
-    each other) or "unconnected" (Note [unconnected], one round per name in rounds).
-    Returns every process's result (write_result) and the tail of the first one's stderr."""
+    each other) or "unconnected" (NRANKS processes, Note [unconnected]). Returns every
+    process's result (write_result) and the tail of the first one's stderr."""
     tmp = tempfile.mkdtemp(prefix="bench_")
     cmds = [argv + ["--result-dir", tmp, "--proc-index", str(i)]
+            + (["--handshake"] if how == "unconnected" else [])
             for i in range(1 if how in ("single", "mpi") else NRANKS)]
     try:
-        if how == "unconnected":
-            run_unconnected([c + ["--handshake"] for c in cmds], env, timeout, tmp, rounds)
-        else:
-            run_procs([[mpiexec, "-n", str(NRANKS)] + cmds[0]] if how == "mpi" else cmds, env,
-                      timeout, label, tmp)
+        run_procs([[mpiexec, "-n", str(NRANKS)] + cmds[0]] if how == "mpi" else cmds, env,
+                  timeout, label, tmp)
         return (read_results(tmp, 1 if how == "single" else NRANKS),
                 tail(os.path.join(tmp, "stderr.0"), 8000))
     finally:

@@ -135,8 +135,7 @@ def worker_fit(args):
         rank, size, out["info"] = hvd.rank(), hvd.size(), {"fuseopt_settings": fuseopt.settings()}
         if size != NRANKS:
             raise SystemExit("fuseopt worker expects %d ranks, got %d" % (NRANKS, size))
-    steps = Steps(out["warmup"], out["timed"], harness.Handshake(args.timeout)
-                  if args.handshake else None)
+    steps = Steps(out["warmup"], out["timed"], harness.Handshake(args) if args.handshake else None)
 
     class StepTimer(keras.callbacks.Callback):
         # A callback with on_train_batch_end makes Keras dispatch synchronously and

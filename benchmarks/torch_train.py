@@ -176,7 +176,7 @@ def train_model(torch, args, model_name, rank, hvd, hs):
     model, x, y, loss_fn = build(torch, model_name, data_seed=1000 + rank)
     net, opt = _wrap(torch, args.worker, hvd, model)
     if hs is not None:
-        hs.ready(" " + model_name)
+        hs.ready(model_name)
     rec = dict({k: [] for k, _, _ in PHASES}, t_start=[])
     t_begin = time.perf_counter()
     loss0 = run_steps(net, opt, x, y, loss_fn, warm)
@@ -186,7 +186,7 @@ def train_model(torch, args, model_name, rank, hvd, hs):
     cpu = cpu_per_step(cpu0, thread_cpu_s(), timed)
     filler = 0
     if hs is not None:        # keep the core busy until the other is done too
-        hs.done(" " + model_name)
+        hs.done(model_name)
         while not hs.stopped():
             run_steps(net, opt, x, y, loss_fn, 1)
             filler += 1
@@ -209,7 +209,7 @@ def worker_main(args):
     rank, size, info, hvd, dist = _init_comm(kind, args.proc_index)
     if kind != "single" and size != NRANKS:
         raise SystemExit("%s worker expects %d ranks, got %d" % (kind, NRANKS, size))
-    hs = harness.Handshake(args.timeout) if args.handshake else None
+    hs = harness.Handshake(args) if args.handshake else None
     out = {"kind": kind, "rank": rank, "size": size, "pid": os.getpid(),
            "torch": torch.__version__, "threads": torch.get_num_threads(),
            "env": harness.fuseopt_env(), "info": info,
@@ -231,8 +231,7 @@ def run_job(c, args, mpiexec):
             "single" if kind == "unconnected" else kind, "--models", ",".join(args.models),
             "--timeout", str(args.timeout)] + (["--quick"] if args.quick else [])
     return harness.run_job(kind if kind in ("single", "unconnected") else "mpi", argv,
-                           harness.base_env(args.variants.get(c)), args.timeout, c, mpiexec,
-                           [" " + m for m in args.models])
+                           harness.base_env(args.variants.get(c)), args.timeout, c, mpiexec)
 
 
 def job_value(contender, results, model):
