@@ -26,7 +26,6 @@ until the machine is idle, and it measures the CPU that processes other than its
 used during the job: such a job measured them, not us.
 """
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -96,10 +95,9 @@ class Handshake:
 # ---- driver side: processes ------------------------------------------------------------
 
 def find_mpiexec():
+    """The mpiexec next to this Python (a venv's), else the one on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.path.isfile(here) and os.access(here, os.X_OK):
-        return here
-    found = shutil.which("mpiexec")
+    found = here if os.access(here, os.X_OK) else shutil.which("mpiexec")
     if not found:
         raise SystemExit("mpiexec not found next to %s nor on PATH" % sys.executable)
     return found
@@ -142,10 +140,10 @@ def kill_group(proc):
 
 
 def tail(path, n=4000):
-    """The last n characters of a file (all of it if n is None), "" if it is unreadable."""
+    """The last n characters of a file, "" if it is unreadable."""
     try:
         with open(path, errors="replace") as f:
-            return f.read()[-n:] if n else f.read()
+            return f.read()[-n:]
     except OSError:
         return ""
 
@@ -154,57 +152,45 @@ def read_results(result_dir, n):
     """The result files of ranks 0..n-1 (see write_result)."""
     outs = []
     for r in range(n):
-        path = os.path.join(result_dir, "result.%d.json" % r)
-        if not os.path.exists(path):
-            raise JobFailed("missing result file %s" % path)
-        with open(path) as f:
-            outs.append(json.load(f))
+        try:
+            with open(os.path.join(result_dir, "result.%d.json" % r)) as f:
+                outs.append(json.load(f))
+        except OSError as e:
+            raise JobFailed("missing result file: %s" % e)
     return outs
 
 
-@contextlib.contextmanager
-def started(cmds, env, tmp):
-    """Starts the commands together (Note [one job]), stderr to tmp/stderr.<i>; kills what
-    still runs at the end."""
-    procs, errs = [], []
+def run_procs(cmds, env, timeout, label, tmp, grace=20.0):
+    """Runs the commands together (Note [one job]), stderr to tmp/stderr.<i>. If one fails,
+    the others get `grace` seconds, then are killed. Raises JobFailed."""
+    procs, deadline, failed_at = [], time.monotonic() + timeout, None
     try:
         for i, cmd in enumerate(cmds):
-            errs.append(open(os.path.join(tmp, "stderr.%d" % i), "w"))
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errs[-1],
-                                          env=env, start_new_session=True))
-        yield procs, errs
+            with open(os.path.join(tmp, "stderr.%d" % i), "w") as err:
+                procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
+                                              env=env, start_new_session=True))
+        while any(p.poll() is None for p in procs):
+            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+                failed_at = time.monotonic()
+            if time.monotonic() > min(deadline, (failed_at or deadline) + grace):
+                break
+            time.sleep(0.05)
     finally:
+        running = [p.poll() is None for p in procs]
         for p in procs:
             if p.poll() is None:
                 kill_group(p)
-        for e in errs:
-            e.close()
-
-
-def run_procs(cmds, env, timeout, label, tmp, grace=20.0):
-    """Processes started together (that find each other themselves, if more than one). If
-    one fails, the others get `grace` seconds, then are killed. Raises JobFailed."""
-    with started(cmds, env, tmp) as (procs, errs):
-        deadline = time.monotonic() + timeout
-        failed_at = None
-        while any(p.poll() is None for p in procs):
-            now = time.monotonic()
-            if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
-                failed_at = now
-            if now > deadline or (failed_at is not None and now > failed_at + grace):
-                break
-            time.sleep(0.05)
-        problems = []
-        for i, p in enumerate(procs):
-            if p.poll() is None:
-                kill_group(p)
-                problems.append("process %d killed (%s)" % (
-                    i, "timeout %.0f s" % timeout if failed_at is None else "peer failed"))
-            elif p.returncode != 0:
-                problems.append("process %d exit %s" % (i, p.returncode))
-        if problems:
-            raise JobFailed("%s: %s\n%s" % (label, "; ".join(problems), "\n".join(
-                "--- process %d stderr ---\n%s" % (i, tail(e.name)) for i, e in enumerate(errs))))
+    problems = []
+    for i, (p, killed) in enumerate(zip(procs, running)):
+        if killed:
+            problems.append("process %d killed (%s)" % (
+                i, "timeout %.0f s" % timeout if failed_at is None else "peer failed"))
+        elif p.returncode != 0:
+            problems.append("process %d exit %s" % (i, p.returncode))
+    if problems:
+        raise JobFailed("%s: %s\n%s" % (label, "; ".join(problems), "\n".join(
+            "--- process %d stderr ---\n%s" % (i, tail(os.path.join(tmp, "stderr.%d" % i)))
+            for i in range(len(procs)))))
 
 
 def run_job(how, argv, env, timeout, label, mpiexec=None):
@@ -252,9 +238,8 @@ def settle(max_wait_s, idle_needed=0.9, window_s=1.0):
 
 def _own_cpu_s():
     import resource
-    a = resource.getrusage(resource.RUSAGE_SELF)
-    b = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 class ForeignCpu:
@@ -266,8 +251,7 @@ class ForeignCpu:
             self.stat0 = _cpu_times()
         except OSError:
             self.stat0 = None
-        self.ours0 = _own_cpu_s()
-        self.t0 = time.perf_counter()
+        self.ours0, self.t0 = _own_cpu_s(), time.perf_counter()
 
     def cores(self):
         """(wall seconds, foreign cores or None)."""
@@ -293,15 +277,10 @@ def parse_contenders(args, known):
     args.variants = {}
     for text in getattr(args, "fuseopt_variant", []):
         name, _, assigns = text.partition(":")
-        if not name or not assigns:
+        pairs = [[x.strip() for x in a.partition("=")] for a in assigns.split(",")]
+        if not name or not all(eq and k.replace("_", "").isalnum() for k, eq, _ in pairs):
             raise SystemExit("--fuseopt-variant wants NAME:VAR=VALUE[,VAR=VALUE]: %r" % text)
-        env = {}
-        for a in assigns.split(","):
-            k, eq, v = (x.strip() for x in a.partition("="))
-            if not eq or not k.replace("_", "").isalnum():
-                raise SystemExit("bad assignment %r in --fuseopt-variant %r" % (a, text))
-            env[k] = v
-        args.variants["fuseopt:" + name] = env
+        args.variants["fuseopt:" + name] = {k: v for k, _, v in pairs}
     return names + list(args.variants)
 
 
@@ -356,11 +335,10 @@ def unconnected_figures(recs):
     """An unconnected job's figure (Note [unconnected]), and how much the two processes'
     timed windows overlapped."""
     per = [statistics.median(r["samples_ms"]["step"]) for r in recs]
-    b = max(r["t_begin"] for r in recs)
-    e = min(r["t_end"] for r in recs)
+    both = min(r["t_end"] for r in recs) - max(r["t_begin"] for r in recs)
     span = max(r["t_end"] for r in recs) - min(r["t_begin"] for r in recs)
     return {"step_ms": statistics.mean(per), "per_process_ms": per,
-            "timed_window_overlap": round(max(0.0, e - b) / span, 3) if span > 0 else None,
+            "timed_window_overlap": round(max(0.0, both) / span, 3) if span > 0 else None,
             "filler_steps": [r["filler_steps"] for r in recs]}
 
 
