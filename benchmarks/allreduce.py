@@ -10,6 +10,7 @@ a barrier; the figure is the slowest rank's time, whose median per job the table
 median of.
 """
 import math
+import operator
 import os
 import statistics
 import sys
@@ -329,68 +330,65 @@ def run_all(args, mpiexec, contenders):
     return jobs
 
 
-def slowest_us(rec):
-    """Median over iterations of the slowest rank's time (harness.py, Note [slowest rank])."""
-    return statistics.median(harness.slowest(rec["samples_us"]))
+def metrics(job, sizes):
+    """One job's figures by name (µs): medians over iterations of the slowest rank's time
+    (harness.py, Note [slowest rank]) and of rank 0's, and (idle) the busiest rank's CPU %."""
+    w, m = job["result"]["workloads"], {}
+
+    def add(key, rec, rank0_key=None):
+        m[key] = statistics.median(harness.slowest(rec["samples_us"]))
+        if rank0_key:
+            m[rank0_key] = statistics.median(rec["samples_us"][0])
+
+    for n in sizes:
+        if str(n) in w["single"]:
+            add("single/%d" % n, w["single"][str(n)], "single_rank0/%d" % n)
+    for variant, rec in w["batch_200x16KiB"].items():
+        add("batch/" + variant, rec, "batch_rank0/" + variant)
+    for key, rec in w.get("half_precision", {}).items():
+        add("half/" + key, rec)
+    add("lone", w["lone_4KiB_after_gap"], "lone_rank0")
+    # the fastest rank's time: the op's latency net of barrier skew
+    m["lone_fastest_rank"] = statistics.median(
+        min(vals) for vals in zip(*w["lone_4KiB_after_gap"]["samples_us"]))
+    for key in ("idle_cpu_after_init", "idle_cpu_after_work"):
+        if key in w:
+            m[key] = max(w[key]["cpu_pct"])
+    return m
 
 
 def summarize(jobs, sizes):
     """{contender: {metric: {"median": x, "per_job": [...]}}} over repetitions."""
     per = {}
-
-    def add(c, key, value):
-        per.setdefault(c, {}).setdefault(key, []).append(value)
-
     for job in jobs:
-        c, w = job["contender"], job["result"]["workloads"]
-        for nbytes in sizes:
-            rec = w["single"].get(str(nbytes))
-            if rec:
-                add(c, "single/%d" % nbytes, slowest_us(rec))
-                add(c, "single_rank0/%d" % nbytes, statistics.median(rec["samples_us"][0]))
-        for variant, rec in w["batch_200x16KiB"].items():
-            add(c, "batch/%s" % variant, slowest_us(rec))
-            add(c, "batch_rank0/%s" % variant, statistics.median(rec["samples_us"][0]))
-        for key, rec in w.get("half_precision", {}).items():
-            add(c, "half/" + key, slowest_us(rec))
-        rec = w["lone_4KiB_after_gap"]["samples_us"]
-        add(c, "lone", slowest_us(w["lone_4KiB_after_gap"]))
-        add(c, "lone_rank0", statistics.median(rec[0]))
-        # the fastest rank's time: the op's latency net of barrier skew
-        add(c, "lone_fastest_rank", statistics.median(min(vals) for vals in zip(*rec)))
-        for key in ("idle_cpu_after_init", "idle_cpu_after_work"):
-            if key in w:
-                add(c, key, max(w[key]["cpu_pct"]))
+        for k, v in metrics(job, sizes).items():
+            per.setdefault(job["contender"], {}).setdefault(k, []).append(v)
     return {c: {k: {"median": statistics.median(v), "per_job": v} for k, v in m.items()}
             for c, m in per.items()}
 
 
 def paired_ratios(jobs, sizes):
     """Per-repetition ratios behind the targets (jobs of one repetition ran next to each
-    other, harness.py, Note [interleaving])."""
-    def ratio(num, den):
-        return harness.paired(jobs, lambda rep: slowest_us(rec(rep, *num))
-                              / slowest_us(rec(rep, *den)))
-
-    def rec(rep, c, workload, key):
-        return rep[c]["result"]["workloads"][workload][key]
-
-    paired = {"bw_ratio/%d" % n: ratio(("mpi4py", "single", str(n)), ("fuseopt", "single", str(n)))
+    other, harness.py, Note [interleaving]), each of two (contender, metric)."""
+    ratios = {"bw_ratio/%d" % n: (("mpi4py", "single/%d" % n), ("fuseopt", "single/%d" % n))
               for n in sizes}
-    paired["batch_fuseopt_over_mpi_one"] = ratio(("fuseopt", "batch_200x16KiB", "grouped_200"),
-                                                 ("mpi4py", "batch_200x16KiB", "one_3.2MB"))
-    paired["batch_gloo_sync_over_fuseopt"] = ratio(("gloo", "batch_200x16KiB", "sync_200"),
-                                                   ("fuseopt", "batch_200x16KiB", "grouped_200"))
+    ratios["batch_fuseopt_over_mpi_one"] = (("fuseopt", "batch/grouped_200"),
+                                            ("mpi4py", "batch/one_3.2MB"))
+    ratios["batch_gloo_sync_over_fuseopt"] = (("gloo", "batch/sync_200"),
+                                              ("fuseopt", "batch/grouped_200"))
     for n in HALF_COUNTS:
         for dtype in HALF_DTYPES[1:]:
-            paired["fuseopt_%s_over_float32/%d" % (dtype, n)] = ratio(
-                ("fuseopt", "half_precision", "%s/%d" % (dtype, n)),
-                ("fuseopt", "half_precision", "float32/%d" % n))
-    return paired
+            ratios["fuseopt_%s_over_float32/%d" % (dtype, n)] = (
+                ("fuseopt", "half/%s/%d" % (dtype, n)), ("fuseopt", "half/float32/%d" % n))
+
+    def ratio(rep, num, den):
+        return metrics(rep[num[0]], sizes)[num[1]] / metrics(rep[den[0]], sizes)[den[1]]
+    return {k: harness.paired(jobs, lambda rep, nd=nd: ratio(rep, *nd))
+            for k, nd in ratios.items()}
 
 
 def fmt_time(us):
-    if us is None or (isinstance(us, float) and math.isnan(us)):
+    if us is None:
         return "—"
     if us < 1000:
         return "%.1f µs" % us
@@ -404,79 +402,95 @@ def busbw_gbs(nbytes, us, n=NRANKS):
     return nbytes / (us * 1e-6) * (2.0 * (n - 1) / n) / 1e9
 
 
-def build_table(summary, sizes):
-    """The Markdown table and the verdicts given in it."""
-    rows, verdicts = [], []
+class Table:
+    """The rows of the Markdown table and the verdicts given in them."""
 
-    def get(c, key):
-        return summary.get(c, {}).get(key, {}).get("median")
+    def __init__(self, summary):
+        self.summary, self.rows, self.verdicts = summary, [], []
 
-    def row(label, cells, check="", value="", target="", result=""):
-        rows.append("| %s |" % " | ".join([label] + list(cells) + [check, value, target, result]))
+    def get(self, c, key):
+        return self.summary.get(c, {}).get(key, {}).get("median")
 
-    def judge(value, ok):
+    def row(self, label, cells, check="", value="", target="", result=""):
+        self.rows.append("| %s |" % " | ".join([label, *cells, check, value, target, result]))
+
+    def judge(self, value, ok):
         """The Result cell: n/a without a value, else the verdict (counted)."""
         if value is None:
             return "n/a"
-        verdicts.append(ok)
+        self.verdicts.append(ok)
         return "**%s**" % report.verdict(ok)
 
+    def ratio(self, label, cells, check, num, den, spec, op, limit, target):
+        """A row judging num / den by op(ratio, limit)."""
+        r = num / den if num and den else None
+        self.row(label, cells, check, spec % r if r else "—", target % limit,
+                 self.judge(r, r is not None and op(r, limit)))
+
+
+def size_and_batch_rows(t, sizes):
     for nbytes in sizes:
-        us = [get(c, "single/%d" % nbytes) for c in CONTENDERS]
-        r = us[1] / us[0] if us[0] and us[1] else None
-        big, limit = nbytes >= MIB, TARGETS["bw_ratio_min"]
-        row("allreduce %s" % size_label(nbytes), ["—" if t is None else "%s (%.2f GB/s)" % (
-            fmt_time(t), busbw_gbs(nbytes, t)) for t in us], "fuseopt BW / MPI BW",
-            "%.3f" % r if r else "—", "≥ %.2f" % limit if big else "(info)",
-            judge(r, r is not None and r >= limit) if big else "")
-    batch = {k: get(c, "batch/" + k) for c, k in (("fuseopt", "grouped_200"), (
-        "fuseopt", "async_200"), ("mpi4py", "one_3.2MB"), ("mpi4py", "separate_200"))}
-    gloo_sync, gloo_async = get("gloo", "batch/sync_200"), get("gloo", "batch/async_200")
-    row("200 x 16 KiB submitted together", [
-        "%s (grouped_allreduce_async_ + wait)" % fmt_time(batch["grouped_200"]),
-        "%s (200 Allreduce)" % fmt_time(batch["separate_200"]),
-        "%s (200 sync all_reduce)" % fmt_time(gloo_sync)])
-    row("200 x 16 KiB, other forms", [
-        "%s (200 allreduce_async_ + wait)" % fmt_time(batch["async_200"]),
-        "%s (one 3.2 MB Allreduce)" % fmt_time(batch["one_3.2MB"]),
-        "%s (async_op=True + wait)" % fmt_time(gloo_async)])
-    fo = batch["grouped_200"]
-    r, limit = (fo / batch["one_3.2MB"] if fo and batch["one_3.2MB"] else None,
-                TARGETS["batch_vs_one_mpi_max"])
-    row("↳ fuseopt vs one raw 3.2 MB MPI allreduce", ["", "", ""], "fuseopt time / MPI time",
-        "%.2fx" % r if r else "—", "≤ %.1fx" % limit, judge(r, r is not None and r <= limit))
-    r, limit = gloo_sync / fo if fo and gloo_sync else None, TARGETS["batch_vs_gloo_min"]
-    row("↳ fuseopt vs 200 gloo calls", ["", "", ""], "gloo time / fuseopt time",
-        "%.1fx" % r if r else "—", "≥ %.0fx" % limit, judge(r, r is not None and r >= limit))
-    lone, limit = [get(c, "lone") for c in CONTENDERS], TARGETS["lone_us_max"]
-    row("lone 4 KiB after %d ms idle" % (IDLE_GAP_S * 1000), map(fmt_time, lone),
-        "fuseopt median", fmt_time(lone[0]), "≤ %.0f µs" % limit,
-        judge(lone[0] or None, lone[0] is not None and lone[0] <= limit))
-    idle, limit = get("fuseopt", "idle_cpu_after_init"), TARGETS["idle_cpu_pct_max"]
+        us = [t.get(c, "single/%d" % nbytes) for c in CONTENDERS]
+        label = "allreduce %s" % size_label(nbytes)
+        cells = ["—" if x is None else "%s (%.2f GB/s)" % (fmt_time(x), busbw_gbs(nbytes, x))
+                 for x in us]
+        if nbytes >= MIB:
+            t.ratio(label, cells, "fuseopt BW / MPI BW", us[1], us[0], "%.3f", operator.ge,
+                    TARGETS["bw_ratio_min"], "≥ %.2f")
+        else:
+            t.row(label, cells, "fuseopt BW / MPI BW", "%.3f" % (us[1] / us[0])
+                  if us[0] and us[1] else "—", "(info)")
+    fo, one = t.get("fuseopt", "batch/grouped_200"), t.get("mpi4py", "batch/one_3.2MB")
+    sync = t.get("gloo", "batch/sync_200")
+    t.row("200 x 16 KiB submitted together", [
+        "%s (grouped_allreduce_async_ + wait)" % fmt_time(fo),
+        "%s (200 Allreduce)" % fmt_time(t.get("mpi4py", "batch/separate_200")),
+        "%s (200 sync all_reduce)" % fmt_time(sync)])
+    t.row("200 x 16 KiB, other forms", [
+        "%s (200 allreduce_async_ + wait)" % fmt_time(t.get("fuseopt", "batch/async_200")),
+        "%s (one 3.2 MB Allreduce)" % fmt_time(one),
+        "%s (async_op=True + wait)" % fmt_time(t.get("gloo", "batch/async_200"))])
+    t.ratio("↳ fuseopt vs one raw 3.2 MB MPI allreduce", ["", "", ""], "fuseopt time / MPI time",
+            fo, one, "%.2fx", operator.le, TARGETS["batch_vs_one_mpi_max"], "≤ %.1fx")
+    t.ratio("↳ fuseopt vs 200 gloo calls", ["", "", ""], "gloo time / fuseopt time", sync, fo,
+            "%.1fx", operator.ge, TARGETS["batch_vs_gloo_min"], "≥ %.0fx")
+
+
+def other_rows(t):
+    lone, limit = [t.get(c, "lone") for c in CONTENDERS], TARGETS["lone_us_max"]
+    t.row("lone 4 KiB after %d ms idle" % (IDLE_GAP_S * 1000), map(fmt_time, lone),
+          "fuseopt median", fmt_time(lone[0]), "≤ %.0f µs" % limit,
+          t.judge(lone[0] or None, lone[0] is not None and lone[0] <= limit))
+    idle, limit = t.get("fuseopt", "idle_cpu_after_init"), TARGETS["idle_cpu_pct_max"]
     idle_s = "%.2f %%" % idle if idle is not None else "—"
-    row("idle CPU, %d s sleep after init" % IDLE_SLEEP_S, [idle_s, "—", "—"],
-        "% of one core (max rank)", idle_s, "< %.0f %%" % limit,
-        judge(idle, idle is not None and idle < limit))
-    idle = get("fuseopt", "idle_cpu_after_work")
+    t.row("idle CPU, %d s sleep after init" % IDLE_SLEEP_S, [idle_s, "—", "—"],
+          "% of one core (max rank)", idle_s, "< %.0f %%" % limit,
+          t.judge(idle, idle is not None and idle < limit))
+    idle = t.get("fuseopt", "idle_cpu_after_work")
     if idle is not None:
-        row("idle CPU, %d s sleep after the workloads" % IDLE_SLEEP_S,
-            ["%.2f %%" % idle, "—", "—"], "(info)")
-    limit = TARGETS["half_over_float32_max"]
+        t.row("idle CPU, %d s sleep after the workloads" % IDLE_SLEEP_S,
+              ["%.2f %%" % idle, "—", "—"], "(info)")
     for count in HALF_COUNTS:
         for dtype in HALF_DTYPES:
             key = "half/%s/%d" % (dtype, count)
-            cells = [fmt_time(get(c, key)) for c in CONTENDERS]
             label = "%s x %dK elements" % (dtype, count // 1024)
+            cells = [fmt_time(t.get(c, key)) for c in CONTENDERS]
             if dtype == "float32":
-                f32 = get("fuseopt", key)
-                row(label, cells, "(reference)")
-                continue
-            r = get("fuseopt", key) / f32 if get("fuseopt", key) and f32 else None
-            row(label, cells, "fuseopt %s / its float32" % dtype, "%.2fx" % r if r else "—",
-                "≤ %.1fx" % limit, judge(r, r is not None and r <= limit))
+                t.row(label, cells, "(reference)")
+            else:
+                t.ratio(label, cells, "fuseopt %s / its float32" % dtype, t.get("fuseopt", key),
+                        t.get("fuseopt", "half/float32/%d" % count), "%.2fx", operator.le,
+                        TARGETS["half_over_float32_max"], "≤ %.1fx")
+
+
+def build_table(summary, sizes):
+    """The Markdown table and the verdicts given in it."""
+    t = Table(summary)
+    size_and_batch_rows(t, sizes)
+    other_rows(t)
     header = ["| Workload | fuseopt | mpi4py (raw MPI) | gloo | Check | Value | Target | Result |",
               "|---|---|---|---|---|---|---|---|"]
-    return "\n".join(header + rows), verdicts
+    return "\n".join(header + t.rows), t.verdicts
 
 
 def plot(summary, sizes, path):
