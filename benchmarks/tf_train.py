@@ -255,12 +255,15 @@ def worker_commfloor(args):
     flat = np.concatenate([a.ravel() for a in arrs])
     out, outs = np.empty_like(flat), [a.copy() for a in arrs]
 
+    def mpi8(in_place):
+        for a, o in zip(arrs, outs):
+            comm.Allreduce(MPI.IN_PLACE if in_place else a, o)
+
     def fo8():
         for h in [fops.allreduce_async(a, name="floor.%d" % k) for k, a in enumerate(arrs)]:
             h.wait()
 
-    forms = {"mpi4py_8_calls": lambda: [comm.Allreduce(a, o) for a, o in zip(arrs, outs)],
-             "mpi4py_8_in_place": lambda: [comm.Allreduce(MPI.IN_PLACE, o) for o in outs],
+    forms = {"mpi4py_8_calls": lambda: mpi8(False), "mpi4py_8_in_place": lambda: mpi8(True),
              "mpi4py_1_fused": lambda: comm.Allreduce(flat, out), "fuseopt_8_async": fo8}
     times = {k: [] for k in forms}
     for it in range(2 + (6 if args.quick else 10)):     # the first 2 rounds: warm-up
@@ -282,7 +285,7 @@ def worker_commfloor(args):
 # ---- driver side ----------------------------------------------------------------------
 
 def run_job(c, args, mpiexec):
-    """One job of contender c (harness.run_job): every process's result."""
+    """One job of contender c (harness.run_job): every process's result, stderr's tail."""
     worker, how = KINDS[c.split(":")[0]]  # fuseopt:NAME: fuseopt with the variant's env
     argv = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--timeout",
             str(args.timeout), "--inter-op", str(args.inter_op)] + (["--quick"] if args.quick
@@ -292,7 +295,7 @@ def run_job(c, args, mpiexec):
         argv += ["--mwms-fit"] if c == "mwms_fit" else []
     env = harness.base_env(dict(args.variants.get(c, {}), TF_CPP_MIN_LOG_LEVEL="1"),
                            drop=("TF_CONFIG",))
-    return harness.run_job(how, argv, env, args.timeout, c, mpiexec)[0]
+    return harness.run_job(how, argv, env, args.timeout, c, mpiexec)
 
 
 def job_value(contender, results):
@@ -533,7 +536,7 @@ def probe_mwms_fit(args, mpiexec):
     t0 = time.perf_counter()
     raw = None
     try:
-        raw = run_job("mwms_fit", args, mpiexec)
+        raw = run_job("mwms_fit", args, mpiexec)[0]
         r = raw[0]
         # One line; a PerReplica value's numpy dump cut out.
         error = re.sub(r"numpy= ?array\(.*?\)>", "numpy=...>", " ".join(str(r["error"]).split()))
@@ -552,7 +555,7 @@ def run_one(c, rep, pos, args, mpiexec, jobs, failures):
     sys.stderr.flush()
     t0 = time.perf_counter()
     try:
-        results = run_job(c, args, mpiexec)
+        results, stderr = run_job(c, args, mpiexec)
         values = job_value(c, results)
         checks = None if c in ("single", "unconnected", "commfloor") else harness.same_weights(
             c, [r["checksum"] for r in results])
@@ -563,6 +566,8 @@ def run_one(c, rep, pos, args, mpiexec, jobs, failures):
                          "loadavg_1m_before": load, "error": str(e)[-6000:]})
         return
     wall = time.perf_counter() - t0
+    if args.verbose:
+        sys.stderr.write(stderr + "\n")
     sys.stderr.write("%.1f s: %s\n" % (wall, ", ".join("%s %.2f ms" % kv for kv in values.items())
                                         if c == "commfloor" else "%.2f ms" % values["step_ms"]))
     jobs.append({"rep": rep, "position": pos, "contender": c, "quick": args.quick,
