@@ -1,6 +1,6 @@
 """What the benchmark drivers share: starting jobs and killing them whole, the start
-handshake of unconnected processes, reading results, waiting for a quiet machine, and
-the notes on method that the scripts refer to by name.
+handshake of unconnected processes, reading results, waiting for a quiet machine, the
+command line, and the notes on method that the scripts refer to by name.
 
 Note [interleaving]: the machine is noisy (slow spells of tens of seconds), so every
 repetition runs each contender once, in an order shuffled afresh per repetition. Jobs
@@ -12,10 +12,10 @@ each started in a process group of its own, so that a job that hangs or times ou
 killed whole: mpiexec and the ranks it started.
 
 Note [unconnected]: the compute-only baseline for 2 ranks is 2 independent processes (no
-MPI) started together. Per round (a model) each says READY once set up, the driver says
-GO when both have; after its timed steps each says DONE and keeps training until the
-driver says STOP, which it does once both are done. So every timed step ran with both
-cores busy, as in a 2-rank job. The job's figure is the mean of the two medians.
+MPI) started together. Per round (a model) each marks itself ready in the job's folder
+once set up and starts its timed steps when both are; after them it marks itself done and
+keeps training until both are. So every timed step ran with both cores busy, as in a
+2-rank job. The job's figure is the mean of the two medians.
 
 Note [slowest rank]: a 2-rank job's figure per step (iteration) is the slower rank's
 time (conservative: it includes any skew between the ranks); the job's figure is the
@@ -26,22 +26,19 @@ until the machine is idle, and it measures the CPU that processes other than its
 used during the job: such a job measured them, not us.
 """
 import argparse
-import contextlib
 import json
 import os
-import queue
 import random
-import select
 import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 
-READY, DONE = "@@BENCH_READY@@", "@@BENCH_DONE@@"
+NRANKS = 2
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -51,71 +48,56 @@ class JobFailed(RuntimeError):
 
 # ---- worker side -----------------------------------------------------------------------
 
-def say(msg):
-    sys.stdout.write(msg + "\n")
-    sys.stdout.flush()
-
-
 def fuseopt_env():
     return {k: v for k, v in os.environ.items() if k.startswith("FUSEOPT_")}
 
 
-def write_result(result_dir, kind, rank, out):
-    with open(os.path.join(result_dir, "%s.%d.json" % (kind, rank)), "w") as f:
+def write_result(result_dir, rank, out):
+    with open(os.path.join(result_dir, "result.%d.json" % rank), "w") as f:
         json.dump(out, f)
 
 
 class Handshake:
-    """A worker's side of Note [unconnected]. Reads fd 0 unbuffered (select() must see
-    what is still unread)."""
+    """A worker's side of Note [unconnected]: files ready.<round>.<i> and done.<round>.<i>
+    in the job's folder say how far process i has come."""
 
-    def __init__(self, timeout):
-        self.timeout, self.buf, self.deadline = timeout, b"", None
+    def __init__(self, args):
+        self.dir, self.index, self.timeout = args.result_dir, args.proc_index, args.timeout
 
-    def _line(self, timeout):
-        """A line if one arrives within timeout seconds, else None."""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buf:
-            r, _, _ = select.select([0], [], [], max(0.0, deadline - time.monotonic()))
-            if not r:
-                return None
-            chunk = os.read(0, 4096)
-            if not chunk:
-                raise SystemExit("driver closed stdin")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode().strip()
+    def _arrive(self, word):
+        """Marks this process as come to word; whether every process has."""
+        open(os.path.join(self.dir, "%s.%d" % (word, self.index)), "w").close()
+        return all(os.path.exists(os.path.join(self.dir, "%s.%d" % (word, i)))
+                   for i in range(NRANKS))
 
     def ready(self, round_name=""):
-        """Says READY, returns at GO."""
-        say(READY + round_name)
-        line = self._line(self.timeout)
-        if line != "GO":
-            raise SystemExit("expected 'GO' from the driver, got %r" % line)
+        """Returns once every process is ready for round_name's timed steps."""
+        deadline = time.monotonic() + self.timeout
+        while not self._arrive("ready." + round_name):
+            if time.monotonic() > deadline:
+                raise SystemExit("the other unconnected process never got ready")
+            time.sleep(0.001)
 
     def done(self, round_name=""):
-        say(DONE + round_name)
-        self.deadline = time.monotonic() + self.timeout
+        """Marks the timed steps done; then stopped() says when to stop training."""
+        self.round, self.deadline = round_name, time.monotonic() + self.timeout
+        self.stopped()
 
     def stopped(self):
-        """True once the driver said STOP; until then the caller keeps its core busy."""
-        line = self._line(0)
-        if line == "STOP":
+        """True once every process is done; until then the caller keeps its core busy."""
+        if self._arrive("done." + self.round):
             return True
-        if line is not None:
-            raise SystemExit("unexpected %r from the driver" % line)
         if time.monotonic() > self.deadline:
-            raise SystemExit("no STOP from the driver")
+            raise SystemExit("the other unconnected process never got done")
         return False
 
 
 # ---- driver side: processes ------------------------------------------------------------
 
 def find_mpiexec():
+    """The mpiexec next to this Python (a venv's), else the one on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.path.isfile(here) and os.access(here, os.X_OK):
-        return here
-    found = shutil.which("mpiexec")
+    found = here if os.access(here, os.X_OK) else shutil.which("mpiexec")
     if not found:
         raise SystemExit("mpiexec not found next to %s nor on PATH" % sys.executable)
     return found
@@ -133,8 +115,10 @@ def free_ports(n):
 
 
 def base_env(extra=None, drop=()):
+    """The jobs' environment; MASTER_ADDR/PORT for torch.distributed's env:// start (gloo)."""
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_ports(1)[0]))
     for k in drop:
         env.pop(k, None)
     env.update(extra or {})
@@ -156,136 +140,75 @@ def kill_group(proc):
 
 
 def tail(path, n=4000):
-    """The last n characters of a file (all of it if n is None), "" if it is unreadable."""
+    """The last n characters of a file, "" if it is unreadable."""
     try:
         with open(path, errors="replace") as f:
-            return f.read()[-n:] if n else f.read()
+            return f.read()[-n:]
     except OSError:
         return ""
 
 
-def read_results(result_dir, kind, n):
-    """The result files <kind>.<rank>.json of ranks 0..n-1 (see write_result)."""
+def read_results(result_dir, n):
+    """The result files of ranks 0..n-1 (see write_result)."""
     outs = []
     for r in range(n):
-        path = os.path.join(result_dir, "%s.%d.json" % (kind, r))
-        if not os.path.exists(path):
-            raise JobFailed("missing result file %s" % path)
-        with open(path) as f:
-            outs.append(json.load(f))
+        try:
+            with open(os.path.join(result_dir, "result.%d.json" % r)) as f:
+                outs.append(json.load(f))
+        except OSError as e:
+            raise JobFailed("missing result file: %s" % e)
     return outs
 
 
-def run_simple(cmd, env, timeout, label, stderr_path):
-    """Runs one command (Note [one job]); its stdout, or JobFailed on error or timeout."""
-    with open(stderr_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
-                                start_new_session=True)
-        try:
-            stdout, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            raise JobFailed("%s timed out after %.0f s: %s\n--- stderr ---\n%s"
-                            % (label, timeout, " ".join(cmd), tail(stderr_path)))
-    if proc.returncode != 0:
-        raise JobFailed("%s failed (exit %s): %s\n--- stdout ---\n%s\n--- stderr ---\n%s"
-                        % (label, proc.returncode, " ".join(cmd), stdout[-2000:],
-                           tail(stderr_path)))
-    return stdout
-
-
-@contextlib.contextmanager
-def started(cmds, env, tmp, label, talk=False):
-    """Starts the commands together (Note [one job]), stderr to tmp/<label>.<i>.stderr,
-    with stdin and stdout as text pipes if talk; kills what still runs at the end."""
-    procs, errs = [], []
-    pipes = (dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-             if talk else dict(stdout=subprocess.DEVNULL))
+def run_procs(cmds, env, timeout, label, tmp, grace=20.0):
+    """Runs the commands together (Note [one job]), stderr to tmp/stderr.<i>. If one fails,
+    the others get `grace` seconds, then are killed. Raises JobFailed."""
+    procs, deadline, failed_at = [], time.monotonic() + timeout, None
     try:
         for i, cmd in enumerate(cmds):
-            errs.append(open(os.path.join(tmp, "%s.%d.stderr" % (label, i)), "w"))
-            procs.append(subprocess.Popen(cmd, stderr=errs[-1], env=env,
-                                          start_new_session=True, **pipes))
-        yield procs, errs
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                kill_group(p)
-        for e in errs:
-            e.close()
-
-
-def run_pair(cmds, env, timeout, label, tmp, grace=20.0):
-    """Processes started together that find each other themselves. If one fails, the
-    others get `grace` seconds, then are killed. Raises JobFailed."""
-    with started(cmds, env, tmp, label) as (procs, errs):
-        deadline = time.monotonic() + timeout
-        failed_at = None
+            with open(os.path.join(tmp, "stderr.%d" % i), "w") as err:
+                procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
+                                              env=env, start_new_session=True))
         while any(p.poll() is None for p in procs):
-            now = time.monotonic()
             if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
-                failed_at = now
-            if now > deadline or (failed_at is not None and now > failed_at + grace):
+                failed_at = time.monotonic()
+            if time.monotonic() > min(deadline, (failed_at or deadline) + grace):
                 break
             time.sleep(0.05)
-        problems = []
-        for i, p in enumerate(procs):
+    finally:
+        running = [p.poll() is None for p in procs]
+        for p in procs:
             if p.poll() is None:
                 kill_group(p)
-                problems.append("process %d killed (%s)" % (
-                    i, "timeout %.0f s" % timeout if failed_at is None else "peer failed"))
-            elif p.returncode != 0:
-                problems.append("process %d exit %s" % (i, p.returncode))
-        if problems:
-            raise JobFailed("%s: %s\n%s" % (label, "; ".join(problems), "\n".join(
-                "--- process %d stderr ---\n%s" % (i, tail(e.name)) for i, e in enumerate(errs))))
+    problems = []
+    for i, (p, killed) in enumerate(zip(procs, running)):
+        if killed:
+            problems.append("process %d killed (%s)" % (
+                i, "timeout %.0f s" % timeout if failed_at is None else "peer failed"))
+        elif p.returncode != 0:
+            problems.append("process %d exit %s" % (i, p.returncode))
+    if problems:
+        raise JobFailed("%s: %s\n%s" % (label, "; ".join(problems), "\n".join(
+            "--- process %d stderr ---\n%s" % (i, tail(os.path.join(tmp, "stderr.%d" % i)))
+            for i in range(len(procs)))))
 
 
-def _line_queue(stream):
-    q = queue.Queue()
-    threading.Thread(target=lambda: [q.put(line.strip()) for line in stream] + [q.put(None)],
-                     daemon=True).start()
-    return q
-
-
-def run_unconnected(cmds, env, timeout, tmp, rounds=("",)):
-    """The driver's side of Note [unconnected], one round per name in rounds. Raises
-    JobFailed."""
-    with started(cmds, env, tmp, "unconnected", talk=True) as (procs, errs):
-        lines = [_line_queue(p.stdout) for p in procs]
-        deadline = time.monotonic() + timeout
-
-        def expect(word):
-            for i, q in enumerate(lines):
-                try:
-                    line = q.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    raise JobFailed("unconnected process %d: timed out waiting for %r"
-                                    % (i, word))
-                if line != word:
-                    raise JobFailed("unconnected process %d: expected %r, got %r\n"
-                                    "--- stderr ---\n%s" % (i, word, line, tail(errs[i].name)))
-
-        def send(word):
-            for p in procs:
-                p.stdin.write(word + "\n")
-                p.stdin.flush()
-
-        for name in rounds:
-            expect(READY + name)
-            send("GO")
-            expect(DONE + name)
-            send("STOP")
-        for p in procs:
-            p.stdin.close()
-        for i, p in enumerate(procs):
-            try:
-                rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise JobFailed("unconnected process %d did not exit" % i)
-            if rc != 0:
-                raise JobFailed("unconnected process %d failed (exit %s)\n--- stderr ---\n%s"
-                                % (i, rc, tail(errs[i].name)))
+def run_job(how, argv, env, timeout, label, mpiexec=None):
+    """One job (Note [one job]) of the worker command argv, in a fresh --result-dir: how is
+    "single" (one process), "mpi" (mpiexec -n NRANKS), "pair" (NRANKS processes that find
+    each other) or "unconnected" (NRANKS processes, Note [unconnected]). Returns every
+    process's result (write_result) and the tail of the first one's stderr."""
+    tmp = tempfile.mkdtemp(prefix="bench_")
+    cmds = [argv + ["--result-dir", tmp, "--proc-index", str(i)]
+            + (["--handshake"] if how == "unconnected" else [])
+            for i in range(1 if how in ("single", "mpi") else NRANKS)]
+    try:
+        run_procs([[mpiexec, "-n", str(NRANKS)] + cmds[0]] if how == "mpi" else cmds, env,
+                  timeout, label, tmp)
+        return (read_results(tmp, 1 if how == "single" else NRANKS),
+                tail(os.path.join(tmp, "stderr.0"), 8000))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- driver side: the machine (Note [settle]) ------------------------------------------
@@ -315,9 +238,8 @@ def settle(max_wait_s, idle_needed=0.9, window_s=1.0):
 
 def _own_cpu_s():
     import resource
-    a = resource.getrusage(resource.RUSAGE_SELF)
-    b = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 class ForeignCpu:
@@ -329,8 +251,7 @@ class ForeignCpu:
             self.stat0 = _cpu_times()
         except OSError:
             self.stat0 = None
-        self.ours0 = _own_cpu_s()
-        self.t0 = time.perf_counter()
+        self.ours0, self.t0 = _own_cpu_s(), time.perf_counter()
 
     def cores(self):
         """(wall seconds, foreign cores or None)."""
@@ -345,29 +266,22 @@ class ForeignCpu:
 
 # ---- driver side: the run --------------------------------------------------------------
 
-def parse_contenders(text, known):
-    names = [c.strip() for c in text.split(",") if c.strip()]
+def parse_contenders(args, known):
+    """--contenders (from known), then one "fuseopt:NAME" per --fuseopt-variant
+    NAME:VAR=VALUE[,VAR=VALUE] (if the driver takes it), whose environment goes to
+    args.variants."""
+    names = [c.strip() for c in args.contenders.split(",") if c.strip()]
     for c in names:
         if c not in known:
             raise SystemExit("unknown contender %r (choose from %s)" % (c, ", ".join(known)))
-    return names
-
-
-def parse_variants(texts, key_ok):
-    """{"fuseopt:NAME": {VAR: VALUE}} from --fuseopt-variant NAME:VAR=VALUE[,VAR=VALUE]."""
-    variants = {}
-    for text in texts:
+    args.variants = {}
+    for text in getattr(args, "fuseopt_variant", []):
         name, _, assigns = text.partition(":")
-        if not name or not assigns:
+        pairs = [[x.strip() for x in a.partition("=")] for a in assigns.split(",")]
+        if not name or not all(eq and k.replace("_", "").isalnum() for k, eq, _ in pairs):
             raise SystemExit("--fuseopt-variant wants NAME:VAR=VALUE[,VAR=VALUE]: %r" % text)
-        env = {}
-        for a in assigns.split(","):
-            k, eq, v = a.partition("=")
-            if not eq or not key_ok(k.strip()):
-                raise SystemExit("bad assignment %r in --fuseopt-variant %r" % (a, text))
-            env[k.strip()] = v.strip()
-        variants["fuseopt:" + name] = env
-    return variants
+        args.variants["fuseopt:" + name] = {k: v for k, _, v in pairs}
+    return names + list(args.variants)
 
 
 def interleaved(contenders, reps, seed):
@@ -380,7 +294,9 @@ def interleaved(contenders, reps, seed):
             yield rep, pos, c
 
 
-def add_common_args(p, quick_help, timeout, contenders):
+def parser(doc, quick_help, timeout, contenders, variants=True):
+    """The flags the drivers share (--fuseopt-variant where variants)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help=quick_help)
     p.add_argument("--reps", type=int, default=3, help="jobs per contender (interleaved)")
     p.add_argument("--out", default=RESULTS)
@@ -388,14 +304,24 @@ def add_common_args(p, quick_help, timeout, contenders):
     p.add_argument("--contenders", default=",".join(contenders))
     p.add_argument("--seed", type=int, default=None, help="shuffle seed (default: random)")
     p.add_argument("--strict", action="store_true", help="exit 1 if a target fails")
+    p.add_argument("--verbose", action="store_true", help="echo each job's stderr")
+    if variants:
+        p.add_argument("--fuseopt-variant", action="append", default=[],
+                       help="NAME:VAR=VALUE[,...]: an extra fuseopt contender run with these "
+                            "environment variables (FUSEOPT_* knobs, or e.g. MPICH's MPIR_CVAR_*)")
+    return p
 
 
-def add_worker_args(p, kinds):
-    """The flags a driver passes to its workers (hidden from --help)."""
+def parse(p, argv, kinds):
+    """The command line, with the flags a driver passes to its workers (hidden from --help)."""
     p.add_argument("--worker", choices=kinds, help=argparse.SUPPRESS)
     p.add_argument("--result-dir", help=argparse.SUPPRESS)
     p.add_argument("--handshake", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--proc-index", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.reps < 1:
+        p.error("--reps must be >= 1")
+    return args
 
 
 # ---- job figures -----------------------------------------------------------------------
@@ -409,11 +335,10 @@ def unconnected_figures(recs):
     """An unconnected job's figure (Note [unconnected]), and how much the two processes'
     timed windows overlapped."""
     per = [statistics.median(r["samples_ms"]["step"]) for r in recs]
-    b = max(r["t_begin"] for r in recs)
-    e = min(r["t_end"] for r in recs)
+    both = min(r["t_end"] for r in recs) - max(r["t_begin"] for r in recs)
     span = max(r["t_end"] for r in recs) - min(r["t_begin"] for r in recs)
     return {"step_ms": statistics.mean(per), "per_process_ms": per,
-            "timed_window_overlap": round(max(0.0, e - b) / span, 3) if span > 0 else None,
+            "timed_window_overlap": round(max(0.0, both) / span, 3) if span > 0 else None,
             "filler_steps": [r["filler_steps"] for r in recs]}
 
 

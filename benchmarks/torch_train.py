@@ -1,69 +1,34 @@
 #!/usr/bin/env python
 """Training-step benchmark: fuseopt's DistributedOptimizer against DDP (gloo).
 
-Usage (from the repository root)::
+    python benchmarks/torch_train.py [--quick] [--reps N] [--contenders LIST] [--out DIR]
+        [--models mlp,small] [--fuseopt-variant NAME:VAR=VALUE[,VAR=VALUE...]]...
 
-    python benchmarks/torch_train.py [--quick] [--reps N] [--out benchmarks/results]
-        [--fuseopt-variant NAME:VAR=VALUE[,VAR=VALUE...]]...
-
-Two models, per-rank batch 64, SGD lr=0.01, fixed synthetic data (created once
-per process, seeded by rank), ``torch.set_num_threads(1)`` in every process:
-
-  mlp    Linear 1024-2048-2048-1024-10 with ReLU (~8.4M parameters, 8 tensors),
-         cross-entropy on 10 classes;
-  small  100 x Linear(64, 64) with ReLU between (200 parameter tensors),
-         loss = output.pow(2).mean().
-
-Contenders, each its own process set (harness.py, Note [one job]):
-
-  single       1 process, no communication (scaling-efficiency baseline);
-  unconnected  2 independent processes (no MPI) started together, a start
-               handshake per model: the compute-only baseline for 2 ranks
-               (harness.py, Note [unconnected]);
-  fuseopt      ``mpiexec -n 2`` with ``fuseopt.torch.DistributedOptimizer``;
-  ddp          ``mpiexec -n 2`` with DistributedDataParallel over gloo (rank
-               and world size from PMI_RANK/PMI_SIZE, MASTER_ADDR=127.0.0.1,
-               a free port).
-
-``--fuseopt-variant`` adds more fuseopt contenders run with extra environment
-variables (e.g. ``cyc0.5:FUSEOPT_CYCLE_TIME_MS=0.5``); they are reported next
-to the others but the targets are judged on plain ``fuseopt`` only.
-
-Per model each process warms up, then times every step (forward, backward,
-``opt.step()``, ``opt.zero_grad()``; phases recorded separately). Per job: the
-median over steps of the slowest rank's step time (Note [slowest rank]). Table:
-median over repetitions; contenders are interleaved (Note [interleaving]), and
-before each job the driver waits (``--settle``, up to 60 s) for the machine to
-be >= 90% idle (Note [settle]). Each process also records the CPU time per step
-of its training thread and of its other threads (fuseopt's loop thread, gloo's
-threads): on 2 cores, that CPU is taken from compute.
-
-Overhead = step - unconnected step. Scaling efficiency = 2-rank throughput /
-(2 x single throughput) = single step / 2-rank step. Horovod's figures and the
-targets: results/references.json.
+The models, the contenders, what a timed step covers and the figures: docs/benchmarks.md,
+"What each script measures"; the method shared with the other drivers: harness.py's notes.
+Targets are judged on plain ``fuseopt`` only; --fuseopt-variant contenders are reported
+next to it.
 """
-import argparse
 import datetime
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 
 import harness
 import report
 
-NRANKS = 2
+NRANKS = harness.NRANKS
 BATCH = 64
 LR = 0.01
 MODELS = ("mlp", "small")
 TITLES = {"mlp": ("MLP 1024-2048-2048-1024-10", "8.4M params"),
           "small": ("100 x Linear(64,64)", "200 tensors")}
 BASE_CONTENDERS = ("single", "unconnected", "fuseopt", "ddp")
-MPI_KINDS = ("fuseopt", "ddp")
-PHASES = ("step", "fwd", "bwd", "opt", "zero")
+# A step's phases: (name, from, to) as indices into its 5 time stamps (start, after the
+# forward pass and loss, after backward, after opt.step(), after opt.zero_grad()).
+PHASES = (("step", 0, 4), ("fwd", 0, 1), ("bwd", 1, 2), ("opt", 2, 3), ("zero", 3, 4))
 CPU_KEYS = ("main_ms", "other_ms", "main_invol_csw")
 REF = report.references("torch_train")
 HOROVOD = REF["horovod_ms"]
@@ -76,9 +41,7 @@ def steps_for(model, quick):
     return (5, 60) if quick else (10, 200)
 
 
-# --------------------------------------------------------------------------
-# Worker side.
-# --------------------------------------------------------------------------
+# ---- worker side ----------------------------------------------------------------------
 
 def _setup_torch():
     import torch
@@ -97,57 +60,45 @@ def build(torch, model_name, data_seed):
     """(model, x, y, loss_fn) with weights identical on every process."""
     nn = torch.nn
     torch.manual_seed(1234)
+    layers = []
     if model_name == "mlp":
         dims = [1024, 2048, 2048, 1024, 10]
-        layers = []
-        for i in range(len(dims) - 1):
-            layers.append(nn.Linear(dims[i], dims[i + 1]))
-            if i < len(dims) - 2:
-                layers.append(nn.ReLU())
-        model = nn.Sequential(*layers)
+        for a, b in zip(dims, dims[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
         ce = nn.CrossEntropyLoss()
         in_dim, loss_fn = 1024, (lambda out, y: ce(out, y))
-    elif model_name == "small":
-        layers = []
-        for i in range(100):
+    else:
+        for _ in range(100):
             lin = nn.Linear(64, 64)
             # He init keeps activations O(1) through 100 ReLU layers.
             nn.init.normal_(lin.weight, std=(2.0 / 64) ** 0.5)
             nn.init.zeros_(lin.bias)
-            layers.append(lin)
-            if i < 99:
-                layers.append(nn.ReLU())
-        model = nn.Sequential(*layers)
+            layers += [lin, nn.ReLU()]
         in_dim, loss_fn = 64, (lambda out, y: out.pow(2).mean())
-    else:
-        raise ValueError(model_name)
     g = torch.Generator().manual_seed(data_seed)
     x = torch.randn(BATCH, in_dim, generator=g)
     y = torch.randint(0, 10, (BATCH,), generator=g)
-    return model, x, y, loss_fn
+    return nn.Sequential(*layers[:-1]), x, y, loss_fn
 
 
 def run_steps(model, opt, x, y, loss_fn, n, rec=None):
+    """n training steps; with rec, each step's phases (ms) and start time go to rec."""
     pc = time.perf_counter
     loss = None
     for _ in range(n):
-        t0 = pc()
-        out = model(x)
-        loss = loss_fn(out, y)
-        t1 = pc()
+        t = [pc()]
+        loss = loss_fn(model(x), y)
+        t.append(pc())
         loss.backward()
-        t2 = pc()
+        t.append(pc())
         opt.step()
-        t3 = pc()
+        t.append(pc())
         opt.zero_grad()
-        t4 = pc()
+        t.append(pc())
         if rec is not None:
-            rec["step"].append((t4 - t0) * 1e3)
-            rec["fwd"].append((t1 - t0) * 1e3)
-            rec["bwd"].append((t2 - t1) * 1e3)
-            rec["opt"].append((t3 - t2) * 1e3)
-            rec["zero"].append((t4 - t3) * 1e3)
-            rec["t_start"].append(t0)
+            for k, a, b in PHASES:
+                rec[k].append((t[b] - t[a]) * 1e3)
+            rec["t_start"].append(t[0])
     return float(loss.detach()) if loss is not None else None
 
 
@@ -191,13 +142,6 @@ def cpu_per_step(before, after, steps):
     return res
 
 
-def checksum(torch, model):
-    with torch.no_grad():
-        s = sum(float(p.double().sum()) for p in model.parameters())
-        q = sum(float(p.double().pow(2).sum()) for p in model.parameters())
-    return [s, q]
-
-
 def _init_comm(kind, proc_index):
     """(rank, size, info, fuseopt.torch or None, torch.distributed or None)."""
     if kind == "fuseopt":
@@ -222,8 +166,7 @@ def _wrap(torch, kind, hvd, model):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model, opt
     if kind == "ddp":
-        net = torch.nn.parallel.DistributedDataParallel(model)
-        return net, torch.optim.SGD(net.parameters(), lr=LR)
+        model = torch.nn.parallel.DistributedDataParallel(model)
     return model, torch.optim.SGD(model.parameters(), lr=LR)
 
 
@@ -231,12 +174,10 @@ def train_model(torch, args, model_name, rank, hvd, hs):
     """Warm-up and timed steps of one model; the record of them."""
     warm, timed = steps_for(model_name, args.quick)
     model, x, y, loss_fn = build(torch, model_name, data_seed=1000 + rank)
-    nparams = sum(p.numel() for p in model.parameters())
-    ntensors = sum(1 for _ in model.parameters())
     net, opt = _wrap(torch, args.worker, hvd, model)
     if hs is not None:
-        hs.ready(" " + model_name)
-    rec = {k: [] for k in PHASES + ("t_start",)}
+        hs.ready(model_name)
+    rec = dict({k: [] for k, _, _ in PHASES}, t_start=[])
     t_begin = time.perf_counter()
     loss0 = run_steps(net, opt, x, y, loss_fn, warm)
     cpu0 = thread_cpu_s()
@@ -245,73 +186,52 @@ def train_model(torch, args, model_name, rank, hvd, hs):
     cpu = cpu_per_step(cpu0, thread_cpu_s(), timed)
     filler = 0
     if hs is not None:        # keep the core busy until the other is done too
-        hs.done(" " + model_name)
+        hs.done(model_name)
         while not hs.stopped():
             run_steps(net, opt, x, y, loss_fn, 1)
             filler += 1
     if hvd is not None:
         opt.remove_hooks()
-    return {"params": nparams, "tensors": ntensors, "warmup": warm, "timed": timed,
-            "samples_ms": {k: [round(v, 4) for v in rec[k]] for k in PHASES},
+    with torch.no_grad():
+        checksum = [sum(float(p.double().sum()) for p in model.parameters()),
+                    sum(float(p.double().pow(2).sum()) for p in model.parameters())]
+    return {"params": sum(p.numel() for p in model.parameters()),
+            "tensors": len(list(model.parameters())), "warmup": warm, "timed": timed,
+            "samples_ms": {k: [round(v, 4) for v in rec[k]] for k, _, _ in PHASES},
             "t_start": rec["t_start"], "t_begin": t_begin, "t_end": t_end,
             "filler_steps": filler, "cpu_per_step": cpu, "loss_after_warmup": loss0,
-            "loss_last": loss1, "checksum": checksum(torch, model)}
+            "loss_last": loss1, "checksum": checksum}
 
 
 def worker_main(args):
     torch = _setup_torch()
     kind = args.worker
     rank, size, info, hvd, dist = _init_comm(kind, args.proc_index)
-    if kind in MPI_KINDS and size != NRANKS:
+    if kind != "single" and size != NRANKS:
         raise SystemExit("%s worker expects %d ranks, got %d" % (kind, NRANKS, size))
-    hs = harness.Handshake(args.timeout) if args.handshake else None
+    hs = harness.Handshake(args) if args.handshake else None
     out = {"kind": kind, "rank": rank, "size": size, "pid": os.getpid(),
            "torch": torch.__version__, "threads": torch.get_num_threads(),
            "env": harness.fuseopt_env(), "info": info,
-           "models": {m: train_model(torch, args, m, rank, hvd, hs)
-                      for m in args.models.split(",")}}
+           "models": {m: train_model(torch, args, m, rank, hvd, hs) for m in args.models}}
     if hvd is not None:
         hvd.shutdown()
     elif dist is not None:
         dist.destroy_process_group()
-    harness.write_result(args.result_dir, kind, rank, out)
+    harness.write_result(args.result_dir, rank, out)
     return 0
 
 
-# --------------------------------------------------------------------------
-# Driver side.
-# --------------------------------------------------------------------------
+# ---- driver side ----------------------------------------------------------------------
 
-def _worker_cmd(kind, args, result_dir, extra=()):
-    return [sys.executable, os.path.abspath(__file__), "--worker", kind,
-            "--models", ",".join(args.models), "--result-dir", result_dir,
-            "--timeout", str(args.timeout)] + (["--quick"] if args.quick else []) + list(extra)
-
-
-def run_job(contender, variants, mpiexec, args):
-    """One job of a contender; returns the per-process result dicts and stderr tail."""
-    tmp = tempfile.mkdtemp(prefix="torch_train_")
-    stderr_path = os.path.join(tmp, "stderr")
-    try:
-        if contender == "single":
-            harness.run_simple(_worker_cmd("single", args, tmp), harness.base_env(),
-                               args.timeout, contender, stderr_path)
-            return harness.read_results(tmp, "single", 1), harness.tail(stderr_path)
-        if contender == "unconnected":
-            cmds = [_worker_cmd("single", args, tmp, ["--handshake", "--proc-index", str(i)])
-                    for i in range(NRANKS)]
-            harness.run_unconnected(cmds, harness.base_env(), args.timeout, tmp,
-                                    [" " + m for m in args.models])
-            return (harness.read_results(tmp, "single", NRANKS),
-                    harness.tail(os.path.join(tmp, "unconnected.0.stderr")))
-        kind = "fuseopt" if contender.startswith("fuseopt") else contender
-        env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(harness.free_ports(1)[0]))
-        env.update(variants.get(contender, {}))
-        cmd = [mpiexec, "-n", str(NRANKS)] + _worker_cmd(kind, args, tmp)
-        harness.run_simple(cmd, harness.base_env(env), args.timeout, contender, stderr_path)
-        return harness.read_results(tmp, kind, NRANKS), harness.tail(stderr_path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def run_job(c, args, mpiexec):
+    """One job of contender c (harness.run_job): (per-process results, stderr tail)."""
+    kind = c.split(":")[0]  # fuseopt:NAME: fuseopt with the variant's environment
+    argv = [sys.executable, os.path.abspath(__file__), "--worker",
+            "single" if kind == "unconnected" else kind, "--models", ",".join(args.models),
+            "--timeout", str(args.timeout)] + (["--quick"] if args.quick else [])
+    return harness.run_job(kind if kind in ("single", "unconnected") else "mpi", argv,
+                           harness.base_env(args.variants.get(c)), args.timeout, c, mpiexec)
 
 
 def job_value(contender, results, model):
@@ -320,7 +240,7 @@ def job_value(contender, results, model):
     med = statistics.median
     common = {"cpu": {k: statistics.mean(r["cpu_per_step"][k] for r in recs) for k in CPU_KEYS},
               "phases_ms": {k: statistics.mean(med(r["samples_ms"][k]) for r in recs)
-                            for k in PHASES}}
+                            for k, _, _ in PHASES}}
     if contender == "single":
         return dict(common, step_ms=med(recs[0]["samples_ms"]["step"]))
     if contender == "unconnected":
@@ -356,7 +276,7 @@ def summarize(jobs, contenders, models):
                 "per_rep_ms": [round(j["values"][m]["step_ms"], 3) for j in mine],
                 "per_rep_noisy": [bool(j.get("noisy")) for j in mine],
                 "phases_ms": {k: statistics.median(v["phases_ms"][k] for v in vals)
-                              for k in PHASES},
+                              for k, _, _ in PHASES},
                 "cpu": {k: statistics.median(v["cpu"][k] for v in vals) for k in CPU_KEYS},
             }
     return summary
@@ -386,8 +306,7 @@ def overhead_target(model, unc):
 
 def model_rows(s, jobs, contenders, m):
     """The table rows of one model, Horovod's reference last."""
-    single = s.get("single", {}).get("step_ms")
-    unc = s.get("unconnected", {}).get("step_ms")
+    single, unc = (s.get(c, {}).get("step_ms") for c in ("single", "unconnected"))
     ddp_over = s["ddp"]["step_ms"] - unc if "ddp" in s and unc is not None else None
     rows = []
     for c in (c for c in contenders if c in s):
@@ -417,8 +336,7 @@ def model_rows(s, jobs, contenders, m):
 
 def model_targets(s, jobs, m, targets, verdicts):
     """The verdict lines of one model (plain fuseopt only); fills targets and verdicts."""
-    single = s.get("single", {}).get("step_ms")
-    unc = s.get("unconnected", {}).get("step_ms")
+    single, unc = (s.get(c, {}).get("step_ms") for c in ("single", "unconnected"))
     ddp_over = s["ddp"]["step_ms"] - unc if "ddp" in s and unc is not None else None
     hv, lines = HOROVOD[m], []
     if "fuseopt" in s and unc is not None:
@@ -439,26 +357,22 @@ def model_targets(s, jobs, m, targets, verdicts):
                 hv["unconnected"], abs_target, "pass" if f_over <= abs_target else "fail",
                 report.verdict(ok), report.fmt(ddp_over)))
         if m == "mlp" and single is not None:
-            lines.append(mlp_efficiency(s, single, targets, verdicts))
+            eff, target = single / s["fuseopt"]["step_ms"], REF["targets"]["mlp_efficiency_min"]
+            ddp = single / s["ddp"]["step_ms"] if "ddp" in s else None
+            verdicts.append(eff >= target)
+            targets["mlp_scaling_efficiency"] = {"fuseopt": eff, "target": target,
+                                                 "pass": verdicts[-1], "ddp": ddp}
+            lines.append(
+                "- **%s** target: fuseopt MLP scaling efficiency %.0f%% >= %.0f%% (Horovod "
+                "%.0f%%, DDP reference %.0f%%, DDP here %s) -> **%s**." % (
+                    report.verdict(verdicts[-1]), eff * 100, target * 100, hv["eff"] * 100,
+                    REF["ddp_reference_efficiency"]["mlp"] * 100,
+                    report.fmt(ddp * 100 if ddp is not None else None, "%.0f%%"),
+                    report.verdict(verdicts[-1])))
     if "unconnected" in s and single is not None:
         lines.append("- compute-only ceiling: unconnected efficiency (single / unconnected) "
                      "= %.0f%%." % (100 * single / unc))
     return lines
-
-
-def mlp_efficiency(s, single, targets, verdicts):
-    eff = single / s["fuseopt"]["step_ms"]
-    target = REF["targets"]["mlp_efficiency_min"]
-    ok = eff >= target
-    verdicts.append(ok)
-    ddp = single / s["ddp"]["step_ms"] if "ddp" in s else None
-    targets["mlp_scaling_efficiency"] = {"fuseopt": eff, "target": target, "pass": ok,
-                                         "ddp": ddp}
-    return ("- **%s** target: fuseopt MLP scaling efficiency %.0f%% >= %.0f%% (Horovod %.0f%%, "
-            "DDP reference %.0f%%, DDP here %s) -> **%s**." % (
-                report.verdict(ok), eff * 100, target * 100, HOROVOD["mlp"]["eff"] * 100,
-                REF["ddp_reference_efficiency"]["mlp"] * 100,
-                report.fmt(ddp * 100 if ddp is not None else None, "%.0f%%"), report.verdict(ok)))
 
 
 def build_report(summary, jobs, contenders, models, quick):
@@ -496,17 +410,17 @@ def plot(summary, contenders, models, path):
     report.save(plt, fig, path, 110)
 
 
-def run_measured_job(c, variants, mpiexec, args, rep, attempt):
+def run_measured_job(c, mpiexec, args, rep, attempt):
     """One job plus how much CPU other processes used meanwhile (in cores)."""
     idle, waited = harness.settle(args.settle) if args.settle > 0 else (None, 0.0)
     load = os.getloadavg()[0]
-    sys.stderr.write("[rep %d/%d] %-14s (load %.2f, idle %s after %.0f s) ... "
-                     % (rep + 1, args.reps, c, load,
-                        "?" if idle is None else "%.0f%%" % (100 * idle), waited))
+    sys.stderr.write("[rep %d/%d] %-14s (load %.2f, idle %s after %.0f s) ... " % (
+        rep + 1, args.reps, c, load, report.fmt(idle and 100 * idle, "%.0f%%", "?"), waited))
     sys.stderr.flush()
     meter = harness.ForeignCpu()
+    head = {"rep": rep, "attempt": attempt, "contender": c}
     try:
-        results, stderr = run_job(c, variants, mpiexec, args)
+        results, stderr = run_job(c, args, mpiexec)
         values = {m: job_value(c, results, m) for m in args.models}
         checks = {m: verify(c, results, m) for m in args.models}
     except harness.JobFailed as e:
@@ -515,28 +429,26 @@ def run_measured_job(c, variants, mpiexec, args, rep, attempt):
                          % (report.fmt(foreign, "%.2f", "?"), e))
         if not args.keep_going:
             raise SystemExit(2)
-        return {"rep": rep, "attempt": attempt, "contender": c, "failed": True,
-                "error": str(e)[-8000:], "wall_s": round(wall, 2),
-                "env": variants.get(c, {}), "foreign_cores": foreign}
+        return dict(head, failed=True, error=str(e)[-8000:], wall_s=round(wall, 2),
+                    env=args.variants.get(c, {}), foreign_cores=foreign)
     wall, foreign = meter.cores()
     sys.stderr.write("%.1f s, foreign CPU %s cores: %s\n" % (
         wall, report.fmt(foreign, "%.2f", "?"),
         ", ".join("%s %.2f ms" % (m, values[m]["step_ms"]) for m in args.models)))
     if args.verbose and stderr.strip():
         sys.stderr.write(stderr + "\n")
-    return {"rep": rep, "attempt": attempt, "contender": c, "quick": args.quick,
-            "env": variants.get(c, {}), "wall_s": round(wall, 2), "loadavg_1m_before": load,
-            "idle_before": idle, "settle_wait_s": round(waited, 1),
-            "foreign_cores": None if foreign is None else round(foreign, 3),
-            "loadavg_1m_after": os.getloadavg()[0], "values": values, "checksums": checks,
-            "results": results, "stderr_tail": stderr[-4000:]}
+    return dict(head, quick=args.quick, env=args.variants.get(c, {}), wall_s=round(wall, 2),
+                loadavg_1m_before=load, idle_before=idle, settle_wait_s=round(waited, 1),
+                foreign_cores=None if foreign is None else round(foreign, 3),
+                loadavg_1m_after=os.getloadavg()[0], values=values, checksums=checks,
+                results=results, stderr_tail=stderr[-4000:])
 
 
-def run_contender(c, pos, variants, mpiexec, args, rep, discarded):
+def run_contender(c, pos, mpiexec, args, rep, discarded):
     """One kept job of c: a noisy one (Note [settle]) is rerun up to --retry-noisy times
     and goes to discarded. A failed job comes back with "failed" set."""
     for attempt in range(args.retry_noisy + 1):
-        job = run_measured_job(c, variants, mpiexec, args, rep, attempt)
+        job = run_measured_job(c, mpiexec, args, rep, attempt)
         job["position"] = pos
         if job.get("failed"):
             return job
@@ -570,12 +482,12 @@ def notes(args, jobs, discarded, failed):
             len(discarded), args.max_foreign, sum(1 for j in jobs if j["noisy"])),
         "%s; machine idle just before the jobs (1 s window, after waiting up to %.0f s for "
         ">= 90%%): %s." % (report.load_note(jobs), args.settle, ", ".join(
-            "?" if j["idle_before"] is None else "%.0f%%" % (100 * j["idle_before"])
+            report.fmt(j["idle_before"] and 100 * j["idle_before"], "%.0f%%", "?")
             for j in jobs)),
     ]
     for m in args.models:
-        f = [j["checksums"][m] for j in jobs if j["contender"] == "fuseopt" and j["checksums"][m]]
-        d = [j["checksums"][m] for j in jobs if j["contender"] == "ddp" and j["checksums"][m]]
+        f, d = ([j["checksums"][m] for j in jobs if j["contender"] == c and j["checksums"][m]]
+                for c in ("fuseopt", "ddp"))
         if f and d:
             rel = abs(f[0][1] - d[0][1]) / max(1e-12, abs(d[0][1]))
             out.append("%s: ranks agree in every 2-rank job; final sum(p^2) fuseopt vs DDP "
@@ -591,16 +503,13 @@ def notes(args, jobs, discarded, failed):
 def driver_main(args):
     mpiexec = harness.find_mpiexec()
     os.makedirs(args.out, exist_ok=True)
-    base = harness.parse_contenders(args.contenders, BASE_CONTENDERS)
-    variants = harness.parse_variants(args.fuseopt_variant,
-                                      lambda k: k and k.replace("_", "").isalnum())
-    contenders = base + list(variants)
+    contenders = harness.parse_contenders(args, BASE_CONTENDERS)
     jobs, discarded, failed = [], [], []
     started = time.time()
     sys.stderr.write("mpiexec: %s; %d reps x %s; models %s; quick=%s\n"
                      % (mpiexec, args.reps, contenders, args.models, args.quick))
     for rep, pos, c in harness.interleaved(contenders, args.reps, args.seed):
-        job = run_contender(c, pos, variants, mpiexec, args, rep, discarded)
+        job = run_contender(c, pos, mpiexec, args, rep, discarded)
         (failed if job.get("failed") else jobs).append(job)
     if not jobs:
         sys.stderr.write("\nEVERY JOB FAILED\n")
@@ -612,7 +521,7 @@ def driver_main(args):
         args, started, mpiexec, ranks=NRANKS, models=args.models, settle_s=args.settle,
         max_foreign_cores=args.max_foreign, retry_noisy=args.retry_noisy,
         steps={m: steps_for(m, args.quick) for m in args.models}, batch_per_rank=BATCH, lr=LR,
-        variants=variants, horovod_reference=HOROVOD)
+        variants=args.variants, horovod_reference=HOROVOD)
     paths = report.write_outputs(
         args.out, "torch_train", "torch training-step benchmark",
         {"meta": meta, "summary": summary, "targets": targets, "table_markdown": text,
@@ -626,12 +535,8 @@ def driver_main(args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    harness.add_common_args(p, "fewer steps", 300, BASE_CONTENDERS)
+    p = harness.parser(__doc__, "fewer steps", 300, BASE_CONTENDERS)
     p.add_argument("--models", default=",".join(MODELS), type=lambda s: s.split(","))
-    p.add_argument("--fuseopt-variant", action="append", default=[],
-                   help="NAME:VAR=VALUE[,...]: an extra fuseopt contender run with these "
-                        "environment variables (FUSEOPT_* knobs, or e.g. MPICH's MPIR_CVAR_*)")
     p.add_argument("--settle", type=float, default=60,
                    help="before each job wait up to this many seconds for the machine to be "
                         ">= 90%% idle (0: don't wait)")
@@ -642,18 +547,11 @@ def main(argv=None):
     p.add_argument("--keep-going", action="store_true",
                    help="record a failed or timed-out job and go on (exit status 2 at the "
                         "end) instead of stopping at once")
-    p.add_argument("--verbose", action="store_true", help="echo each job's stderr")
-    harness.add_worker_args(p, ("single",) + MPI_KINDS)
-    args = p.parse_args(argv)
+    args = harness.parse(p, argv, ("single", "fuseopt", "ddp"))
     for m in args.models:
         if m not in MODELS:
             p.error("unknown model %r (choose from %s)" % (m, ", ".join(MODELS)))
-    if args.worker:
-        args.models = ",".join(args.models)
-        return worker_main(args)
-    if args.reps < 1:
-        p.error("--reps must be >= 1")
-    return driver_main(args)
+    return worker_main(args) if args.worker else driver_main(args)
 
 
 if __name__ == "__main__":
