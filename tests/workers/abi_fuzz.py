@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fuseopt
 from fuseopt._native import ffi, lib
-from fuseopt.state import context
+from fuseopt.world import context
 
 MAX_ELEMENTS = 4096
 CONTROL = (lib.FUSEOPT_PROCESS_SET_ADD, lib.FUSEOPT_PROCESS_SET_REMOVE)

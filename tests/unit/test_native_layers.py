@@ -1,0 +1,60 @@
+"""native/src's folders are layers (docs/design.md, "native/src, layer by
+layer"): a file includes headers of its own folder or of a lower layer, never
+of a higher one or of its sibling in the same row, and every quoted include
+names a file that exists. Same-layer includes cannot form a cycle between
+folders; cycles between modules of one folder are checked too."""
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SRC = os.path.join(ROOT, "native", "src")
+# Bottom to top; folders in one row do not include each other.
+ORDER = [["base"], ["policy"], ["transport"], ["transport/mpi", "transport/device"],
+         ["transport/nccl", "transport/hccl"], ["exec"], ["loop"], ["api"]]
+LAYER = {d: i for i, row in enumerate(ORDER) for d in row}
+
+
+def includes():
+    """(folder, file, included path) for every quoted include of native/src."""
+    for dirpath, _, files in os.walk(SRC):
+        for f in files:
+            if f.endswith((".h", ".cc")):
+                folder = os.path.relpath(dirpath, SRC)
+                for line in open(os.path.join(dirpath, f)):
+                    m = re.match(r'#include "(.*)"', line)
+                    if m and not m.group(1).startswith("fuseopt/"):
+                        yield folder, f, m.group(1)
+
+
+def test_every_folder_is_a_layer():
+    folders = {os.path.relpath(d, SRC) for d, _, files in os.walk(SRC)
+               if any(f.endswith((".h", ".cc")) for f in files)}
+    assert folders <= set(LAYER), folders - set(LAYER)
+
+
+def test_includes_point_down_and_resolve():
+    bad = []
+    for folder, f, inc in includes():
+        if not os.path.exists(os.path.join(SRC, inc)):
+            bad.append("%s/%s includes %s, which does not exist" % (folder, f, inc))
+        elif os.path.dirname(inc) != folder and LAYER[os.path.dirname(inc)] >= LAYER[folder]:
+            bad.append("%s/%s -> %s points up or sideways" % (folder, f, inc))
+    assert not bad, bad
+
+
+def test_no_include_cycle_between_modules():
+    module = lambda path: os.path.splitext(path)[0]  # noqa: E731 (a .h/.cc pair is one module)
+    graph = {}
+    for folder, f, inc in includes():
+        me = module(os.path.join(folder, f))
+        if module(inc) != me:
+            graph.setdefault(me, set()).add(module(inc))
+
+    def reaches(start, goal, seen):
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and not seen.add(nxt) and reaches(nxt, goal, seen)):
+                return True
+        return False
+
+    cycles = sorted(m for m in graph if reaches(m, m, set()))
+    assert not cycles, cycles
