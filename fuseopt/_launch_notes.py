@@ -20,11 +20,12 @@ def record(status, message):
         return
     _written = True
     launch_records.write_record(directory, "note-", launch_records.env_rank(),
-                         {"status": status, "message": message})
+                                {"status": status, "message": message})
 
 
 def set_state(state):
     """launch_records.RUNNING after init(), launch_records.SHUT_DOWN after shutdown()."""
     directory = launch_records.directory()
     if directory:
-        launch_records.write_record(directory, "state-", launch_records.env_rank(), {"fuseopt": state})
+        launch_records.write_record(directory, "state-", launch_records.env_rank(),
+                                    {"fuseopt": state})

@@ -121,9 +121,9 @@ def read_metrics(ctx) -> Dict[str, Any]:
     raw = ffi.new("fuseopt_metrics_t*")
     raw.struct_size = ffi.sizeof("fuseopt_metrics_t")
     check(lib.fuseopt_metrics(ctx, raw))
-    out: Dict[str, Any] = {k: int(getattr(raw, k)) for k in ("rounds", "full_negotiations", "cache_hits",
-                                             "cache_misses", "tensors", "collectives", "bytes",
-                                             "stalls")}
+    out: Dict[str, Any] = {k: int(getattr(raw, k)) for k in (
+        "rounds", "full_negotiations", "cache_hits", "cache_misses", "tensors", "collectives",
+        "bytes", "stalls")}
     out["fusion_threshold_bytes"] = int(raw.fusion_threshold_bytes)
     out["cycle_time_ms"] = raw.cycle_time_us / 1000.0
     out["autotune"] = _AUTOTUNE_STATES[raw.autotune_state]

@@ -31,8 +31,7 @@ from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
 from . import shm_litter
-from .. import launch_records
-from ..launch_records import METRICS_SUMMARY_ENV, read_records
+from ..launch_records import METRICS_SUMMARY_ENV, ended_badly, read_records
 
 
 def find_mpiexec(explicit=None):
@@ -261,7 +260,7 @@ def wait_for_job(proc, launch_dir, stopping):
         if stopping:
             continue  # the signal handler is stopping the job
         if failed_at is None:
-            if any(launch_records.ended_badly(r) for r in read_records(launch_dir, "rank-").values()):
+            if any(ended_badly(r) for r in read_records(launch_dir, "rank-").values()):
                 failed_at = now
         elif terminated_at is None and now - failed_at > FAILED_JOB_GRACE_S:
             print("fuseoptrun: a rank failed %.0f s ago and the job is still running: stopping "

@@ -1,15 +1,14 @@
 """What fuseoptrun says when a job ends badly: which rank failed first, and why.
 
 It reads the records the rank wrappers left in the launch directory
-(fuseopt/launch_records.py): each rank's exit (rank-N.json), its start (start-N.json), and
-the note its fuseopt wrote when it stopped because of another rank
-(note-N.json).
+(fuseopt/launch_records.py): each rank's exit (rank-N.json), its start
+(start-N.json), and the note its fuseopt wrote when it stopped because of
+another rank (note-N.json).
 """
 import signal
 import sys
 
-from .. import launch_records
-from ..launch_records import read_records
+from ..launch_records import ended_badly, read_records
 from . import rank_wrapper
 
 
@@ -22,7 +21,7 @@ def summarize(launch_dir, total_ranks, mpiexec_code, started):
     ends = read_records(launch_dir, "rank-")
     starts = read_records(launch_dir, "start-")
     notes = read_records(launch_dir, "note-")
-    failed = sorted((r for r in ends.values() if launch_records.ended_badly(r)),
+    failed = sorted((r for r in ends.values() if ended_badly(r)),
                     key=lambda r: r["end_time"])
     # Started here, never recorded an end: killed together with its wrapper.
     vanished = sorted(set(starts) - set(ends))

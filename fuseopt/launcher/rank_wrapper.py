@@ -76,8 +76,8 @@ def main(argv=None):
         print("fuseoptrun: rank %d could not record its exit: %s" % (rank, error),
               file=sys.stderr)
     if record["unclean"]:
-        print("fuseoptrun: rank %d %s" % (rank, launch_records.describe_exit(record)), file=sys.stderr,
-              flush=True)
+        print("fuseoptrun: rank %d %s" % (rank, launch_records.describe_exit(record)),
+              file=sys.stderr, flush=True)
         code = UNCLEAN_EXIT_CODE
     if code != 0 and error is None:
         _linger(status_dir, launch_records.env_size())
