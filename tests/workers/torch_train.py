@@ -105,13 +105,13 @@ def check_bucket_caps_change_timing_not_results():
         model = make_model()
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                        model.named_parameters(), bucket_cap_mb=cap)
-        batches, submit = [], opt._submit
-        opt._submit = lambda params: (batches.append(len(params)), submit(params))
+        batches, submit = [], opt._reducer.submit
+        opt._reducer.submit = lambda params: (batches.append(len(params)), submit(params))
         x, y = global_batch(0, hvd.size())
         F.cross_entropy(model(my_slice(x)), my_slice(y)).backward()
-        assert len(opt._in_flight) == in_backward, (cap, len(opt._in_flight))
+        assert len(opt._reducer.in_flight) == in_backward, (cap, len(opt._reducer.in_flight))
         opt.step()
-        assert not opt._in_flight and not opt._bucket
+        assert not opt._reducer.in_flight and not opt._reducer.bucket
         expected = {0: [1, 1, 1, 1], 0.0002: None, 1: [4], float("inf"): [4]}[cap]
         if expected is None:  # ~210 B: several gradients per bucket, several buckets
             assert 1 < len(batches) < 4 and sum(batches) == 4, batches
