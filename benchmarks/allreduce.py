@@ -32,6 +32,9 @@ IDLE_GAP_S = 0.020
 IDLE_SLEEP_S = 3.0
 HALF_COUNTS = [256 * 1024, 4 * 1024 * 1024]
 HALF_DTYPES = ("float32", "float16", "bfloat16")
+# The gradients of torch_train.py's and tf_train.py's MLP: 8 buffers, 33.6 MB.
+MLP_DIMS = (1024, 2048, 2048, 1024, 10)
+MLP_SHAPES = [s for a, b in zip(MLP_DIMS, MLP_DIMS[1:]) for s in ((a, b), (b,))]
 TARGETS = report.references("allreduce")["targets"]
 
 
@@ -56,9 +59,10 @@ def size_label(nbytes):
 
 def contender(name, rank, size, **ops):
     """ops: barrier(), allreduce_(buf, name), typed_buffer(count, dtype) (None: no such
-    type), batch {variant: fn(bufs, names, flat)}, gather(values) -> every rank's values,
+    type), batch {variant: fn(bufs, names, flat)}, mlp_grads {variant: fn(arrays, names)
+    -> the results, kept until the next call}, gather(values) -> every rank's values,
     versions, close(); wrap(numpy array) -> what allreduce_ takes (default: the array)."""
-    defaults = dict(close=lambda: None, wrap=lambda arr: arr)
+    defaults = dict(close=lambda: None, wrap=lambda arr: arr, mlp_grads={})
     return types.SimpleNamespace(name=name, rank=rank, size=size, **dict(defaults, **ops))
 
 
@@ -77,12 +81,17 @@ def fuseopt_contender():
         for h in [fo.allreduce_async_(b, name=n, op=fo.Sum) for b, n in zip(bufs, names)]:
             h.wait()
 
+    def each(start):  # start(array, name) -> handle, for every gradient; then the waits
+        return lambda arrays, names: [h.wait() for h in map(start, arrays, names)]
+
     return contender(
         "fuseopt", fo.rank(), fo.size(), barrier=fo.barrier, typed_buffer=typed_buffer,
         allreduce_=lambda buf, name: fo.allreduce_async_(buf, name=name, op=fo.Sum).wait(),
         batch={"grouped_200": lambda bufs, names, _flat:
                fo.grouped_allreduce_async_(bufs, names, op=fo.Sum).wait(),
                "async_200": async_200},
+        mlp_grads={"in_place": each(lambda a, n: fo.allreduce_async_(a, name=n, op=fo.Sum)),
+                   "out_of_place": each(lambda a, n: fo.allreduce_async(a, name=n, op=fo.Sum))},
         gather=lambda values: fo.allgather_object(list(values), name="bench.gather"),
         versions={"fuseopt": fo.__version__, "settings": fo.settings()}, close=fo.shutdown)
 
@@ -101,11 +110,18 @@ def mpi4py_contender():
         for b in bufs:
             allreduce_(b)
 
+    def out_of_place(array):
+        out = np.empty_like(array)
+        comm.Allreduce(array, out, op=MPI.SUM)
+        return out
+
     return contender(
         "mpi4py", comm.Get_rank(), comm.Get_size(), barrier=comm.Barrier, allreduce_=allreduce_,
         typed_buffer=lambda count, dtype: np.ones(count, dtype) if dtype == "float32" else None,
         batch={"one_3.2MB": lambda _bufs, _names, flat: allreduce_(flat),
                "separate_200": separate_200},
+        mlp_grads={"in_place": lambda arrays, _names: [allreduce_(a) for a in arrays],
+                   "out_of_place": lambda arrays, _names: [out_of_place(a) for a in arrays]},
         gather=comm.allgather,
         versions={"mpi4py": mpi4py.__version__,
                   "mpi_library": MPI.Get_library_version().strip().splitlines()[0]})
@@ -234,6 +250,23 @@ def _half_precision(c, cfg):
     return half
 
 
+def _mlp_grads(c, cfg):
+    """(f) the MLP's 8 gradients (33.6 MB), in place and into new arrays. The new arrays
+    of one call live until the next, as a training step's averaged gradients do: that is
+    what makes fresh pages (or their reuse) show."""
+    import numpy as np
+    arrays = [np.zeros(shape, np.float32) for shape in MLP_SHAPES]
+    names = ["bench.mlp.%d" % i for i in range(len(arrays))]
+    out = {}
+    wrapped = [c.wrap(a) for a in arrays]
+    for variant, fn in c.mlp_grads.items():
+        def call(fn=fn, held=[None]):
+            held[0] = fn(wrapped, names)  # the previous results go once the new ones exist
+        out[variant] = _bench(c, "mlp grads " + variant, call, 3, cfg["half_reps"],
+                              bytes=sum(a.nbytes for a in arrays))
+    return out
+
+
 def _batch(c, cfg):
     """(b) 200 x 16 KiB submitted together, in each form the contender offers."""
     import numpy as np
@@ -271,6 +304,7 @@ def worker_main(args):
     w["single"] = {str(n): _one_size(c, cfg, n) for n in cfg["sizes"]}
     w["half_precision"] = _half_precision(c, cfg)
     w["batch_200x16KiB"] = _batch(c, cfg)
+    w["mlp_grads"] = _mlp_grads(c, cfg)
     # (c) a lone allreduce after an idle gap
     run, ok = _checked(c, np.zeros(LONE_BYTES // 4, np.float32), "bench.lone.%d" % LONE_BYTES)
     w["lone_4KiB_after_gap"] = _bench(c, "lone 4 KiB after idle", run, 3, 30,
@@ -347,6 +381,8 @@ def metrics(job, sizes):
         add("batch/" + variant, rec, "batch_rank0/" + variant)
     for key, rec in w.get("half_precision", {}).items():
         add("half/" + key, rec)
+    for variant, rec in w.get("mlp_grads", {}).items():
+        add("mlp/" + variant, rec)
     add("lone", w["lone_4KiB_after_gap"], "lone_rank0")
     # the fastest rank's time: the op's latency net of barrier skew
     m["lone_fastest_rank"] = statistics.median(
@@ -376,6 +412,10 @@ def paired_ratios(jobs, sizes):
                                             ("mpi4py", "batch/one_3.2MB"))
     ratios["batch_gloo_sync_over_fuseopt"] = (("gloo", "batch/sync_200"),
                                               ("fuseopt", "batch/grouped_200"))
+    ratios["per_tensor_over_grouped"] = (("fuseopt", "batch/async_200"),
+                                         ("fuseopt", "batch/grouped_200"))
+    ratios["out_of_place_over_in_place"] = (("fuseopt", "mlp/out_of_place"),
+                                            ("fuseopt", "mlp/in_place"))
     for n in HALF_COUNTS:
         for dtype in HALF_DTYPES[1:]:
             ratios["fuseopt_%s_over_float32/%d" % (dtype, n)] = (
@@ -454,6 +494,19 @@ def size_and_batch_rows(t, sizes):
             fo, one, "%.2fx", operator.le, TARGETS["batch_vs_one_mpi_max"], "≤ %.1fx")
     t.ratio("↳ fuseopt vs 200 gloo calls", ["", "", ""], "gloo time / fuseopt time", sync, fo,
             "%.1fx", operator.ge, TARGETS["batch_vs_gloo_min"], "≥ %.0fx")
+    t.ratio("↳ fuseopt per tensor vs grouped", ["", "", ""], "200 async_ / grouped",
+            t.get("fuseopt", "batch/async_200"), fo, "%.2fx", operator.le,
+            TARGETS["per_tensor_over_grouped_max"], "≤ %.1fx")
+    inplace = t.get("fuseopt", "mlp/in_place")
+    for variant in ("in_place", "out_of_place"):
+        cells = [fmt_time(t.get(c, "mlp/" + variant)) for c in CONTENDERS]
+        label = "MLP gradients, 8 tensors 33.6 MB, %s" % variant.replace("_", " ")
+        if variant == "in_place":
+            t.row(label, cells, "(reference)")
+        else:
+            t.ratio(label, cells, "fuseopt / its in-place", t.get("fuseopt", "mlp/" + variant),
+                    inplace, "%.2fx", operator.le, TARGETS["out_of_place_over_in_place_max"],
+                    "≤ %.2fx")
 
 
 def other_rows(t):

@@ -3,7 +3,7 @@
 against MultiWorkerMirroredStrategy (MWMS), on 2 local workers.
 
     python benchmarks/tf_train.py [--quick] [--reps N] [--contenders LIST] [--out DIR]
-        [--inter-op N] [--no-probe-mwms-fit] [--no-comm-floor]
+        [--inter-op N] [--no-probe-mwms-fit]
         [--fuseopt-variant NAME:FUSEOPT_VAR=VALUE[,...]]...
 
 The workload, the contenders (and why MWMS runs a custom loop, not fit), how a step is
@@ -29,10 +29,9 @@ DIMS = (1024, 2048, 2048, 1024, 10)
 N_PARAMS = sum(a * b + b for a, b in zip(DIMS, DIMS[1:]))
 MWMS_IMPL = "RING"  # MWMS's collective implementation
 BASE_CONTENDERS = ("single", "unconnected", "fuseopt", "mwms")
-# contender -> (worker, how harness.run_job starts it); commfloor: the allreduce-only job
+# contender -> (worker, how harness.run_job starts it)
 KINDS = {"single": ("single", "single"), "unconnected": ("single", "unconnected"),
-         "fuseopt": ("fuseopt", "mpi"), "mwms": ("mwms", "pair"), "mwms_fit": ("mwms", "pair"),
-         "commfloor": ("commfloor", "mpi")}
+         "fuseopt": ("fuseopt", "mpi"), "mwms": ("mwms", "pair"), "mwms_fit": ("mwms", "pair")}
 REF = report.references("tf_train")
 TARGETS = REF["targets"]
 
@@ -236,52 +235,6 @@ def _mwms_loop(tf, keras, strategy, model, opt, steps):
                 data_path="strategy.distribute_datasets_from_function, 64 per worker")
 
 
-def worker_commfloor(args):
-    """allreduce only (no TF): the MLP's 8 gradient-sized float32 buffers (33.6 MB), raw
-    mpi4py (8 calls, 8 in place, one fused buffer) and fuseopt (8 async, this process's
-    FUSEOPT_* settings), forms interleaved. Barrier before each iteration; per iteration
-    the slowest rank."""
-    import numpy as np
-    from mpi4py import MPI
-    import fuseopt
-    import fuseopt.ops as fops
-    fuseopt.init()
-    comm = MPI.COMM_WORLD
-    rng = np.random.default_rng(comm.rank)
-    arrs = []
-    for a, b in zip(DIMS, DIMS[1:]):
-        arrs += [rng.standard_normal((a, b), dtype=np.float32),
-                 rng.standard_normal((b,), dtype=np.float32)]
-    flat = np.concatenate([a.ravel() for a in arrs])
-    out, outs = np.empty_like(flat), [a.copy() for a in arrs]
-
-    def mpi8(in_place):
-        for a, o in zip(arrs, outs):
-            comm.Allreduce(MPI.IN_PLACE if in_place else a, o)
-
-    def fo8():
-        for h in [fops.allreduce_async(a, name="floor.%d" % k) for k, a in enumerate(arrs)]:
-            h.wait()
-
-    forms = {"mpi4py_8_calls": lambda: mpi8(False), "mpi4py_8_in_place": lambda: mpi8(True),
-             "mpi4py_1_fused": lambda: comm.Allreduce(flat, out), "fuseopt_8_async": fo8}
-    times = {k: [] for k in forms}
-    for it in range(2 + (6 if args.quick else 10)):     # the first 2 rounds: warm-up
-        for k, f in forms.items():
-            comm.Barrier()
-            t0 = time.perf_counter()
-            f()
-            slowest = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            if it >= 2:
-                times[k].append(slowest * 1e3)
-    result = {"kind": "commfloor", "rank": comm.rank, "bytes": int(flat.nbytes),
-              "samples_ms": {k: [round(v, 3) for v in vs] for k, vs in times.items()},
-              "fuseopt_settings": fuseopt.settings()}
-    fuseopt.shutdown()
-    harness.write_result(args.result_dir, comm.rank, result)
-    return 0
-
-
 # ---- driver side ----------------------------------------------------------------------
 
 def run_job(c, args, mpiexec):
@@ -300,8 +253,6 @@ def run_job(c, args, mpiexec):
 
 def job_value(contender, results):
     med = statistics.median
-    if contender == "commfloor":
-        return {k: med(v) for k, v in results[0]["samples_ms"].items()}
     if contender == "single":
         v = {"step_ms": med(results[0]["samples_ms"]["step"])}
     elif contender == "unconnected":
@@ -323,10 +274,7 @@ def summarize(jobs, contenders):
     summary = {}
     for c in contenders:
         vals = [j["values"] for j in jobs if j["contender"] == c]
-        if c == "commfloor" and vals:
-            summary[c] = {k: statistics.median(v[k] for v in vals) for k in vals[0]}
-            summary[c]["per_rep_ms"] = {k: [round(v[k], 2) for v in vals] for k in vals[0]}
-        elif vals:
+        if vals:
             summary[c] = {"step_ms": statistics.median(v["step_ms"] for v in vals),
                           "per_rep_ms": [round(v["step_ms"], 3) for v in vals],
                           "cpu_busy_fraction": statistics.median(
@@ -343,7 +291,7 @@ def table(s, contenders, args):
              "| contender | median step ms | steps/s | samples/s | overhead over unconnected (ms) "
              "| scaling efficiency | samples/s ÷ MWMS | per-rep step ms |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for c in (c for c in contenders if c in s and c != "commfloor"):
+    for c in (c for c in contenders if c in s):
         step, workers = s[c]["step_ms"], 1 if c == "single" else NRANKS
         over = step - unc if unc is not None and c not in ("single", "unconnected") else None
         eff = single / step if single is not None and c != "single" else None
@@ -438,16 +386,9 @@ def notes(s, jobs, contenders, args, failures, probe):
     if busy:
         out.append("process CPU time / wall time over the timed steps (per process, all "
                    "threads; 100%% = one core busy all the time): %s." % ", ".join(busy))
-    if "commfloor" in s:
-        out.append("allreduce only, no TensorFlow (mpi4py on this MPICH; the same 8 gradient "
-                   "buffers, %.1f MB, 2 ranks, median of the slowest rank): raw MPI %.2f ms as "
-                   "8 Allreduce calls (%.2f ms in place), %.2f ms as one fused buffer; fuseopt "
-                   "(8 async + wait) %.2f ms. A fuseopt fit step is about compute + its "
-                   "allreduce: the allreduce runs after the whole backward pass (in the "
-                   "Keras optimizer's apply), so nothing overlaps it." % (
-                       N_PARAMS * 4 / 1e6, *(s["commfloor"][k] for k in (
-                           "mpi4py_8_calls", "mpi4py_8_in_place", "mpi4py_1_fused",
-                           "fuseopt_8_async"))))
+    out.append("A fuseopt fit step is about compute + its allreduce: the allreduce runs after "
+               "the whole backward pass (in the Keras optimizer's apply), so nothing overlaps "
+               "it. allreduce.py's 'MLP gradients' rows time those 8 buffers alone.")
     out += ["%s = fuseopt with %s (reported, not judged)." % (c, " ".join(
         "%s=%s" % kv for kv in args.variants[c].items())) for c in contenders if ":" in c]
     if "fuseopt" in s and args.inter_op == 1:
@@ -508,7 +449,7 @@ def build_report(summary, jobs, contenders, args, failures, probe):
 
 def plot(summary, contenders, path):
     plt = report.pyplot()
-    names = [c for c in contenders if c in summary and c != "commfloor"]
+    names = [c for c in contenders if c in summary]
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     report.step_bars(ax, names, [summary[c]["step_ms"] for c in names], "mwms",
                      [summary[c]["per_rep_ms"] for c in names])
@@ -557,7 +498,7 @@ def run_one(c, rep, pos, args, mpiexec, jobs, failures):
     try:
         results, stderr = run_job(c, args, mpiexec)
         values = job_value(c, results)
-        checks = None if c in ("single", "unconnected", "commfloor") else harness.same_weights(
+        checks = None if c in ("single", "unconnected") else harness.same_weights(
             c, [r["checksum"] for r in results])
     except harness.JobFailed as e:
         wall = time.perf_counter() - t0
@@ -568,8 +509,7 @@ def run_one(c, rep, pos, args, mpiexec, jobs, failures):
     wall = time.perf_counter() - t0
     if args.verbose:
         sys.stderr.write(stderr + "\n")
-    sys.stderr.write("%.1f s: %s\n" % (wall, ", ".join("%s %.2f ms" % kv for kv in values.items())
-                                        if c == "commfloor" else "%.2f ms" % values["step_ms"]))
+    sys.stderr.write("%.1f s: %.2f ms\n" % (wall, values["step_ms"]))
     jobs.append({"rep": rep, "position": pos, "contender": c, "quick": args.quick,
                  "env": args.variants.get(c, {}), "wall_s": round(wall, 2),
                  "loadavg_1m_before": load, "loadavg_1m_after": os.getloadavg()[0],
@@ -580,7 +520,6 @@ def driver_main(args):
     mpiexec = harness.find_mpiexec()
     os.makedirs(args.out, exist_ok=True)
     contenders = harness.parse_contenders(args, BASE_CONTENDERS)
-    contenders += ["commfloor"] if args.comm_floor else []
     started = time.time()
     sys.stderr.write("mpiexec: %s; %d reps x %s; quick=%s; inter_op=%d\n"
                      % (mpiexec, args.reps, contenders, args.quick, args.inter_op))
@@ -613,12 +552,10 @@ def main(argv=None):
     p.add_argument("--inter-op", type=int, default=1, help="inter-op threads per process")
     p.add_argument("--no-probe-mwms-fit", dest="probe_mwms_fit", action="store_false",
                    help="skip trying model.fit under MWMS once (to record the error it raises)")
-    p.add_argument("--no-comm-floor", dest="comm_floor", action="store_false",
-                   help="skip the allreduce-only job (raw MPI vs fuseopt, no TF) per rep")
     p.add_argument("--ports", help=argparse.SUPPRESS)
     p.add_argument("--mwms-fit", action="store_true", help=argparse.SUPPRESS)
-    args = harness.parse(p, argv, ("single", "fuseopt", "mwms", "commfloor"))
-    worker = {"mwms": worker_mwms, "commfloor": worker_commfloor}.get(args.worker, worker_fit)
+    args = harness.parse(p, argv, ("single", "fuseopt", "mwms"))
+    worker = {"mwms": worker_mwms}.get(args.worker, worker_fit)
     return worker(args) if args.worker else driver_main(args)
 
 
