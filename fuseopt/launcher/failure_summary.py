@@ -12,6 +12,31 @@ from ..launch_records import ended_badly, read_records
 from . import rank_wrapper
 
 
+# Note [Deaths too close to order]: a wrapper stamps end_time when it is
+# scheduled after its child died, so under load two deaths a fraction of a
+# second apart can be stamped in the wrong order. When a rank is SIGKILLed
+# from outside (kill -9, the OOM killer), MPICH's TCP layer in its partner can
+# crash on the broken connection (SIGSEGV) at about the same moment; that
+# partner's wrapper may run first. A peer's loss can crash a rank, but it
+# cannot SIGKILL it (mpiexec kills the wrappers, which leaves no record), so
+# among deaths within CLOSE_S of the first, an external SIGKILL is the cause.
+CLOSE_S = 1.0
+
+
+def first_failures_first(failed):
+    """The failed ranks' records, the likely cause first (Note [Deaths too
+    close to order]), then by end time."""
+    failed = sorted(failed, key=lambda r: r["end_time"])
+    if not failed:
+        return failed
+    close = [r for r in failed if r["end_time"] - failed[0]["end_time"] <= CLOSE_S]
+    killed = [r for r in close if r.get("signal") == signal.SIGKILL]
+    if killed and killed[0] is not failed[0]:
+        failed.remove(killed[0])
+        failed.insert(0, killed[0])
+    return failed
+
+
 def summarize(launch_dir, total_ranks, mpiexec_code, started):
     """Prints which rank failed first, and why; returns the exit code to use.
 
@@ -21,8 +46,7 @@ def summarize(launch_dir, total_ranks, mpiexec_code, started):
     ends = read_records(launch_dir, "rank-")
     starts = read_records(launch_dir, "start-")
     notes = read_records(launch_dir, "note-")
-    failed = sorted((r for r in ends.values() if ended_badly(r)),
-                    key=lambda r: r["end_time"])
+    failed = first_failures_first(r for r in ends.values() if ended_badly(r))
     # Started here, never recorded an end: killed together with its wrapper.
     vanished = sorted(set(starts) - set(ends))
     if not failed:
