@@ -229,8 +229,16 @@ def run_fn(func: Callable[..., Any], is_reset_error: Callable[[BaseException], b
         except BaseException as e:
             if _proto.store_dir() is None or not is_reset_error(e):
                 raise
-            _end_for_reset(state, "%s: %s" % (type(e).__name__, e))
+            _end_for_reset(state, _first_line(e))
     return wrapper
+
+
+def _first_line(error: BaseException) -> str:
+    """The line that says what happened (a TensorFlow error wraps fuseopt's
+    in a traceback)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    named = [line for line in lines if any(c.__name__ + ":" in line for c in RESET_ERRORS)]
+    return (named or ["%s: %s" % (type(error).__name__, lines[0] if lines else "")])[0][:400]
 
 
 def _end_for_reset(state: State, why: str) -> None:

@@ -20,6 +20,7 @@ def test_newest_usable_copy_wins_lowest_rank_among_equals():
 def test_commit_file_round_trip_and_corruption(tmp_path):
     path = str(tmp_path / "h" / proto.COMMIT_FILE)
     proto.write_commit(path, proto.encode_commit(5, "fmt", b"payload bytes"))
+    assert proto.decode_commit(b"".join(proto.encode_commit(2, "f", b"x")))[1] == b"x"
     generation, header, payload = proto.read_commit(path)
     assert (generation, header["format"], payload) == (5, "fmt", b"payload bytes")
     assert proto.read_commit(str(tmp_path / "none")) is None

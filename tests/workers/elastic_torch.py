@@ -38,6 +38,7 @@ EPOCHS, PER_RANK, COMMIT_EVERY, BASE_LR = 3, 4, 2, 0.05
 FIRST_JOB = os.environ.get(elastic_protocol.RESET_COUNT_ENV, "0") == "0"
 
 hvd.init()
+INIT_T, LOCAL_RANK = time.time(), hvd.local_rank()
 g = torch.Generator().manual_seed(7)
 data = torch.utils.data.TensorDataset(torch.randn(96, 8, generator=g), torch.randn(96, 1, generator=g))
 torch.manual_seed(100 + hvd.rank())  # ranks differ until the state is synced
@@ -64,6 +65,8 @@ def on_state_reset():
         group["lr"] = BASE_LR * hvd.size()
 
 
+say("init t=%.3f" % INIT_T)
+say("built t=%.3f" % time.time())
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0)
 state.register_reset_callbacks([on_state_reset])
 
@@ -72,6 +75,8 @@ def before_step(state):
     if not FIRST_JOB:
         return
     if state.batch == args.kill_at and hvd.cross_rank() == args.kill_host:
+        if hvd.local_rank() == 0:
+            print("[elastic] kill t=%.3f" % time.time(), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     if state.batch == args.fail_at and hvd.rank() == 1:
         raise ValueError("a bug in the training script at batch %d" % state.batch)
@@ -95,15 +100,20 @@ def commit(state):
 
 @hvd.elastic.run
 def train(state):
-    say("start size %d resets %s gen %d epoch %d batch %d lr %g sum %s" % (
+    say("start size %d resets %s gen %d epoch %d batch %d lr %g sum %s t=%.3f" % (
         hvd.size(), os.environ.get(elastic_protocol.RESET_COUNT_ENV), state._generation,
-        state.epoch, state.batch, optimizer.param_groups[0]["lr"], checksum(state.model)))
+        state.epoch, state.batch, optimizer.param_groups[0]["lr"], checksum(state.model),
+        time.time()))
+    first_step = True
     while state.epoch < EPOCHS:
         for batch_idx, (x, y) in enumerate(loader):
             before_step(state)
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(state.model(x), y).backward()
             optimizer.step()
+            if first_step:
+                say("step t=%.3f" % time.time())
+                first_step = False
             state.sampler.record_batch(batch_idx, PER_RANK)
             state.batch += 1
             if state.batch % COMMIT_EVERY == 0:
@@ -113,7 +123,12 @@ def train(state):
         commit(state)
 
 
-train(state)
+try:
+    train(state)
+except SystemExit:
+    if LOCAL_RANK == 0:
+        print("[elastic] exit-for-reset t=%.3f" % time.time(), flush=True)
+    raise
 if hvd.rank() == 0:
     torch.save(model.state_dict(), os.path.join(args.out, "final.pt"))
 say("final size %d batch %d sum %s" % (hvd.size(), state.batch, checksum(model)))
