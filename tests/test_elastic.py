@@ -118,3 +118,26 @@ def test_an_error_of_the_script_is_not_restarted(tmp_path):
     assert "ValueError: a bug in the training script at batch 3" in r.output
     assert "rank 1 failed with exit code 1 (an error of the training script" in r.output
     assert len(lines(r.output, "start")) == 1
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, ("touch %s" % self.marker,))
+
+
+def test_a_hostile_commit_is_a_clear_error_and_runs_no_code(tmp_path):
+    import pickle
+    marker, store = tmp_path / "ran", tmp_path / "store"
+    os.makedirs(store / socket.gethostname())
+    # Well framed (magic, header, checksum), so the payload reaches torch.load.
+    pieces = elastic_protocol.encode_commit(3, "fuseopt.torch.elastic/1",
+                                            pickle.dumps(_Payload(marker)))
+    elastic_protocol.write_commit(elastic_protocol.commit_path(str(store)), pieces)
+    r = launch(2, "elastic_torch.py", tmp_path, launcher_args=("--min-np", "1"),
+               env={elastic_protocol.ELASTIC_DIR_ENV: str(store)}, expect_ok=False, timeout=90)
+    assert r.code != 0 and not marker.exists(), r.output
+    assert r.output.count("CheckpointError: cannot restore committed generation 3") == 2, r.output
+    assert "not restarting" in r.output
