@@ -99,7 +99,8 @@ REFUSED = {
     "HOROVOD_DISABLE_GROUP_FUSION": "fuseopt fuses a group with other ready tensors",
     "HOROVOD_ENABLE_XLA_OPS": "fuseopt has no XLA ops",
     "HOROVOD_ENABLE_ASYNC_COMPLETION": "fuseopt's device path completes after its stream syncs",
-    "HOROVOD_ELASTIC": "fuseopt has no elastic mode",
+    "HOROVOD_ELASTIC": "fuseopt's elastic mode is started by fuseoptrun's --min-np / "
+                       "--host-discovery-script, not by this variable",
 }
 
 

@@ -61,3 +61,14 @@ def test_mixed_cluster_example_trains_one_model_on_both_frameworks():
     drifts = [float(d) for d in
               re.findall(r"largest weight difference to any rank: ([0-9.e+-]+)", out)]
     assert len(drifts) == 2 and max(drifts) < 1e-5, out
+
+
+def test_elastic_examples_train_under_the_elastic_driver():
+    for script in ("elastic_torch.py", "elastic_keras.py"):
+        cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "-np", "2", "--min-np", "1",
+               sys.executable, os.path.join(ROOT, "examples", script), "--epochs", "2"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        assert p.returncode == 0, p.stdout + p.stderr
+        acc = float(re.search(r"final training accuracy ([\d.]+) on 2 ranks", p.stdout).group(1))
+        assert acc > 0.8, p.stdout

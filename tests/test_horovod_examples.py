@@ -12,13 +12,15 @@ HOROVOD_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "examples", "horovod")
 
 
-def run(script, *args, timeout=300, cwd=None):
-    env = dict(os.environ, PYTHONPATH=HOROVOD_EXAMPLES, TF_CPP_MIN_LOG_LEVEL="3")
-    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "-np", "2", sys.executable,
+def run(script, *args, timeout=300, cwd=None, launcher_args=("-np", "2"), env=None):
+    # Prepended, as conftest.launch does: a PYTHONPATH that picks the fuseopt under test stays.
+    path = os.pathsep.join(filter(None, [HOROVOD_EXAMPLES, os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", *launcher_args, sys.executable,
            os.path.join(HOROVOD_EXAMPLES, script), *args]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     assert p.returncode == 0, p.stdout + p.stderr
-    return p.stdout
+    return p.stdout if launcher_args == ("-np", "2") else p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("flags", [[], ["--fp16-allreduce"], ["--use-adasum"]],
@@ -41,3 +43,25 @@ def test_tensorflow2_keras_mnist(tmp_path):
     out = run("tensorflow2_keras_mnist.py", "--epochs", "2", "--steps", "16", cwd=tmp_path)
     assert "Epoch 2/2" in out, out
     assert (tmp_path / "checkpoint-2.keras").exists()
+
+
+def test_pytorch_synthetic_benchmark_elastic():
+    out = run("pytorch_synthetic_benchmark_elastic.py", "--model", "resnet18", "--batch-size", "4",
+              "--num-warmup-batches", "1", "--num-batches-per-iter", "1", "--num-iters", "2",
+              launcher_args=("-np", "2", "--min-np", "1", "--max-np", "2"))
+    assert re.search(r"Total img/sec on 2 CPU\(s\): [\d.]+", out), out
+
+
+def test_tensorflow2_keras_mnist_elastic_grows_after_the_first_epoch(tmp_path):
+    # Discovery offers a second slot once rank 0's ModelCheckpoint has written
+    # epoch 1: the job commits at its next batch and continues on 2 ranks.
+    script = tmp_path / "discover.sh"
+    script.write_text("[ -e %s ] && echo localhost:2 || echo localhost:1\n"
+                      % (tmp_path / "checkpoint-1.keras"))
+    out = run("tensorflow2_keras_mnist_elastic.py", "--epochs", "3", "--steps", "8", cwd=tmp_path,
+              launcher_args=("-np", "1", "--min-np", "1", "--max-np", "2",
+                             "--host-discovery-script", "sh %s" % script),
+              env={"FUSEOPT_ELASTIC_DISCOVERY_INTERVAL_S": "0.2"})
+    assert "starting 1 ranks on localhost:1" in out and "starting 2 ranks on localhost:2" in out, out
+    assert "reset 1: the hosts changed" in out, out
+    assert (tmp_path / "checkpoint-2.keras").exists(), out

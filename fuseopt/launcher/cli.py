@@ -26,7 +26,7 @@ from .. import config as _config
 from .. import horovod_env
 from .._version import version as _version
 from ..errors import InvalidArgumentError
-from . import failure_summary, horovod_flags
+from . import elastic_driver, failure_summary, horovod_flags
 from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
@@ -122,6 +122,7 @@ def build_parser():
     p.add_argument("--fusion-threshold-mb", type=float,
                    help="fusion threshold in MiB (sets FUSEOPT_FUSION_THRESHOLD)")
     _add_knob_flags(p)
+    elastic_driver.add_flags(p)
     horovod_flags.add_to(p)
     p.add_argument("command", nargs=argparse.REMAINDER)
     return p
@@ -247,7 +248,7 @@ FAILED_JOB_GRACE_S = 10.0
 KILL_AFTER_TERM_S = 5.0
 
 
-def wait_for_job(proc, launch_dir, stopping):
+def wait_for_job(proc, launch_dir, stopping, watch=None):
     """Waits for mpiexec to end; ends the job itself when a rank has failed
     and the job outlives FAILED_JOB_GRACE_S. Returns mpiexec's exit code."""
     failed_at = terminated_at = None
@@ -259,6 +260,8 @@ def wait_for_job(proc, launch_dir, stopping):
         now = time.time()
         if stopping:
             continue  # the signal handler is stopping the job
+        if watch is not None:
+            watch(launch_dir)
         if failed_at is None:
             if any(ended_badly(r) for r in read_records(launch_dir, "rank-").values()):
                 failed_at = now
@@ -288,6 +291,10 @@ def run(argv):
         args.command = args.command[1:]
     if not args.command:
         raise UsageError("no command given (e.g. fuseoptrun -np 2 python train.py)")
+    if elastic_driver.is_elastic(args):
+        if len(parts_argv) > 1:
+            raise UsageError("elastic jobs run one program: no ':' MPMD parts")
+        return elastic_driver.ElasticDriver(args, launch).run()
     host_list, from_slurm = host_list_of(args, os.environ)
     default_np = sum(n for _, n in host_list) if from_slurm else 1
     parts = [(default_np if args.np is None else args.np, args.command)]
@@ -299,9 +306,24 @@ def run(argv):
     if any(n < 1 for n, _ in parts):
         raise UsageError("-np must be at least 1")
     total = sum(n for n, _ in parts)
+
+    def summarize(launch_dir, code, stopping, started):
+        # Stopped on request, the ranks ended by our signal: nobody is to blame.
+        return None if stopping else failure_summary.summarize(launch_dir, total, code, started)
+
+    return launch(args, parts, host_list, from_slurm, summarize)
+
+
+def launch(args, parts, host_list, from_slurm, on_end, extra_env=None, watch=None):
+    """Runs one mpiexec job and waits for it. ``on_end(launch_dir, code,
+    stopping, started)`` reads the launch records before they are removed
+    and gives the result; ``watch(launch_dir)`` is called while the job
+    runs; ``extra_env`` goes to every rank."""
+    total = sum(n for n, _ in parts)
     launch_dir = "FUSEOPT_LAUNCH_DIR" if args.dry_run else tempfile.mkdtemp(prefix="fuseoptrun-")
     horovod_settings, horovod_notices = horovod_env.translate(os.environ)
     env = rank_environment(args, total, host_list, os.environ, horovod_settings)
+    env.update(extra_env or {})
     for line in horovod_flags.notices(args) + horovod_notices:
         print("fuseoptrun: %s" % line, file=sys.stderr)
     cmd = build_command(args, parts, env, launch_dir, host_list, from_slurm)
@@ -325,9 +347,8 @@ def run(argv):
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
     try:
-        code = wait_for_job(proc, launch_dir, stopping)
-        # Stopped on request, the ranks ended by our signal: nobody is to blame.
-        result = None if stopping else failure_summary.summarize(launch_dir, total, code, started)
+        code = wait_for_job(proc, launch_dir, stopping, watch)
+        result = on_end(launch_dir, code, stopping, started)
         if args.metrics_summary:
             metrics = read_records(launch_dir, "metrics-")
             if metrics:

@@ -40,16 +40,10 @@ REFUSED = {
                             "variables"),
     "--prefix-output-with-timestamp": (False, "fuseoptrun cannot timestamp output lines"),
     "--log-with-timestamp": (False, horovod_env.SAME_BEHAVIOUR["HOROVOD_LOG_HIDE_TIME"][1]),
-    "--min-np": (True, _R["HOROVOD_ELASTIC"]),
-    "--max-np": (True, _R["HOROVOD_ELASTIC"]),
-    "--slots-per-host": (True, _R["HOROVOD_ELASTIC"]),
-    "--elastic-timeout": (True, _R["HOROVOD_ELASTIC"]),
-    "--reset-limit": (True, _R["HOROVOD_ELASTIC"]),
-    "--blacklist-cooldown-range": (True, _R["HOROVOD_ELASTIC"]),
-    "--host-discovery-script": (True, _R["HOROVOD_ELASTIC"]),
+    "--blacklist-cooldown-range": (True, "fuseoptrun keeps a lost host out for the rest of "
+                                          "the job (no cooldown)"),
 }
-_REFUSED_SHORT = {"--prefix-output-with-timestamp": ["-prefix-timestamp"],
-                  "--min-np": ["--min-num-proc"], "--max-np": ["--max-num-proc"]}
+_REFUSED_SHORT = {"--prefix-output-with-timestamp": ["-prefix-timestamp"]}
 
 # horovodrun flags that ask for what fuseoptrun always does -> what it does
 ALREADY = {

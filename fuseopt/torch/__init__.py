@@ -33,6 +33,8 @@ from .optimizer import DistributedOptimizer
 from ..naming import Shared
 from .sync_batch_norm import SyncBatchNorm, recompute_bn_stats
 from .local_sgd import AdaptiveLocalSGD, LocalSGD
+from . import elastic  # noqa: F401  (hvd.elastic.run, TorchState, ElasticSampler)
+from ..elastic import HostsUpdatedInterrupt
 
 # Horovod compatibility: capabilities of this build.
 HorovodInternalError = FuseoptError

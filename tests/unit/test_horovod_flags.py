@@ -76,7 +76,7 @@ def test_check_build_lists_what_this_install_has(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--torus-allreduce"], "--torus-allreduce: fuseopt has no torus allreduce"),
     (["--gloo"], "always launches with MPI"),
-    (["--min-np", "2"], "no elastic mode"),
+    (["--blacklist-cooldown-range", "1"], "no cooldown"),
     (["--thread-affinity", "1"], "does not pin"),
     (["--cycle-time-ms", "fast"], "'fast' is not a cycle_time_ms value"),
     (["--autotune", "1"], None),  # '1' is the command now, so this one runs
@@ -90,3 +90,14 @@ def test_refused_flags_and_bad_values_are_usage_errors(argv, message, capsys):
         return
     with pytest.raises(cli.UsageError, match=message):
         cli.run(["--dry-run"] + argv + ["python", "t.py"])
+
+
+def test_elastic_flags_start_the_first_job_on_discovered_hosts(capsys):
+    assert cli.run(["--dry-run", "-np", "2", "--min-np", "2", "--max-np", "4",
+                    "--host-discovery-script", "printf 'a:2\\nb:2\\n'", "python", "t.py"]) == 0
+    line = capsys.readouterr().out
+    assert "-hosts a:2 " in line and " -n 2 " in line and "FUSEOPT_ELASTIC_DIR" in line
+    with pytest.raises(cli.UsageError, match="no ':' MPMD parts"):
+        cli.run(["--dry-run", "--min-np", "1", "python", "a.py", ":", "-np", "1", "python", "b.py"])
+    with pytest.raises(cli._hosts.HostError, match="more than --max-np"):
+        cli.run(["--dry-run", "--min-np", "3", "--max-np", "2", "python", "t.py"])

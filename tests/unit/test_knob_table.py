@@ -7,13 +7,15 @@ import re
 
 from fuseopt import buckets, config
 from fuseopt._native import ffi, lib
-from fuseopt.launcher import rank_wrapper
+from fuseopt.launcher import elastic_driver, rank_wrapper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Variables read outside config.KNOBS -> their default as the table shows it.
 OTHER_VARIABLES = {
     "FUSEOPT_LOST_RANK_LINGER_S": rank_wrapper.DEFAULT_LINGER_S,
+    elastic_driver.DISCOVERY_INTERVAL_ENV: elastic_driver.DEFAULT_DISCOVERY_INTERVAL_S,
+    "FUSEOPT_ELASTIC_DIR": None,
     "FUSEOPT_BUCKET_CAP_MB": buckets.DEFAULT_BUCKET_CAP_MB,
     "FUSEOPT_TIMELINE": "(none)", "FUSEOPT_TIMELINE_MARK_CYCLES": 0,
     "FUSEOPT_NCCL_LIBRARY": None, "FUSEOPT_CUDA_BACKEND": None,

@@ -11,12 +11,13 @@ PACKAGE = os.path.join(ROOT, "fuseopt")
 # Bottom to top. A module not listed here fails the test: place it.
 LAYERS = [
     ("base", ["_native", "_version", "_build", "errors", "_launch_notes", "launch_records",
-              "log", "metrics_math", "dtypes", "arguments", "config", "horovod_env", "devices"]),
+              "log", "metrics_math", "dtypes", "arguments", "config", "horovod_env", "devices",
+              "elastic_protocol"]),
     ("world", ["world", "_peer_watch"]),
     ("requests", ["handles", "requests", "process_sets"]),
     ("operations", ["ops", "objects", "naming", "timeline", "overlap", "compression", "buckets",
                     "local_sgd", "optimizer_args", "checkpoint", "capabilities"]),
-    ("lifecycle", ["runtime"]),
+    ("lifecycle", ["runtime", "elastic"]),
     ("package", ["__init__"]),
     ("bindings", ["torch", "tensorflow"]),
     ("tools", ["launcher", "cli", "__main__", "timeline_summary", "timeline_plot"]),

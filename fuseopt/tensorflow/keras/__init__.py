@@ -13,6 +13,8 @@ from typing import Any, Optional
 from .. import *  # noqa: F401,F403  (the same API as fuseopt.tensorflow)
 from .. import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
 from . import callbacks  # noqa: F401
+from . import elastic  # noqa: F401  (hvd.elastic.run, KerasState, the state callbacks)
+from ...elastic import HostsUpdatedInterrupt  # noqa: F401
 from ...checkpoint import CheckpointError  # noqa: F401
 from .checkpoint import load_checkpoint, save_checkpoint  # noqa: F401
 

@@ -1,0 +1,272 @@
+"""Horovod's elastic API, the framework-neutral half: the state object's
+commit, restore and sync protocol, host-update checks, reset callbacks and
+the ``run`` loop. The bindings (fuseopt/torch/elastic/,
+fuseopt/tensorflow/keras/elastic.py) only turn framework objects into a
+payload of bytes and back.
+
+How a reset works here (MPI cannot change a running world, so unlike
+Horovod's in-place Gloo reset, the job is restarted): every ``commit()``
+keeps the state in memory (for ``restore()``) and, under fuseoptrun's
+elastic driver, one rank per host writes it to the host's commit store
+(fuseopt/elastic_protocol.py). When a peer is lost, or the driver announces
+new hosts, every rank ends with ``RESET_EXIT_CODE`` and the driver starts a
+new job on the hosts it has. In the new job ``run`` restores the newest
+surviving commit on every rank, calls the reset callbacks, syncs from rank
+0 and calls the training function again. See docs/reliability.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+import copy
+import random
+import functools
+import socket
+import sys
+
+import numpy as np
+
+from . import elastic_protocol as _proto
+from . import launch_records, objects, ops, runtime, world
+from .checkpoint import CheckpointError, check_plain
+from .errors import RankFailedError, ShutDownError
+from .log import logger
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Raised by ``commit()`` / ``check_host_updates()`` on every rank at the
+    same call when the driver has announced a change of hosts."""
+
+    def __init__(self, skip_sync: bool = False) -> None:
+        super().__init__("the job's hosts changed")
+        self.skip_sync = skip_sync
+        self.committed = False
+
+
+class State:
+    """Horovod's ``horovod.common.elastic.State``: what survives a reset.
+
+    Subclasses implement ``save`` / ``restore`` / ``sync`` (in memory and
+    across ranks) and, for the commit store, ``FORMAT``, ``_payload()``
+    (bytes of the last saved state) and ``_load_payload(bytes)`` (make it
+    the saved state, then ``restore()``)."""
+
+    FORMAT = "fuseopt.elastic/none"
+
+    def __init__(self) -> None:
+        self._reset_callbacks: List[Callable[[], Any]] = []
+        self._generation = 0
+        self._notice_seen = 0.0
+
+    def register_reset_callbacks(self, callbacks: List[Callable[[], Any]]) -> None:
+        """Functions called after a reset (a restart that restored a commit),
+        before the state is synced: e.g. to scale the learning rate to the
+        new ``size()``."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self) -> None:
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self) -> None:
+        """Saves the state (in memory, and to this host's commit store under
+        the elastic driver), then checks for host updates: may raise
+        HostsUpdatedInterrupt, on every rank alike. Collective."""
+        self.save()
+        failure = self._write_commit()
+        try:
+            self._check(failure)
+        except HostsUpdatedInterrupt as e:
+            e.committed = True
+            raise
+
+    def check_host_updates(self) -> None:
+        """Raises HostsUpdatedInterrupt on every rank if fuseoptrun announced
+        new or removed hosts since the last check. Collective."""
+        self._check(None)
+
+    def save(self) -> None:
+        raise NotImplementedError()
+
+    def restore(self) -> None:
+        raise NotImplementedError()
+
+    def sync(self) -> None:
+        raise NotImplementedError()
+
+    def _payload(self) -> bytes:
+        raise NotImplementedError()
+
+    def _load_payload(self, payload: bytes) -> None:
+        raise NotImplementedError()
+
+    # ---- the commit store ----
+    def _write_commit(self) -> Optional[str]:
+        """One rank per host writes the committed state; returns what went
+        wrong on this rank, for _check to raise on every rank."""
+        self._generation += 1
+        root = _proto.store_dir()
+        if root is None or world.local_rank() != 0:
+            return None
+        path = _proto.commit_path(root)
+        try:
+            data = _proto.encode_commit(self._generation, self.FORMAT, self._payload())
+            _proto.write_commit(path, data)
+        except OSError as e:
+            return "rank %d could not write %s: %s" % (world.rank(), path, e)
+        return None
+
+    def _check(self, failure: Optional[str]) -> None:
+        """One allreduce agrees on the newest host notice any rank saw and on
+        whether any rank failed to write its commit."""
+        if _proto.store_dir() is None:
+            if failure:
+                raise OSError(failure)
+            return
+        seen = _proto.notice_time(launch_records.directory())
+        agreed = ops.allreduce(np.array([seen, world.rank() + 1 if failure else 0], np.float64),
+                               name="fuseopt.elastic.check", op=ops.Max)
+        if agreed[1]:
+            raise OSError(failure or "rank %d could not write its host's committed state (see "
+                          "its error)" % (int(agreed[1]) - 1))
+        if agreed[0] > self._notice_seen:
+            self._notice_seen = float(agreed[0])
+            raise HostsUpdatedInterrupt()
+
+    def _restore_newest(self) -> bool:
+        """Collective: finds the newest usable commit any host kept, and makes
+        it this state on every rank. Returns whether there was one."""
+        root = _proto.store_dir()
+        report, payload = (world.rank(), None, None), None
+        if root is not None and world.local_rank() == 0:
+            try:
+                found = _proto.read_commit(_proto.commit_path(root))
+            except _proto.CommitFileError as e:
+                report = (world.rank(), None, "host %s: %s" % (socket.gethostname(), e))
+            else:
+                if found is not None:
+                    report, payload = (world.rank(), found[0], None), found[2]
+        reports = objects.allgather_object(report, name="fuseopt.elastic.commits")
+        (owner, generation), errors = _proto.choose_newest(reports)
+        if errors and owner is None:
+            raise CheckpointError("no usable committed state to resume from: "
+                                  + "; ".join(errors))
+        if errors and world.rank() == 0:
+            logger.warning("elastic: ignoring unusable commit copies (%s); resuming from "
+                           "generation %d of rank %d", "; ".join(errors), generation, owner)
+        if owner is None:
+            return False
+        payload = objects.broadcast_object(payload if world.rank() == owner else None, owner,
+                                           name="fuseopt.elastic.payload")
+        try:
+            self._load_payload(payload)
+        except Exception as e:  # every rank parses the same bytes: the same error everywhere
+            raise CheckpointError("cannot restore committed generation %d: %s: %s"
+                                  % (generation, type(e).__name__, e)) from None
+        self._generation = generation
+        return True
+
+
+class ObjectState(State):
+    """Horovod's ObjectState: keyword arguments become attributes; their
+    values are committed (deep copies, so later in-place changes do not alter
+    the commit), restored, and synced from rank 0. Committed values must be
+    plain data (numbers, strings, lists, tuples, dicts)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._saved_state = copy.deepcopy(kwargs)
+        self._set_attrs()
+        super().__init__()
+
+    def save(self) -> None:
+        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
+
+    def restore(self) -> None:
+        self._set_attrs()
+
+    def sync(self) -> None:
+        if self._saved_state:
+            self._saved_state = objects.broadcast_object(self._saved_state, 0,
+                                                         name="fuseopt.elastic.values")
+            self._set_attrs()
+
+    def _set_attrs(self) -> None:
+        for attr, value in self._saved_state.items():
+            setattr(self, attr, copy.deepcopy(value))
+
+    def _user_values(self, leaf_types: tuple = ()) -> Dict[str, Any]:
+        check_plain(self._saved_state, "elastic state values", leaf_types)
+        return self._saved_state
+
+    def _set_user_values(self, values: Dict[str, Any]) -> None:
+        self._saved_state = dict(values)
+        self._set_attrs()
+
+
+RESET_ERRORS = (RankFailedError, ShutDownError)
+
+
+def run_fn(func: Callable[..., Any], is_reset_error: Callable[[BaseException], bool]
+           = lambda e: isinstance(e, RESET_ERRORS)) -> Callable[..., Any]:
+    """Horovod's ``run`` decorator. ``is_reset_error`` tells a lost peer
+    (the binding may wrap fuseopt's error in a framework error) from an error
+    of the training script, which propagates and ends the job."""
+    @functools.wraps(func)
+    def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
+        runtime.init()  # nothing when the script already called it
+        try:
+            if state._restore_newest():
+                state.on_reset()
+            state.sync()
+            return func(state, *args, **kwargs)
+        except HostsUpdatedInterrupt as e:
+            if not e.committed:
+                state.save()
+                failure = state._write_commit()
+                if failure:
+                    raise OSError(failure) from None
+            _end_for_reset(state, "the hosts changed; committed generation %d"
+                           % state._generation)
+        except BaseException as e:
+            if _proto.store_dir() is None or not is_reset_error(e):
+                raise
+            _end_for_reset(state, _first_line(e))
+    return wrapper
+
+
+def _first_line(error: BaseException) -> str:
+    """The line that says what happened (a TensorFlow error wraps fuseopt's
+    in a traceback)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    named = [line for line in lines if any(c.__name__ + ":" in line for c in RESET_ERRORS)]
+    return (named or ["%s: %s" % (type(error).__name__, lines[0] if lines else "")])[0][:400]
+
+
+def _end_for_reset(state: State, why: str) -> None:
+    """Ends this rank so that fuseoptrun starts the job anew."""
+    if world.is_initialized() and world.local_rank() == 0:
+        print("fuseopt: elastic: rank %d: %s; ending this job for a reset"
+              % (world.rank(), why), file=sys.stderr, flush=True)
+    try:
+        runtime.shutdown()
+    except Exception:
+        pass  # after a lost peer the context is aborted: nothing to agree on
+    raise SystemExit(_proto.RESET_EXIT_CODE)
+
+
+def remaining_share(num_samples: int, processed: Any, shuffle: bool, seed: int, epoch: int,
+                    rank: int, size: int) -> List[int]:
+    """ElasticSampler's arithmetic, rank-free: this rank's share of the
+    epoch's samples not yet processed. The epoch's order is a shuffle of all
+    indices seeded by ``seed + epoch`` (the same on every rank and every
+    job), minus the processed ones; it is padded with its own head to a
+    multiple of ``size`` and dealt round-robin, as DistributedSampler does."""
+    order = list(range(num_samples))
+    if shuffle:  # the stdlib's generator: the same sequence in every process
+        random.Random(seed + epoch).shuffle(order)
+    processed = set(processed)
+    remaining = [i for i in order if i not in processed]
+    if not remaining:
+        return []
+    per_rank = -(-len(remaining) // size)
+    padded = (remaining * (per_rank * size // len(remaining) + 1))[:per_rank * size]
+    return padded[rank::size]

@@ -1,0 +1,104 @@
+"""Elastic training's pure rules, rank-free: which commit copy wins, what a
+corrupt commit file gives, discovery output, placement, what ended a job,
+and how the sampler re-shards the rest of an epoch."""
+import pytest
+
+from fuseopt import elastic_protocol as proto
+from fuseopt.elastic import remaining_share
+from fuseopt.launcher import discovery
+from fuseopt.launcher.elastic_driver import classify
+
+
+def test_newest_usable_copy_wins_lowest_rank_among_equals():
+    reports = [(0, 7, None), (1, None, None), (2, 9, None), (3, 9, None), (4, None, "bad")]
+    assert proto.choose_newest(reports) == ((2, 9), ["bad"])
+    assert proto.choose_newest([(0, None, None), (1, None, None)]) == ((None, 0), [])
+    # A corrupt newer copy does not hide an older good one.
+    assert proto.choose_newest([(0, None, "corrupt"), (2, 3, None)]) == ((2, 3), ["corrupt"])
+
+
+def test_commit_file_round_trip_and_corruption(tmp_path):
+    path = str(tmp_path / "h" / proto.COMMIT_FILE)
+    proto.write_commit(path, proto.encode_commit(5, "fmt", b"payload bytes"))
+    assert proto.decode_commit(b"".join(proto.encode_commit(2, "f", b"x")))[1] == b"x"
+    generation, header, payload = proto.read_commit(path)
+    assert (generation, header["format"], payload) == (5, "fmt", b"payload bytes")
+    assert proto.read_commit(str(tmp_path / "none")) is None
+    data = open(path, "rb").read()
+    for bad, why in [(data[:-3], "truncated"), (data[:-1] + b"X", "checksum"),
+                     (b"PK\x03\x04" + data, "bad magic"), (data[:len(proto.MAGIC) + 3], "no header"),
+                     (data[:len(proto.MAGIC) + 8] + b"{not json" + data[-20:], "corrupt header")]:
+        open(path, "wb").write(bad)
+        with pytest.raises(proto.CommitFileError, match=why):
+            proto.read_commit(path)
+
+
+def test_notice_round_trip(tmp_path):
+    assert proto.notice_time(str(tmp_path)) == 0.0 and proto.notice_time(None) == 0.0
+    proto.write_notice(str(tmp_path), [("a", 2)])
+    assert proto.notice_time(str(tmp_path)) > 0
+
+
+def test_discovery_output():
+    assert discovery.parse("a:2\n\n# comment\n b:4 \n") == [("a", 2), ("b", 4)]
+    assert discovery.parse("a\nb:1\n", slots_per_host=3) == [("a", 3), ("b", 1)]
+    for text, why in [("a\n", "no slots"), ("a:x\n", "positive integer"), ("a:1\na:2\n", "twice"),
+                      ("a b:1\n", "not a host name")]:
+        with pytest.raises(discovery.DiscoveryError, match=why):
+            discovery.parse(text)
+
+
+def test_discovery_script_failure_is_clear(tmp_path):
+    with pytest.raises(discovery.DiscoveryError, match="exited with 3: nope"):
+        discovery.discover("echo nope >&2; exit 3")
+    assert discovery.discover("printf 'h1:2\\nh2:2\\n'") == [("h1", 2), ("h2", 2)]
+
+
+def test_placement_and_blacklist():
+    found = [("a", 2), ("b", 2), ("c", 2)]
+    assert discovery.plan(found) == found
+    assert discovery.plan(found, max_np=3) == [("a", 2), ("b", 1)]
+    assert discovery.plan(found, max_np=5, np_=2) == [("a", 2)]
+    assert discovery.usable(found, {"b"}) == [("a", 2), ("c", 2)]
+    assert [discovery.host_of_rank(found, r) for r in (0, 1, 2, 5, 6)] == ["a", "a", "b", "c", None]
+
+
+def _end(rank, code=0, sig=None, t=0.0):
+    return {"rank": rank, "exit_code": None if sig else code, "signal": sig, "unclean": False,
+            "end_time": t}
+
+
+def test_what_ended_the_job():
+    starts = {r: {} for r in range(4)}
+    done = {r: _end(r) for r in range(4)}
+    assert classify(done, starts, {}, 4) == ("done", [])
+    # Host 1's ranks killed; the survivors ended for a reset.
+    ends = {0: _end(0, 75, t=2), 1: _end(1, 75, t=2), 2: _end(2, sig=9, t=1), 3: _end(3, sig=9, t=1)}
+    assert classify(ends, starts, {}, 4) == ("reset", [2, 3])
+    # A host gone with its wrappers: no exit records at all.
+    assert classify({0: _end(0, 75), 1: _end(1, 75)}, starts, {}, 4) == ("reset", [2, 3])
+    # Every rank ended for a reset: the hosts changed.
+    assert classify({r: _end(r, 75) for r in range(4)}, starts, {}, 4) == ("reset", [])
+    # The script failed first: no restart, whatever mpiexec did to the others afterwards.
+    ends = {0: _end(0, 1, t=1), 1: _end(1, sig=15, t=2), 2: _end(2, 75, t=2), 3: _end(3, 75, t=2)}
+    notes = {1: {"status": "RANK_FAILED", "message": "rank 0 was lost"}}
+    verdict, first = classify(ends, starts, notes, 4)
+    assert verdict == "error" and first["rank"] == 0
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+def test_sampler_shares_cover_the_rest_of_the_epoch(size):
+    processed = set(range(0, 40, 3))
+    shares = [remaining_share(40, processed, True, 5, 2, r, size) for r in range(size)]
+    assert len({len(s) for s in shares}) == 1  # every rank takes as many steps
+    covered = [i for s in shares for i in s]
+    assert set(covered) == set(range(40)) - processed
+    assert len(covered) - len(set(covered)) < size  # only the padding repeats
+
+
+def test_sampler_order_depends_on_seed_and_epoch_only():
+    a = remaining_share(30, set(), True, 1, 0, 0, 1)
+    assert a == remaining_share(30, set(), True, 1, 0, 0, 1)
+    assert a != remaining_share(30, set(), True, 1, 1, 0, 1)
+    assert remaining_share(6, set(), False, 1, 0, 1, 2) == [1, 3, 5]
+    assert remaining_share(6, set(range(6)), True, 1, 0, 0, 2) == []
