@@ -17,9 +17,11 @@ surviving commit on every rank, calls the reset callbacks, syncs from rank
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
+import abc
 import copy
-import random
 import functools
+import json
+import random
 import socket
 import sys
 
@@ -27,7 +29,7 @@ import numpy as np
 
 from . import elastic_protocol as _proto
 from . import launch_records, objects, ops, runtime, world
-from .checkpoint import CheckpointError, check_plain
+from .checkpoint import CheckpointError, check_plain, encode_header
 from .errors import RankFailedError, ShutDownError
 from .log import logger
 
@@ -42,13 +44,13 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.committed = False
 
 
-class State:
+class State(abc.ABC):
     """Horovod's ``horovod.common.elastic.State``: what survives a reset.
 
     Subclasses implement ``save`` / ``restore`` / ``sync`` (in memory and
     across ranks) and, for the commit store, ``FORMAT``, ``_payload()``
     (bytes of the last saved state) and ``_load_payload(bytes)`` (make it
-    the saved state, then ``restore()``)."""
+    the saved state, then ``restore()``). ObjectState is a complete one."""
 
     FORMAT = "fuseopt.elastic/none"
 
@@ -84,20 +86,25 @@ class State:
         new or removed hosts since the last check. Collective."""
         self._check(None)
 
+    @abc.abstractmethod
     def save(self) -> None:
-        raise NotImplementedError()
+        """Keeps the current state in memory as the one to restore."""
 
+    @abc.abstractmethod
     def restore(self) -> None:
-        raise NotImplementedError()
+        """Makes the last saved state current again."""
 
+    @abc.abstractmethod
     def sync(self) -> None:
-        raise NotImplementedError()
+        """Makes every rank's state rank 0's. Collective."""
 
+    @abc.abstractmethod
     def _payload(self) -> bytes:
-        raise NotImplementedError()
+        """The last saved state as bytes, for the commit store."""
 
+    @abc.abstractmethod
     def _load_payload(self, payload: bytes) -> None:
-        raise NotImplementedError()
+        """Makes ``payload`` (from ``_payload``) the saved state, then restores it."""
 
     # ---- the commit store ----
     def _write_commit(self) -> Optional[str]:
@@ -170,7 +177,10 @@ class ObjectState(State):
     """Horovod's ObjectState: keyword arguments become attributes; their
     values are committed (deep copies, so later in-place changes do not alter
     the commit), restored, and synced from rank 0. Committed values must be
-    plain data (numbers, strings, lists, tuples, dicts)."""
+    plain data (numbers, strings, lists, dicts; the commit store keeps them
+    as JSON, so a tuple comes back as a list)."""
+
+    FORMAT = "fuseopt.elastic.objects/1"
 
     def __init__(self, **kwargs: Any) -> None:
         self._saved_state = copy.deepcopy(kwargs)
@@ -200,6 +210,21 @@ class ObjectState(State):
     def _set_user_values(self, values: Dict[str, Any]) -> None:
         self._saved_state = dict(values)
         self._set_attrs()
+
+    def _payload(self) -> bytes:
+        return encode_header({"format": self.FORMAT, "values": self._user_values()})
+
+    def _load_payload(self, payload: bytes) -> None:
+        data = json.loads(payload.decode("utf-8"))
+        if not isinstance(data, dict) or data.get("format") != self.FORMAT:
+            raise CheckpointError("the commit is not a %s payload" % self.FORMAT)
+        if not isinstance(data.get("values"), dict) or \
+                sorted(data["values"]) != sorted(self._saved_state):
+            raise CheckpointError("the commit holds values %s, this state %s" % (
+                sorted(data.get("values") or ()), sorted(self._saved_state)))
+        check_plain(data["values"], "elastic state values")
+        self._set_user_values(data["values"])
+        self.restore()
 
 
 RESET_ERRORS = (RankFailedError, ShutDownError)

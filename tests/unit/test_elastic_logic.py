@@ -4,7 +4,8 @@ and how the sampler re-shards the rest of an epoch."""
 import pytest
 
 from fuseopt import elastic_protocol as proto
-from fuseopt.elastic import remaining_share
+from fuseopt.checkpoint import CheckpointError
+from fuseopt.elastic import ObjectState, State, remaining_share
 from fuseopt.launcher import discovery
 from fuseopt.launcher.elastic_driver import classify
 
@@ -102,3 +103,26 @@ def test_sampler_order_depends_on_seed_and_epoch_only():
     assert a != remaining_share(30, set(), True, 1, 1, 0, 1)
     assert remaining_share(6, set(), False, 1, 0, 1, 2) == [1, 3, 5]
     assert remaining_share(6, set(range(6)), True, 1, 0, 0, 2) == []
+
+
+def test_object_state_commits_its_values_alone():
+    state = ObjectState(epoch=3, batch=7, history=[1.0, 2.5])
+    payload = state._payload()
+    state.epoch = 99
+    state.history.append(4.0)
+    fresh = ObjectState(epoch=0, batch=0, history=[])
+    fresh._load_payload(payload)
+    assert (fresh.epoch, fresh.batch, fresh.history) == (3, 7, [1.0, 2.5])
+    with pytest.raises(CheckpointError, match="holds values"):
+        ObjectState(other=1)._load_payload(payload)
+    with pytest.raises(CheckpointError, match="not a"):
+        fresh._load_payload(b'{"format": "fuseopt.torch.elastic/1", "values": {}}')
+
+
+def test_a_state_missing_a_method_cannot_be_made():
+    class HalfState(State):
+        def save(self):
+            pass
+
+    with pytest.raises(TypeError):
+        HalfState()
