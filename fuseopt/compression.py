@@ -150,6 +150,10 @@ class TensorKit:
         must wait for (TensorFlow: the variable's assign op)."""
         raise NotImplementedError
 
+    def copy(self, tensor):
+        """A copy that an in-place reduction of ``tensor`` leaves alone."""
+        return tensor
+
     def after(self, dependency, tensors):
         """``tensors``, not computed before ``dependency``."""
         return tensors
@@ -212,8 +216,10 @@ class EFSignCompressor(Compressor):
         # What this rank's own step would express; decompress books the
         # difference once the step all ranks decode with is known.
         kept = kit.keep(self.residuals, name, residual, corrected - step * q)
-        # n travels in ctx so that decompress divides by what was summed
-        return kit.after(kept, [kit.cast(q, kit.int8), step]), (tensor.dtype, n, name, q, step)
+        # n travels in ctx so that decompress divides by what was summed; the
+        # step as a copy, since payloads may be summed in place (torch's reducer)
+        return (kit.after(kept, [kit.cast(q, kit.int8), step]),
+                (tensor.dtype, n, name, q, kit.copy(step)))
 
     def decompress(self, payloads, ctx):
         q_sum, step_sum = payloads

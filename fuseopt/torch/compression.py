@@ -26,6 +26,9 @@ class _TorchKit(_neutral.TensorKit):
     def rounded(self, tensor, step, levels):
         return torch.where(step > 0, torch.round(tensor / step).clamp(-levels, levels), 0.0)
 
+    def copy(self, tensor):
+        return tensor.clone()
+
     def residual(self, residuals, name, like):
         if name not in residuals:
             residuals[name] = torch.zeros(like.shape, dtype=torch.float32, device=like.device)

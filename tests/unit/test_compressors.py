@@ -10,12 +10,15 @@ from fuseopt.torch.compression import Compression
 
 def reduce_over_ranks(compressors, grads, names):
     """What DistributedOptimizer does on each of len(grads) ranks, with the
-    allreduce (Sum: the EF compressor's reduce_op) done by hand."""
+    allreduce (Sum: the EF compressor's reduce_op) done by hand, in place."""
     n = len(grads)
     with reducing_over(n):
         sent = [c.compress(g, name) for c, g, name in zip(compressors, grads, names)]
     summed = [sum(s[0][k] for s in sent) for k in range(len(sent[0][0]))]
-    return [c.decompress(summed, ctx) for c, (_, ctx) in zip(compressors, sent)]
+    for payloads, _ in sent:  # in place, as the optimizer's reducer does
+        for payload, total in zip(payloads, summed):
+            payload.copy_(total)
+    return [c.decompress(payloads, ctx) for c, (payloads, ctx) in zip(compressors, sent)]
 
 
 def numpy_ef_sign(grads_per_step, n):
