@@ -16,11 +16,14 @@ class _TensorFlowKit(_neutral.TensorKit):
     def cast(self, tensor, dtype):
         return tf.cast(tensor, dtype)
 
-    def abs_mean(self, tensor):
-        return tf.reshape(tf.reduce_mean(tf.abs(tensor)), [1])
+    def abs_max(self, tensor):
+        # reduce_max of nothing is -inf; the 0 keeps the step finite
+        return tf.reshape(tf.maximum(tf.reduce_max(tf.abs(tensor)), 0.0), [1])
 
-    def plus_minus_one(self, tensor):
-        return tf.where(tensor >= 0, tf.ones_like(tensor), -tf.ones_like(tensor))
+    def rounded(self, tensor, step, levels):
+        # divide_no_nan: 0 where step is 0 (an all-zero tensor)
+        return tf.clip_by_value(tf.round(tf.math.divide_no_nan(tensor, step)),
+                                -float(levels), float(levels))
 
     def residual(self, residuals, name, like):
         if name not in residuals:

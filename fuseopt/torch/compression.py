@@ -18,11 +18,16 @@ class _TorchKit(_neutral.TensorKit):
     def detached(self, tensor):
         return tensor.detach()
 
-    def abs_mean(self, tensor):
-        return tensor.abs().mean().reshape(1)
+    def abs_max(self, tensor):
+        if tensor.numel() == 0:  # max() of nothing raises
+            return torch.zeros(1, dtype=torch.float32, device=tensor.device)
+        return tensor.abs().max().reshape(1)
 
-    def plus_minus_one(self, tensor):
-        return torch.where(tensor >= 0, 1.0, -1.0)
+    def rounded(self, tensor, step, levels):
+        return torch.where(step > 0, torch.round(tensor / step).clamp(-levels, levels), 0.0)
+
+    def copy(self, tensor):
+        return tensor.clone()
 
     def residual(self, residuals, name, like):
         if name not in residuals:

@@ -1,5 +1,6 @@
 """The neutral compressors (fuseopt/compression.py) through the torch kit,
 without ranks: the collective sum is done here by hand over simulated ranks."""
+import numpy as np
 import torch
 
 from fuseopt.compression import reducing_over
@@ -9,36 +10,79 @@ from fuseopt.torch.compression import Compression
 
 def reduce_over_ranks(compressors, grads, names):
     """What DistributedOptimizer does on each of len(grads) ranks, with the
-    allreduce (Sum: the EF compressor's reduce_op) done by hand."""
+    allreduce (Sum: the EF compressor's reduce_op) done by hand, in place."""
     n = len(grads)
     with reducing_over(n):
         sent = [c.compress(g, name) for c, g, name in zip(compressors, grads, names)]
     summed = [sum(s[0][k] for s in sent) for k in range(len(sent[0][0]))]
-    return [c.decompress(summed, ctx) for c, (_, ctx) in zip(compressors, sent)]
+    for payloads, _ in sent:  # in place, as the optimizer's reducer does
+        for payload, total in zip(payloads, summed):
+            payload.copy_(total)
+    return [c.decompress(payloads, ctx) for c, (payloads, ctx) in zip(compressors, sent)]
 
 
-def test_ef_sign_decodes_mean_scale_times_mean_sign():
-    g = [torch.tensor([0.5, -2.0, 1.0]), torch.tensor([1.5, 1.0, -1.0])]
-    out = reduce_over_ranks([Compression.ef_sign(), Compression.ef_sign()], g, ["w", "w"])
-    scale = (g[0].abs().mean() + g[1].abs().mean()) / 2
-    want = scale * torch.tensor([2.0, 0.0, 0.0]) / 2
-    for o in out:
-        assert o.dtype == torch.float32
-        torch.testing.assert_close(o, want)
+def numpy_ef_sign(grads_per_step, n):
+    """An independent reference: n ranks quantize gradient + residual to
+    integers in [-L, L], L = 127 // n, with step max|c| / L; everyone decodes
+    with the mean step, and each rank keeps what that decode missed."""
+    levels = 127 // n
+    residuals = [np.zeros_like(g, dtype=np.float64) for g in grads_per_step[0]]
+    outs = []
+    for grads in grads_per_step:
+        cs = [g + e for g, e in zip(grads, residuals)]
+        steps = [np.abs(c).max() / levels for c in cs]
+        qs = [np.round(c / a) for c, a in zip(cs, steps)]
+        mean_step = np.mean(steps)
+        outs.append(mean_step * np.sum(qs, axis=0) / n)
+        residuals = [c - mean_step * q for c, q in zip(cs, qs)]
+    return outs, residuals
+
+
+def test_ef_sign_matches_a_numpy_reference():
+    # Three ranks whose gradients differ in scale (so their steps differ),
+    # over several steps (so residuals feed back).
+    rng = np.random.default_rng(0)
+    n, shape = 3, (4, 5)
+    grads = [[rng.normal(size=shape) * (r + 1) for r in range(n)] for _ in range(5)]
+    want, want_residuals = numpy_ef_sign(grads, n)
+    comps = [Compression.ef_sign() for _ in range(n)]
+    for step, g in enumerate(grads):
+        out = reduce_over_ranks(comps, [torch.tensor(x, dtype=torch.float32) for x in g],
+                                ["w"] * n)
+        for o in out:
+            assert o.dtype == torch.float32 and o.shape == shape
+            np.testing.assert_allclose(o.numpy(), want[step], rtol=1e-5, atol=1e-6)
+    for c, e in zip(comps, want_residuals):
+        np.testing.assert_allclose(c.residuals["w"].numpy(), e, rtol=1e-4, atol=1e-5)
+
+
+def test_ef_sign_payload_fits_int8_and_zeros_stay_zero():
+    for n in (1, 2, 5, 127):
+        g = [torch.randn(50) * 1e3 for _ in range(n)]
+        with reducing_over(n):
+            (q, step), _ = Compression.ef_sign().compress(g[0], "w")
+        assert q.dtype == torch.int8 and step.shape == (1,)
+        assert q.abs().max().item() == 127 // n  # the largest element uses every level
+    out = reduce_over_ranks([Compression.ef_sign()] * 2, [torch.zeros(4)] * 2, ["z", "y"])
+    assert all(o.tolist() == [0.0] * 4 for o in out)
 
 
 def test_ef_sign_feeds_back_what_was_not_sent():
-    # One rank: the sum of what was sent telescopes to the sum of the
-    # gradients minus the residual still held, whatever the gradients.
+    # The sum of what was decoded telescopes to the mean over ranks of the
+    # gradients minus the mean residual still held, whatever the gradients,
+    # also when the ranks' steps differ (each books the mean step's error).
     torch.manual_seed(0)
-    c = Compression.ef_sign()
-    grads = [torch.randn(17) for _ in range(6)]
-    sent = [reduce_over_ranks([c], [g], ["p"])[0] for g in grads]
-    torch.testing.assert_close(sum(sent) + c.residuals["p"], sum(grads))
+    comps = [Compression.ef_sign(), Compression.ef_sign()]
+    grads = [[torch.randn(17), torch.randn(17) * 10] for _ in range(6)]
+    sent = [reduce_over_ranks(comps, g, ["p", "p"])[0] for g in grads]
+    held = (comps[0].residuals["p"] + comps[1].residuals["p"]) / 2
+    torch.testing.assert_close(sum(sent) + held, sum(g[0] + g[1] for g in grads) / 2)
     # Residuals are per name, carry no autograd history, and keep float32.
+    c = comps[0]
     x = torch.randn(3, requires_grad=True)
     reduce_over_ranks([c], [x * 2], ["q"])
     assert set(c.residuals) == {"p", "q"} and not c.residuals["q"].requires_grad
+    assert c.residuals["q"].dtype == torch.float32
 
 
 def test_casts_halve_floats_and_leave_integers_alone():
