@@ -36,15 +36,32 @@ from ..launch_records import METRICS_SUMMARY_ENV, ended_badly, read_records
 
 def find_mpiexec(explicit=None):
     """mpiexec from --mpiexec / $FUSEOPT_MPIEXEC, else the one installed next
-    to this Python (the mpich wheel's), else PATH."""
+    to this Python (the mpich wheel's), else PATH. It must be Hydra's (MPICH,
+    Intel MPI, MVAPICH): fuseoptrun passes Hydra's options."""
     for candidate in (explicit, os.environ.get("FUSEOPT_MPIEXEC"),
                       os.path.join(os.path.dirname(sys.executable), "mpiexec")):
         if candidate and os.path.exists(candidate):
-            return candidate
+            return _not_open_mpi(candidate)
     found = shutil.which("mpiexec") or shutil.which("mpirun")
     if not found:
         raise SystemExit("fuseoptrun: no mpiexec found; pip install mpich, or pass --mpiexec")
-    return found
+    return _not_open_mpi(found)
+
+
+def _not_open_mpi(mpiexec):
+    """Open MPI's mpiexec does not know -genv, -hosts or -launcher: it would
+    fail with a message about an option. Say what to do instead."""
+    try:
+        banner = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
+                                timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return mpiexec  # it will fail when run, with its own message
+    if "Open MPI" in banner or "OpenRTE" in banner:
+        raise UsageError("%s is Open MPI's; fuseoptrun drives Hydra's mpiexec (MPICH, Intel MPI, "
+                         "MVAPICH). With Open MPI run its mpirun yourself: mpirun -np N -x "
+                         "FUSEOPT_... python train.py (fuseoptrun --dry-run lists the variables; "
+                         "docs/scaling.md)" % mpiexec)
+    return mpiexec
 
 
 class UsageError(Exception):
@@ -57,15 +74,26 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _knob_value(knob):
-    """argparse type: the text as given, once the knob accepts it."""
+    """argparse type: the text as given, once the knob accepts it (its type
+    and its range, config.KNOBS)."""
     def check(text):
-        try:
-            knob.parse(text)
-        except (TypeError, ValueError, OverflowError):
-            raise argparse.ArgumentTypeError("%r is not a %s value" % (text, knob.name)) from None
+        _, why = _config.parse_checked(knob, text)
+        if why:
+            raise argparse.ArgumentTypeError(why)
         return text
     check.__name__ = knob.name
     return check
+
+
+def _megabytes(text):
+    """--fusion-threshold-mb: a number of MiB >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("cannot read %r as a number of MiB" % text) from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a number of MiB >= 0, not %r" % text)
+    return value
 
 
 def _add_knob_flags(p):
@@ -77,13 +105,14 @@ def _add_knob_flags(p):
     for knob in _config.KNOBS:
         flag, dest = "--" + knob.name.replace("_", "-"), "knob_" + knob.name
         if knob.parse is _config.parse_flag:
-            p.add_argument(flag, dest=dest, action="store_const", const="1",
+            p.add_argument(flag, dest=dest, action=horovod_flags.KnobFlag, const="1",
                            help="%s (sets %s=1)" % (knob.doc, knob.env))
-            p.add_argument("--no-" + flag[2:], dest=dest, action="store_const", const="0",
-                           help=argparse.SUPPRESS)
+            p.add_argument("--no-" + flag[2:], dest=dest, action=horovod_flags.KnobFlag,
+                           const="0", help=argparse.SUPPRESS)
         else:
             p.add_argument(flag, *aliases.get(knob.name, []), dest=dest, type=_knob_value(knob),
-                           metavar="VALUE", help="%s (sets %s)" % (knob.doc, knob.env))
+                           action=horovod_flags.KnobFlag, metavar="VALUE",
+                           help="%s (sets %s)" % (knob.doc, knob.env))
 
 
 def build_parser():
@@ -119,7 +148,7 @@ def build_parser():
                    action="store_const", const=False, help=argparse.SUPPRESS)
     p.add_argument("--metrics-summary", action="store_true",
                    help="print a table of each rank's fuseopt metrics when the job ends")
-    p.add_argument("--fusion-threshold-mb", type=float,
+    p.add_argument("--fusion-threshold-mb", type=_megabytes,
                    help="fusion threshold in MiB (sets FUSEOPT_FUSION_THRESHOLD)")
     _add_knob_flags(p)
     horovod_flags.add_to(p)
@@ -146,24 +175,52 @@ def parse_extra_part(argv):
     return p.parse_args(argv)
 
 
+def flag_settings(args):
+    """{FUSEOPT_X: (value, the flag as given)} for the settings on the command line."""
+    out = {}
+    if args.timeline_filename:
+        out["FUSEOPT_TIMELINE"] = (os.path.abspath(args.timeline_filename),
+                                   "--timeline-filename %s" % args.timeline_filename)
+    if args.timeline_mark_cycles:
+        out["FUSEOPT_TIMELINE_MARK_CYCLES"] = ("1", "--timeline-mark-cycles")
+    if args.fusion_threshold_mb is not None:
+        out["FUSEOPT_FUSION_THRESHOLD"] = (str(int(args.fusion_threshold_mb * (1 << 20))),
+                                           "--fusion-threshold-mb %g" % args.fusion_threshold_mb)
+    spelled = getattr(args, horovod_flags.SPELLING, {})
+    for knob in _config.KNOBS:
+        value = getattr(args, "knob_" + knob.name)
+        if value is not None:
+            out[knob.env] = (str(value), spelled.get("knob_" + knob.name, knob.env))
+    return out
+
+
+def network_interface(args):
+    """--network-interface(s): one interface, or None."""
+    interface = args.network_interface or args.network_interfaces
+    if interface and "," in interface:
+        raise UsageError("--network-interfaces %s: fuseoptrun takes one interface" % interface)
+    return interface
+
+
+# Hydra's -iface steers only its own connections (and ch3's TCP netmod, which
+# the mpich wheel does not use): MPI's data goes through ch4's UCX netmod (the
+# wheel's default) or its OFI netmod, which choose devices by these variables.
+INTERFACE_VARIABLES = ("UCX_NET_DEVICES", "FI_TCP_IFACE")
+
+
 def rank_environment(args, total_ranks, host_list, environ, horovod_settings):
     """FUSEOPT_* variables every rank receives. ``horovod_settings``: the
     FUSEOPT_* twins of environ's HOROVOD_* variables (horovod_env.translate)."""
     env = {k: v for k, v in environ.items() if k.startswith("FUSEOPT_")}
     env.pop("FUSEOPT_MPIEXEC", None)
-    env.update(horovod_settings)  # flags below take precedence
-    if args.timeline_filename:
-        env["FUSEOPT_TIMELINE"] = os.path.abspath(args.timeline_filename)
-    if args.timeline_mark_cycles:
-        env["FUSEOPT_TIMELINE_MARK_CYCLES"] = "1"
+    env.update(horovod_settings)
+    env.update({name: value for name, (value, _) in flag_settings(args).items()})  # flags win
+    env[horovod_env.NOTICED_ENV] = "1"  # ranks apply HOROVOD_* again, but say nothing
     if args.metrics_summary:
         env[METRICS_SUMMARY_ENV] = "1"
-    if args.fusion_threshold_mb is not None:
-        env["FUSEOPT_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * (1 << 20)))
-    for knob in _config.KNOBS:
-        value = getattr(args, "knob_" + knob.name)
-        if value is not None:
-            env[knob.env] = str(value)
+    interface = network_interface(args)
+    for name in INTERFACE_VARIABLES if interface else ():
+        env[name] = environ.get(name) or interface  # the user's own setting wins
     for item in args.export:
         name, eq, value = item.partition("=")
         if not name or not (name[0].isalpha() or name[0] == "_") or \
@@ -219,12 +276,9 @@ def build_command(args, parts, env, launch_dir, host_list, from_slurm=False):
                 _one_program(remote_exec, launch_dir, args.dry_run)]
     elif from_slurm:  # proxies started by srun inside the allocation: no ssh needed
         cmd += ["-launcher", "slurm"]
-    interface = args.network_interface or args.network_interfaces
+    interface = network_interface(args)
     if interface:
-        if "," in interface:
-            raise UsageError("--network-interfaces %s: fuseoptrun takes one interface "
-                             "(Hydra's -iface)" % interface)
-        cmd += ["-iface", interface]
+        cmd += ["-iface", interface]  # Hydra's own connections; the data path: rank_environment
     if args.output_filename:
         pattern = os.path.join(os.path.abspath(args.output_filename), "rank.%r")
         cmd += ["-outfile-pattern", pattern + "/stdout", "-errfile-pattern", pattern + "/stderr"]
@@ -300,8 +354,10 @@ def run(argv):
         raise UsageError("-np must be at least 1")
     total = sum(n for n, _ in parts)
     launch_dir = "FUSEOPT_LAUNCH_DIR" if args.dry_run else tempfile.mkdtemp(prefix="fuseoptrun-")
-    horovod_settings, horovod_notices = horovod_env.translate(os.environ)
+    flags = {name: flag for name, (_, flag) in flag_settings(args).items()}
+    horovod_settings, horovod_notices = horovod_env.translate(os.environ, flags)
     env = rank_environment(args, total, host_list, os.environ, horovod_settings)
+    _config.check_environment(env)  # a bad FUSEOPT_* value: one line here, not one per rank
     for line in horovod_flags.notices(args) + horovod_notices:
         print("fuseoptrun: %s" % line, file=sys.stderr)
     cmd = build_command(args, parts, env, launch_dir, host_list, from_slurm)

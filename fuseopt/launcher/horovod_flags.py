@@ -62,6 +62,27 @@ ALREADY = {
 }
 
 
+# Namespace attribute: {dest: the flag as the user spelled it, with its value}.
+SPELLING = "knob_flag_spelling"
+
+
+class KnobFlag(argparse.Action):
+    """Stores a knob flag's value (its ``const`` when it takes none) and
+    remembers how it was spelled, so that a notice can name the flag that won
+    over a HOROVOD_* variable ("--start-timeout 40", not the knob's name)."""
+
+    def __init__(self, option_strings, dest, const=None, **kwargs):
+        super().__init__(option_strings, dest, nargs=0 if const is not None else None,
+                         const=const, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        value = self.const if self.nargs == 0 else values
+        setattr(namespace, self.dest, value)
+        spelled = dict(getattr(namespace, SPELLING, None) or {})
+        spelled[self.dest] = option_string if self.nargs == 0 else "%s %s" % (option_string, value)
+        setattr(namespace, SPELLING, spelled)
+
+
 class _Refuse(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         parser.error("%s: %s" % (option_string, REFUSED[self.dest[len("refused"):]][1]))
@@ -77,7 +98,7 @@ def add_to(parser):
                        help="horovodrun's spelling of --network-interface (one interface)")
     group.add_argument("-p", "--ssh-port", type=int, help="ssh port for other hosts")
     group.add_argument("-i", "--ssh-identity-file", help="ssh identity file for other hosts")
-    group.add_argument("--no-stall-check", dest="knob_stall_check_s", action="store_const",
+    group.add_argument("--no-stall-check", dest="knob_stall_check_s", action=KnobFlag,
                        const="0", help="no stall warnings (sets FUSEOPT_STALL_CHECK_S=0)")
     group.add_argument("-cb", "--check-build", action="store_true",
                        help="print which frameworks and devices this fuseopt can use, and exit")
