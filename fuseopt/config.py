@@ -127,7 +127,8 @@ KNOBS = (
     Knob("log_level", "FUSEOPT_LOG_LEVEL", "log_level", _parse_log_level, int,
          lambda v: _log.LEVEL_NAMES[v],
          "trace, debug, info, warning (default) or error. Without it (or init(log_level=)), "
-         "the core takes the level set on Python's 'fuseopt' logger, if any.",
+         "the core takes the effective level of Python's 'fuseopt' logger at init() "
+         "(logging.basicConfig(level=...) included).",
          low=0, high=len(_log.LEVEL_NAMES) - 1),
     Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", _parse_int, int, _same,
          "Allreduces of at least this many bytes go through fuseopt's shared-memory "
@@ -215,8 +216,8 @@ def build_config(overrides=None, environ=None):
             raw, where = overrides[knob.name], "init(%s=...)" % knob.name
         elif environ.get(knob.env, "") != "":
             raw, where = environ[knob.env], knob.env
-        elif knob.name == "log_level" and _log.explicit_level() is not None:
-            raw, where = _log.core_level(_log.explicit_level()), "the 'fuseopt' logger's level"
+        elif knob.name == "log_level":  # the level Python's records of fuseopt obey
+            raw, where = _log.core_level(_log.effective_level()), "the 'fuseopt' logger's level"
         else:
             continue
         value = read(knob, raw, where)
