@@ -133,7 +133,8 @@ KNOBS = (
     Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", _parse_int, int, _same,
          "Allreduces of at least this many bytes go through fuseopt's shared-memory "
          "path when every rank runs on one host (each rank reduces a slice of all "
-         "ranks' data in place: ~2x MPICH's bandwidth here); -1 always uses MPI.", agreed=True,
+         "ranks' data in place: about MPICH's own bandwidth here, "
+         "benchmarks/results/allreduce.md); -1 always uses MPI.", agreed=True,
          low=-1),
     Knob("hierarchical_allreduce", "FUSEOPT_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce",
          parse_flag, int, bool,
