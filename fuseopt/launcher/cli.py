@@ -31,7 +31,9 @@ from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
 from . import shm_litter
-from ..launch_records import METRICS_SUMMARY_ENV, ended_badly, read_records
+from .rank_settings import flag_settings, network_interface, rank_environment
+from .usage import UsageError
+from ..launch_records import ended_badly, read_records
 
 
 def find_mpiexec(explicit=None):
@@ -62,10 +64,6 @@ def _not_open_mpi(mpiexec):
                          "FUSEOPT_... python train.py (fuseoptrun --dry-run lists the variables; "
                          "docs/scaling.md)" % mpiexec)
     return mpiexec
-
-
-class UsageError(Exception):
-    """A bad flag, value or host string: one line, exit code 2 (argparse's)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -175,70 +173,6 @@ def parse_extra_part(argv):
     return p.parse_args(argv)
 
 
-def flag_settings(args):
-    """{FUSEOPT_X: (value, the flag as given)} for the settings on the command line."""
-    out = {}
-    if args.timeline_filename:
-        out["FUSEOPT_TIMELINE"] = (os.path.abspath(args.timeline_filename),
-                                   "--timeline-filename %s" % args.timeline_filename)
-    if args.timeline_mark_cycles:
-        out["FUSEOPT_TIMELINE_MARK_CYCLES"] = ("1", "--timeline-mark-cycles")
-    if args.fusion_threshold_mb is not None:
-        out["FUSEOPT_FUSION_THRESHOLD"] = (str(int(args.fusion_threshold_mb * (1 << 20))),
-                                           "--fusion-threshold-mb %g" % args.fusion_threshold_mb)
-    spelled = getattr(args, horovod_flags.SPELLING, {})
-    for knob in _config.KNOBS:
-        value = getattr(args, "knob_" + knob.name)
-        if value is not None:
-            out[knob.env] = (str(value), spelled.get("knob_" + knob.name, knob.env))
-    return out
-
-
-def network_interface(args):
-    """--network-interface(s): one interface, or None."""
-    interface = args.network_interface or args.network_interfaces
-    if interface and "," in interface:
-        raise UsageError("--network-interfaces %s: fuseoptrun takes one interface" % interface)
-    return interface
-
-
-# Hydra's -iface steers only its own connections (and ch3's TCP netmod, which
-# the mpich wheel does not use): MPI's data goes through ch4's UCX netmod (the
-# wheel's default) or its OFI netmod, which choose devices by these variables.
-INTERFACE_VARIABLES = ("UCX_NET_DEVICES", "FI_TCP_IFACE")
-
-
-def rank_environment(args, total_ranks, host_list, environ, horovod_settings):
-    """FUSEOPT_* variables every rank receives. ``horovod_settings``: the
-    FUSEOPT_* twins of environ's HOROVOD_* variables (horovod_env.translate)."""
-    env = {k: v for k, v in environ.items() if k.startswith("FUSEOPT_")}
-    env.pop("FUSEOPT_MPIEXEC", None)
-    env.update(horovod_settings)
-    env.update({name: value for name, (value, _) in flag_settings(args).items()})  # flags win
-    env[horovod_env.NOTICED_ENV] = "1"  # ranks apply HOROVOD_* again, but say nothing
-    if args.metrics_summary:
-        env[METRICS_SUMMARY_ENV] = "1"
-    interface = network_interface(args)
-    for name in INTERFACE_VARIABLES if interface else ():
-        env[name] = environ.get(name) or interface  # the user's own setting wins
-    for item in args.export:
-        name, eq, value = item.partition("=")
-        if not name or not (name[0].isalpha() or name[0] == "_") or \
-                not all(c.isalnum() or c == "_" for c in name):
-            raise UsageError("-x %s: %r is not a variable name" % (item, name))
-        if not eq:
-            if name not in environ:
-                raise UsageError("-x %s: %s is not set here (give -x %s=VALUE)"
-                                 % (name, name, name))
-            value = environ[name]
-        env[name] = value
-    nolocal = args.nolocal == "on" or (
-        args.nolocal == "auto" and _hosts.local_oversubscribed(host_list, total_ranks))
-    if nolocal:
-        env["MPIR_CVAR_NOLOCAL"] = "1"
-    return env
-
-
 def host_list_of(args, environ):
     """(hosts, from_slurm): -H or --hostfile, else the Slurm allocation we
     run in, else [] (this machine)."""
@@ -332,6 +266,33 @@ def _signal_job(proc, signum):
         pass
 
 
+def _job_parts(args, extra_parts, host_list, from_slurm):
+    """[(ranks, command), ...]: the first part's, then each MPMD part's."""
+    default_np = sum(n for _, n in host_list) if from_slurm else 1
+    parts = [(default_np if args.np is None else args.np, args.command)]
+    for extra in extra_parts:
+        e = parse_extra_part(extra)
+        if not e.command:
+            raise UsageError("an MPMD part has no command")
+        parts.append((e.np, e.command))
+    if any(n < 1 for n, _ in parts):
+        raise UsageError("-np must be at least 1")
+    return parts
+
+
+def _checked_environment(args, total, host_list):
+    """The ranks' environment, every knob in it read as init() would (a bad
+    value: one line here, not a traceback per rank), and the notices printed
+    once for the job."""
+    flags = {name: flag for name, (_, flag) in flag_settings(args).items()}
+    horovod_settings, horovod_notices = horovod_env.translate(os.environ, flags)
+    env = rank_environment(args, total, host_list, os.environ, horovod_settings)
+    _config.check_environment(env)
+    for line in horovod_flags.notices(args) + horovod_notices:
+        print("fuseoptrun: %s" % line, file=sys.stderr)
+    return env
+
+
 def run(argv):
     parts_argv = split_mpmd(argv)
     args = build_parser().parse_args(parts_argv[0])
@@ -343,24 +304,16 @@ def run(argv):
     if not args.command:
         raise UsageError("no command given (e.g. fuseoptrun -np 2 python train.py)")
     host_list, from_slurm = host_list_of(args, os.environ)
-    default_np = sum(n for _, n in host_list) if from_slurm else 1
-    parts = [(default_np if args.np is None else args.np, args.command)]
-    for extra in parts_argv[1:]:
-        e = parse_extra_part(extra)
-        if not e.command:
-            raise UsageError("an MPMD part has no command")
-        parts.append((e.np, e.command))
-    if any(n < 1 for n, _ in parts):
-        raise UsageError("-np must be at least 1")
+    parts = _job_parts(args, parts_argv[1:], host_list, from_slurm)
     total = sum(n for n, _ in parts)
+    env = _checked_environment(args, total, host_list)
     launch_dir = "FUSEOPT_LAUNCH_DIR" if args.dry_run else tempfile.mkdtemp(prefix="fuseoptrun-")
-    flags = {name: flag for name, (_, flag) in flag_settings(args).items()}
-    horovod_settings, horovod_notices = horovod_env.translate(os.environ, flags)
-    env = rank_environment(args, total, host_list, os.environ, horovod_settings)
-    _config.check_environment(env)  # a bad FUSEOPT_* value: one line here, not one per rank
-    for line in horovod_flags.notices(args) + horovod_notices:
-        print("fuseoptrun: %s" % line, file=sys.stderr)
-    cmd = build_command(args, parts, env, launch_dir, host_list, from_slurm)
+    try:
+        cmd = build_command(args, parts, env, launch_dir, host_list, from_slurm)
+    except BaseException:
+        if not args.dry_run:
+            shutil.rmtree(launch_dir, ignore_errors=True)
+        raise
     if args.output_filename and not args.dry_run:
         for rank in range(total):
             os.makedirs(os.path.join(args.output_filename, "rank.%d" % rank), exist_ok=True)
