@@ -24,6 +24,7 @@ import contextlib
 import contextvars
 import inspect
 import itertools
+from typing import Any
 
 from . import world
 from .ops import Sum
@@ -62,9 +63,13 @@ class Compressor:
     reduce_op = None
 
     def compress(self, tensor, name=None):
+        """``(payloads, ctx)``: the tensors to reduce in place of ``tensor``
+        (``name``: the gradient's, for compressors that keep state per tensor),
+        and what ``decompress`` needs to undo it."""
         return [tensor], None
 
     def decompress(self, payloads, ctx):
+        """The reduced tensor, from the reduced ``payloads`` and ``compress``'s ctx."""
         return payloads[0]
 
 
@@ -119,7 +124,8 @@ class TensorKit:
     the algorithms below are written once. Arithmetic (+, -, *, /) is the
     tensors' own."""
 
-    float32 = int8 = None  # the framework's dtypes
+    float32: Any = None  # the framework's dtypes
+    int8: Any = None
 
     def is_floating(self, dtype):
         raise NotImplementedError
@@ -163,8 +169,8 @@ class CastCompressor(Compressor):
     """Sends floating-point tensors as ``target`` (a 16-bit float): half the
     bytes; the core sums in float, rounding once per pairwise step."""
 
-    kit = None  # a TensorKit
-    target = None
+    kit: TensorKit  # set by each binding's subclass
+    target: Any = None  # the framework's 16-bit float dtype
 
     def compress(self, tensor, name=None):
         if self.kit.is_floating(tensor.dtype) and tensor.dtype != self.target:
@@ -195,7 +201,7 @@ class EFSignCompressor(Compressor):
     docs/torch.md has the measurements). Stateful: create one per optimizer.
     """
 
-    kit = None  # a TensorKit
+    kit: TensorKit  # set by each binding's subclass
     reduce_op = Sum
 
     def __init__(self):

@@ -8,7 +8,7 @@ environment variables of the ranks it starts.
 """
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 from . import log as _log
 from ._native import ffi, lib
@@ -68,6 +68,12 @@ class Knob:
     doc: str
     test_only: bool = False
     agreed: bool = False      # rank 0's value is used by every rank (loop_lifecycle.cc)
+    # Allowed range of the parsed value (None: unbounded). The core's
+    # validate_config checks the same bounds at init; test_knob_bounds.py holds
+    # the two to agreement. Stated here so that fuseoptrun can refuse a bad
+    # value in one line before any rank starts.
+    low: Optional[float] = None
+    high: Optional[float] = None
 
 
 def _same(x):
@@ -93,39 +99,43 @@ KNOBS = (
     Knob("fusion_threshold", "FUSEOPT_FUSION_THRESHOLD", "fusion_threshold_bytes",
          _parse_int, int, _same,
          "Bytes per fused bucket. Tensors ready in the same round share one collective "
-         "up to this size; 0 turns fusion off.", agreed=True),
+         "up to this size; 0 turns fusion off.", agreed=True, low=0),
     Knob("cycle_time_ms", "FUSEOPT_CYCLE_TIME_MS", "cycle_time_us",
          _parse_float, lambda ms: int(round(ms * 1000)), lambda us: us / 1000.0,
          "Extra time the loop waits after a wake-up to collect more tensors before "
-         "negotiating. 0 (no delay) is right for almost every job.", agreed=True),
+         "negotiating. 0 (no delay) is right for almost every job.", agreed=True, low=0),
     Knob("cache_capacity", "FUSEOPT_CACHE_CAPACITY", "cache_capacity", _parse_int, int, _same,
          "Response-cache entries (tensor names negotiated by one bit in steady state); "
-         "0 disables the cache.", agreed=True),
+         "0 disables the cache.", agreed=True, low=0, high=1 << 20),
     Knob("stall_check_s", "FUSEOPT_STALL_CHECK_S", "stall_check_s", _parse_int, int, _same,
          "Seconds a tensor may wait for other ranks before a warning names it and the "
-         "missing ranks; 0 disables.", agreed=True),
+         "missing ranks; 0 disables.", agreed=True, low=0),
     Knob("stall_shutdown_s", "FUSEOPT_STALL_SHUTDOWN_S", "stall_shutdown_s", _parse_int, int,
          _same,
          "Seconds after which a stalled tensor stops fuseopt on every rank with "
-         "RankFailedError instead of waiting forever; 0 (default) waits.", agreed=True),
+         "RankFailedError instead of waiting forever; 0 (default) waits.", agreed=True, low=0),
     Knob("peer_timeout_s", "FUSEOPT_PEER_TIMEOUT_S", "peer_timeout_s", _parse_float, float,
          _same,
          "Seconds a negotiation round or collective may wait on the other ranks before "
          "this rank decides a peer died or froze and fails every operation with "
-         "RankFailedError; 0 waits forever."),
+         "RankFailedError; 0 waits forever.", low=0),
     Knob("init_timeout_s", "FUSEOPT_INIT_TIMEOUT_S", "init_timeout_s", _parse_float, float,
          _same,
          "Seconds init() waits for every rank to start before it fails with "
          "RankFailedError (a rank died before or during its init()); 0 waits forever. "
-         "Under fuseoptrun a rank that failed is reported within a second anyway."),
+         "Under fuseoptrun a rank that failed is reported within a second anyway.", low=0),
     Knob("log_level", "FUSEOPT_LOG_LEVEL", "log_level", _parse_log_level, int,
          lambda v: _log.LEVEL_NAMES[v],
          "trace, debug, info, warning (default) or error. Without it (or init(log_level=)), "
-         "the core takes the level set on Python's 'fuseopt' logger, if any."),
+         "the core takes the effective level of Python's 'fuseopt' logger at init() "
+         "(logging.basicConfig(level=...) included).",
+         low=0, high=len(_log.LEVEL_NAMES) - 1),
     Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", _parse_int, int, _same,
          "Allreduces of at least this many bytes go through fuseopt's shared-memory "
          "path when every rank runs on one host (each rank reduces a slice of all "
-         "ranks' data in place: ~2x MPICH's bandwidth here); -1 always uses MPI.", agreed=True),
+         "ranks' data in place: about MPICH's own bandwidth here, "
+         "benchmarks/results/allreduce.md); -1 always uses MPI.", agreed=True,
+         low=-1),
     Knob("hierarchical_allreduce", "FUSEOPT_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce",
          parse_flag, int, bool,
          "1: allreduce in three steps (reduce within each node, allreduce among one leader "
@@ -138,16 +148,58 @@ KNOBS = (
     Knob("autotune_window_rounds", "FUSEOPT_AUTOTUNE_WINDOW_ROUNDS", "autotune_window_rounds",
          _parse_int, int, _same,
          "Rounds with collectives per autotune trial (a training step is one to a few).",
-         agreed=True),
+         agreed=True, low=1),
     Knob("autotune_log", "FUSEOPT_AUTOTUNE_LOG", "autotune_log", str, _c_string, _py_string,
          "CSV file where rank 0 logs each autotune trial and the chosen setting."),
     Knob("emulated_local_size", "FUSEOPT_EMULATED_LOCAL_SIZE", "emulated_local_size",
          _parse_int, int, _same,
          "Test knob: pretend each node holds this many consecutive ranks, to exercise "
-         "local/cross topology on one machine; 0 uses the real topology.", test_only=True),
+         "local/cross topology on one machine; 0 uses the real topology.", test_only=True,
+         low=0),
 )
 
 _BY_NAME = {k.name: k for k in KNOBS}
+_BY_ENV = {k.env: k for k in KNOBS}
+
+
+def read(knob, raw, where):
+    """``raw`` (environment text or a keyword's value) parsed for ``knob`` and
+    checked against its range; InvalidArgumentError names ``where`` otherwise."""
+    value, why = parse_checked(knob, raw)
+    if why:
+        raise InvalidArgumentError("%s: %s" % (where, why))
+    return value
+
+
+def parse_checked(knob, raw):
+    """(value, None), or (None, why ``raw`` is not a value of ``knob``)."""
+    try:
+        value = knob.parse(raw)
+    except (TypeError, ValueError, OverflowError):
+        return None, "cannot read %r as a %s value" % (raw, knob.name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if knob.low is not None and value < knob.low:
+            return None, "%s must be >= %s, not %r" % (knob.name, _number(knob.low), raw)
+        if knob.high is not None and value > knob.high:
+            return None, "%s must be <= %s, not %r" % (knob.name, _number(knob.high), raw)
+    return value, None
+
+
+def _number(bound):
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+def knob_for_env(name):
+    """The knob that environment variable ``name`` sets, or None."""
+    return _BY_ENV.get(name)
+
+
+def check_environment(environ):
+    """Reads every knob variable set in ``environ`` as init() would, so that a
+    launcher can refuse a bad value before any rank starts."""
+    for knob in KNOBS:
+        if environ.get(knob.env, "") != "":
+            read(knob, environ[knob.env], knob.env)
 
 
 def build_config(overrides=None, environ=None):
@@ -165,15 +217,11 @@ def build_config(overrides=None, environ=None):
             raw, where = overrides[knob.name], "init(%s=...)" % knob.name
         elif environ.get(knob.env, "") != "":
             raw, where = environ[knob.env], knob.env
-        elif knob.name == "log_level" and _log.explicit_level() is not None:
-            raw, where = _log.core_level(_log.explicit_level()), "the 'fuseopt' logger's level"
+        elif knob.name == "log_level":  # the level Python's records of fuseopt obey
+            raw, where = _log.core_level(_log.effective_level()), "the 'fuseopt' logger's level"
         else:
             continue
-        try:
-            value = knob.parse(raw)
-        except (TypeError, ValueError, OverflowError):
-            raise InvalidArgumentError("%s: cannot read %r as a %s value"
-                                       % (where, raw, knob.name)) from None
+        value = read(knob, raw, where)
         try:
             setattr(cfg, knob.field, knob.to_native(value))
         except OverflowError:

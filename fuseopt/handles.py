@@ -5,6 +5,7 @@ uses them until then), turns the core's status into fuseopt's exceptions,
 and takes the results the core allocated itself (allgather, alltoall).
 """
 import time
+from typing import Any, Dict, List, Tuple
 
 from ._native import ffi, lib
 from . import world
@@ -47,7 +48,7 @@ class RuntimeOutput:
 # Handles dropped before anyone waited on them. The core may still be reading
 # or writing their buffers, so the buffers are parked here, not freed, until
 # the operation completes; reap_orphans() then releases handle and buffers.
-_orphans = {}
+_orphans: Dict[Any, Tuple[Any, Any]] = {}  # handle -> (ctx, buffers)
 
 
 def reap_orphans():
@@ -64,7 +65,7 @@ def reap_orphans():
 # Buffers of operations that failed with RankFailedError. After a lost rank
 # the loop thread may still be blocked inside MPI with their addresses (and
 # write into them if the peer comes back), so they are never freed.
-_parked_after_failure = []
+_parked_after_failure: List[Any] = []
 
 
 def forget_orphans():
@@ -95,6 +96,7 @@ class _Pending:
                 _orphans[i] = (self._ctx, self._keepalive)
 
     def poll(self):
+        """Whether the operation has finished (wait() then returns at once)."""
         if self._done:
             return True
         done = ffi.new("int*")

@@ -12,12 +12,22 @@ run time (horovod/common/common.h, logging.cc, the runner's
 - *refused* when set to anything but Horovod's "off": a feature fuseopt does
   not have, so the job stops with a message instead of running differently.
 
-Variables Horovod reads only when it is built (``HOROVOD_GPU_OPERATIONS``,
-``HOROVOD_WITH_PYTORCH``, ...) mean nothing at run time, to Horovod either,
-and are left alone. Pure: the launcher and ``init()`` both use it.
+Any other ``HOROVOD_*`` variable gets a line too: one Horovod reads only
+when it is built (``HOROVOD_GPU_OPERATIONS``, ``HOROVOD_WITH_PYTORCH``, ...),
+one horovodrun sets for its own workers (``HOROVOD_RANK``,
+``HOROVOD_GLOO_RENDEZVOUS_ADDR``, ...), or an unknown one, which is most
+likely a typo.
+
+fuseoptrun translates once, its flags included, and marks the ranks'
+environment (NOTICED_ENV) so that their ``init()`` applies the same settings
+without repeating the notices. Pure: the launcher and ``init()`` both use it.
 """
+from . import config as _config
 from . import log as _log
 from .errors import InvalidArgumentError
+
+# Set by fuseoptrun in the ranks' environment: it has printed the notices.
+NOTICED_ENV = "FUSEOPT_HOROVOD_NOTICED"
 
 
 def _same(text):
@@ -104,35 +114,78 @@ REFUSED = {
 }
 
 
-def translate(environ):
+def translate(environ, flags=None):
     """``({FUSEOPT_X: value}, [notice, ...])`` for the Horovod variables in
-    ``environ``; raises InvalidArgumentError for one fuseopt cannot honour."""
+    ``environ``; raises InvalidArgumentError for one fuseopt cannot honour or a
+    value its knob refuses. ``flags``: {FUSEOPT_X: the launcher flag that sets
+    it}; a flag wins over the variable, and the notice says so."""
+    flags = flags or {}
     settings, notices = {}, []
     stall_off = _truthy(environ.get("HOROVOD_STALL_CHECK_DISABLE", ""))
     for name in sorted(k for k in environ if k.startswith("HOROVOD_")):
         text = environ[name]
-        if name in MAPPED:
-            twin, convert = MAPPED[name]
+        if name == "HOROVOD_TIMELINE" and text.strip() == "DYNAMIC":
+            notices.append("HOROVOD_TIMELINE=DYNAMIC: no timeline file until start_timeline() "
+                           "is called, as in Horovod (fuseopt needs no variable for that)")
+        elif name in MAPPED:
             if name == "HOROVOD_STALL_CHECK_TIME_SECONDS" and stall_off:
                 continue
-            try:
-                value = convert(text)
-            except ValueError:
-                raise InvalidArgumentError("%s=%r: not a value Horovod accepts" % (name, text)) \
-                    from None
-            _take(settings, notices, name, text, twin, value, environ)
+            twin, value = MAPPED[name][0], _converted(name, text)
+            _take(settings, notices, (name, text), (twin, value), environ, flags)
         elif name == "HOROVOD_STALL_CHECK_DISABLE":
             if stall_off:
-                _take(settings, notices, name, text, "FUSEOPT_STALL_CHECK_S", "0", environ)
+                _take(settings, notices, (name, text), ("FUSEOPT_STALL_CHECK_S", "0"), environ,
+                      flags)
         elif name in SAME_BEHAVIOUR:
             allowed, behaviour = SAME_BEHAVIOUR[name]
             if allowed is not None and text.strip().lower() not in allowed:
                 raise InvalidArgumentError("%s=%s cannot be honoured: %s" % (name, text, behaviour))
             notices.append("%s=%s: nothing to change, %s" % (name, text, behaviour))
-        elif name in REFUSED and _asks_for(name, text):
-            raise InvalidArgumentError("%s=%s cannot be honoured: %s (unset it to run with "
-                                       "fuseopt)" % (name, text, REFUSED[name]))
+        elif name in REFUSED:
+            if _asks_for(name, text):
+                raise InvalidArgumentError("%s=%s cannot be honoured: %s (unset it to run with "
+                                           "fuseopt)" % (name, text, REFUSED[name]))
+        else:
+            notices.append("%s=%s: %s" % (name, text, unclassified(name)))
+    if environ.get(NOTICED_ENV) == "1":
+        notices = []  # fuseoptrun printed them once for the whole job
     return settings, notices
+
+
+def _converted(name, text):
+    """HOROVOD text -> its twin's text, checked as the twin's knob checks it."""
+    twin, convert = MAPPED[name]
+    try:
+        value = convert(text)
+    except ValueError:
+        raise InvalidArgumentError("%s=%r: not a value Horovod accepts" % (name, text)) from None
+    knob = _config.knob_for_env(twin)
+    if knob is not None:
+        _config.read(knob, value, name)
+    return value
+
+
+# Variables Horovod reads only when it is built (setup.py, CMakeLists.txt).
+_BUILD_TIME_PREFIXES = ("HOROVOD_WITH_", "HOROVOD_WITHOUT_", "HOROVOD_GPU", "HOROVOD_CUDA_",
+                        "HOROVOD_ROCM_", "HOROVOD_NCCL_", "HOROVOD_BUILD_")
+_BUILD_TIME = {"HOROVOD_CMAKE", "HOROVOD_MPICXX_SHOW", "HOROVOD_DEBUG",
+               "HOROVOD_ALLOW_MIXED_GPU_IMPL"}
+# Variables horovodrun sets for the workers it starts (runner/gloo_run.py,
+# runner/common/util/secret.py); fuseoptrun and MPI give fuseopt its own.
+_LAUNCHER_PREFIXES = ("HOROVOD_GLOO_",)
+_LAUNCHER = {"HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+             "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME",
+             "HOROVOD_SECRET_KEY"}
+
+
+def unclassified(name):
+    """What a HOROVOD_* variable outside the tables above means here."""
+    if name in _BUILD_TIME or name.startswith(_BUILD_TIME_PREFIXES):
+        return "build-time setting, nothing to do in fuseopt"
+    if name in _LAUNCHER or name.startswith(_LAUNCHER_PREFIXES):
+        return ("set by horovodrun for its own workers; fuseopt takes ranks and sizes from "
+                "MPI, so it is ignored")
+    return "unknown HOROVOD_ variable, ignored (a typo?)"
 
 
 # Refused variables that are booleans: "0"/"false" is Horovod's off, not a value.
@@ -146,7 +199,12 @@ def _asks_for(name, text):
     return _truthy(text) if name in _BOOLEAN else text.strip() != ""
 
 
-def _take(settings, notices, name, text, twin, value, environ):
+def _take(settings, notices, variable, setting, environ, flags):
+    """Sets the twin from the variable unless a flag or the twin itself wins."""
+    (name, text), (twin, value) = variable, setting
+    if twin in flags:
+        notices.append("%s=%s not used: %s wins" % (name, text, flags[twin]))
+        return
     own = environ.get(twin, "")
     if own != "":
         if own != value:

@@ -3,9 +3,12 @@
 Every record comes from the ``fuseopt`` logger or a child of it and carries
 the rank in ``record.rank`` (-1 before ``init()``), so a user's own logging
 configuration can show it (``%(rank)s``). The level follows
-``FUSEOPT_LOG_LEVEL``, the same variable that sets the native core's level, and
-the core takes the ``fuseopt`` logger's level when the user set one in Python
-and not the variable (config.py), so both sides print the same things.
+``FUSEOPT_LOG_LEVEL``, the same variable that sets the native core's level.
+Without the variable (or ``init(log_level=)``) the core takes the ``fuseopt``
+logger's effective level at ``init()`` (config.py): a level set on it, or on the
+root logger by ``logging.basicConfig(level=...)``, so both sides print the same
+things. The core's own lines go to stderr in the same format; it reads its
+level once, at ``init()``.
 
 Until the program configures logging itself (a handler on the root logger),
 records print to stderr as the core prints its lines:
@@ -111,11 +114,12 @@ def _setup():
     apply_environment_level()
 
 
-def explicit_level():
-    """The ``fuseopt`` logger's level if the program (or FUSEOPT_LOG_LEVEL)
-    set one, else None."""
-    level = logging.getLogger("fuseopt").level
-    return None if level == logging.NOTSET else level
+def effective_level():
+    """The level the ``fuseopt`` logger's records obey: its own (the program's,
+    or FUSEOPT_LOG_LEVEL's), else its ancestors' (``logging.basicConfig``'s).
+    init() gives it to the core, which has no setter after that: a level set
+    later reaches Python's records only."""
+    return logging.getLogger("fuseopt").getEffectiveLevel()
 
 
 logger = get_logger("fuseopt")

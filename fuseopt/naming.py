@@ -19,6 +19,8 @@ function of the local name returning one of those. Every parameter the
 binding reduces or broadcasts must be mapped: an unmapped one would wait
 forever for a partner of the same name on the other framework's ranks.
 """
+from typing import Any, Dict, Optional, Sequence, Tuple
+
 from . import objects
 from .errors import InvalidArgumentError, MismatchError
 
@@ -35,7 +37,7 @@ class Shared:
 
     __slots__ = ("name", "perm", "inverse")
 
-    def __init__(self, name, perm=None):
+    def __init__(self, name: str, perm: Optional[Sequence[int]] = None) -> None:
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError("Shared name must be a non-empty string, not %r" % (name,))
         if perm is not None:
@@ -50,7 +52,9 @@ class Shared:
         self.inverse = None if perm is None else tuple(sorted(range(len(perm)),
                                                               key=perm.__getitem__))
 
-    def shared_shape(self, local_shape):
+    def shared_shape(self, local_shape: Sequence[int]) -> Tuple[int, ...]:
+        """The shape a tensor of ``local_shape`` (this framework's layout) has
+        in the shared layout."""
         local_shape = tuple(local_shape)
         if self.perm is None:
             return local_shape
@@ -60,7 +64,9 @@ class Shared:
                 % (self.name, self.perm, list(local_shape)))
         return tuple(local_shape[a] for a in self.perm)
 
-    def to_config(self):
+    def to_config(self) -> Dict[str, Any]:
+        """A JSON-able dict (``Shared(**config)`` rebuilds it), for Keras
+        ``get_config``."""
         return {"name": self.name, "perm": list(self.perm) if self.perm else None}
 
     def __eq__(self, other):

@@ -10,7 +10,7 @@ response cache, and its tensors are never fused with another set's
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 import numpy as np
 
 from . import requests as _rq
@@ -21,10 +21,11 @@ class ProcessSet:
     """A set of global ranks. Horovod's fields: ``ranks`` (ascending) and
     ``process_set_id`` (None until added; 0 for the global set)."""
 
-    def __init__(self, ranks_or_comm=None):
+    def __init__(self, ranks_or_comm: Optional[Sequence[int]] = None) -> None:
         self._ctx = None  # the runtime it was added in (ids restart with init)
+        self.ranks: Optional[list] = None  # None: every rank
+        self.process_set_id: Optional[int] = 0  # None until added
         if ranks_or_comm is None:  # the global set
-            self.ranks, self.process_set_id = None, 0
             return
         if not isinstance(ranks_or_comm, (list, tuple, range, set, frozenset, np.ndarray)):
             raise UnsupportedError(

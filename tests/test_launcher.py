@@ -140,14 +140,35 @@ def test_export_flag_gives_ranks_variables(capsys, monkeypatch):
     (["--hostfile", "/nonexistent/hosts"], "--hostfile /nonexistent/hosts: No such file"),
     (["-x", "NOT_SET_ANYWHERE_42"], "-x NOT_SET_ANYWHERE_42: NOT_SET_ANYWHERE_42 is not set"),
     (["-x", "1BAD=2"], "is not a variable name"),
-    (["-np", "2", "--", ], "no command given")])
+    (["-H", "a:2,,b"], "-H a:2,,b: empty entry between commas"),
+    (["-H", "a:2,"], "empty entry between commas"),
+    (["-np", "2", "--", ], "no command given"),
+    # Out of range or unreadable: refused here, not by a traceback on every rank.
+    (["--cycle-time-ms", "-1"], "cycle_time_ms must be >= 0, not '-1'"),
+    (["--cache-capacity", "-5"], "cache_capacity must be >= 0, not '-5'"),
+    (["--cache-capacity", "2000000"], "cache_capacity must be <= 1048576"),
+    (["--fusion-threshold-mb", "-1"], "--fusion-threshold-mb: must be a number of MiB >= 0"),
+    (["--stall-check-time-seconds", "-3"], "stall_check_s must be >= 0, not '-3'"),
+    (["--log-level", "loud"], "cannot read 'loud' as a log_level value"),
+    (["-x", "FUSEOPT_CYCLE_TIME_MS=-2"], "FUSEOPT_CYCLE_TIME_MS: cycle_time_ms must be >= 0"),
+    ({"HOROVOD_FUSION_THRESHOLD": "abc"},
+     "HOROVOD_FUSION_THRESHOLD: cannot read 'abc' as a fusion_threshold value"),
+    ({"HOROVOD_CYCLE_TIME": "-1"}, "HOROVOD_CYCLE_TIME: cycle_time_ms must be >= 0"),
+    ({"FUSEOPT_FUSION_THRESHOLD": "abc"},
+     "FUSEOPT_FUSION_THRESHOLD: cannot read 'abc' as a fusion_threshold value"),
+    ({"FUSEOPT_AUTOTUNE_WINDOW_ROUNDS": "0"}, "autotune_window_rounds must be >= 1"),
+    ({"HOROVOD_TORUS_ALLREDUCE": "1"}, "HOROVOD_TORUS_ALLREDUCE=1 cannot be honoured")])
 def test_bad_flags_give_one_line_and_exit_code_2(argv, message):
     """As argparse does for unknown flags: one 'fuseoptrun: error:' line on
-    stderr, exit code 2, no traceback."""
+    stderr, exit code 2, no traceback. A dict is an environment to run in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FUSEOPT_", "HOROVOD_"))}
+    if isinstance(argv, dict):
+        env.update(argv)
+        argv = []
     cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "--dry-run"] + argv
     if "no command given" not in message:
         cmd += ["python", "x.py"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 2, p
     assert p.stderr.strip().splitlines() == ["fuseoptrun: error: " + p.stderr.split(
         "fuseoptrun: error: ", 1)[1].strip()], p.stderr
@@ -162,3 +183,51 @@ def test_hostfile_errors_name_the_line(tmp_path):
     f.write_text("node1 cpus=4\n")
     with pytest.raises(hosts.HostError, match="unknown field 'cpus=4'"):
         hosts.parse_hostfile(str(f))
+
+
+def test_each_horovod_notice_is_printed_once(run_ranks):
+    """fuseoptrun prints the notices, flags taken into account; the ranks'
+    init() applies the same settings without repeating them."""
+    r = run_ranks(2, "launch_probe.py", "size", 2, launcher_args=["--cycle-time-ms", "7"], env={
+        "HOROVOD_CYCLE_TIME": "2", "HOROVOD_FUSION_THRESHOLD": "1048576",
+        "HOROVOD_CACHE_CAPACITY": "16", "FUSEOPT_CACHE_CAPACITY": "64",
+        "HOROVOD_MPI_THREADS_DISABLE": "1", "HOROVOD_GPU_OPERATIONS": "NCCL",
+        "HOROVOD_HOSTNAME": "node7", "HOROVOD_FUSION_THRESHHOLD": "1", "HOROVOD_TIMELINE": "DYNAMIC"})
+    for notice in ("HOROVOD_CYCLE_TIME=2 not used: --cycle-time-ms 7 wins",
+                   "HOROVOD_FUSION_THRESHOLD=1048576 taken as FUSEOPT_FUSION_THRESHOLD=1048576",
+                   "HOROVOD_CACHE_CAPACITY=16 not used: FUSEOPT_CACHE_CAPACITY=64 is set too",
+                   "HOROVOD_MPI_THREADS_DISABLE=1: nothing to change",
+                   "HOROVOD_GPU_OPERATIONS=NCCL: build-time setting",
+                   "HOROVOD_HOSTNAME=node7: set by horovodrun for its own workers",
+                   "HOROVOD_FUSION_THRESHHOLD=1: unknown HOROVOD_ variable",
+                   "HOROVOD_TIMELINE=DYNAMIC: no timeline file until start_timeline()"):
+        assert r.output.count(notice) == 1, (notice, r.output)
+    assert r.output.count("of 2 ok") == 2
+
+
+def test_open_mpis_mpiexec_is_refused_with_what_to_do(tmp_path):
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\necho 'mpiexec (OpenRTE) 4.1.5'\necho\n"
+                    "echo 'Report bugs to http://www.open-mpi.org/community/help/'\n")
+    fake.chmod(0o755)
+    p = subprocess.run([sys.executable, "-m", "fuseopt.launcher.cli", "--mpiexec", str(fake),
+                        "-np", "2", "python", "x.py"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()], p.stderr
+    assert p.stderr.startswith("fuseoptrun: error: %s is Open MPI's" % fake)
+    assert "mpirun -np N -x FUSEOPT_" in p.stderr
+    fake.write_text("#!/bin/sh\necho 'HYDRA build details:'\n")  # Hydra's passes
+    assert cli.find_mpiexec(str(fake)) == str(fake)
+
+
+def test_network_interface_reaches_the_data_path_of_every_rank(run_ranks):
+    """Hydra's -iface only sets MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE (ch3);
+    the wheel's ch4 netmods read UCX_NET_DEVICES / FI_TCP_IFACE."""
+    r = run_ranks(2, "launch_probe.py", "env", launcher_args=["--network-interface", "lo"],
+                  env={"UCX_NET_DEVICES": "", "FI_TCP_IFACE": ""})
+    for rank in (0, 1):
+        assert "rank%d UCX_NET_DEVICES=lo" % rank in r.output
+        assert "rank%d FI_TCP_IFACE=lo" % rank in r.output
+    r = run_ranks(2, "launch_probe.py", "size", 2,
+                  launcher_args=["--network-interface", "lo", "--nolocal", "on"])
+    assert r.output.count("of 2 ok") == 2  # MPI's traffic went through UCX on lo

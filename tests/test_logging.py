@@ -89,3 +89,41 @@ def test_horovod_variables_at_init():
     p = _run("import fuseopt; fuseopt.init()", HOROVOD_HIERARCHICAL_ALLGATHER="1")
     assert p.returncode != 0
     assert "InvalidArgumentError: HOROVOD_HIERARCHICAL_ALLGATHER=1 cannot be honoured" in p.stderr
+
+
+def test_the_core_obeys_the_level_of_logging_basicconfig():
+    """logging.basicConfig(level=DEBUG) sets the root's level, not fuseopt's:
+    the core follows the level fuseopt's records obey (its effective level)."""
+    code = """
+        import logging, fuseopt
+        logging.basicConfig(level=logging.%s)
+        fuseopt.init()
+        print(fuseopt.settings()["log_level"])
+        fuseopt.shutdown()
+        """
+    p = _run(code % "DEBUG")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["debug"]
+    p = _run(code % "ERROR")
+    assert p.stdout.split() == ["error"], p.stderr
+    # FUSEOPT_LOG_LEVEL still wins over the program's logging configuration.
+    p = _run(code % "DEBUG", FUSEOPT_LOG_LEVEL="warning")
+    assert p.stdout.split() == ["warning"], p.stderr
+
+
+def test_the_cores_own_lines_follow_logging_basicconfig(tmp_path):
+    """Two ranks on one host: the core says at INFO that large allreduces take
+    its shared-memory path; basicConfig(level=INFO) is enough to see it."""
+    script = tmp_path / "job.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FUSEOPT_", "HOROVOD_"))}
+    outputs = {}
+    for level in ("INFO", "WARNING"):
+        script.write_text("import logging, fuseopt\nlogging.basicConfig(level=logging.%s)\n"
+                          "fuseopt.init()\nfuseopt.shutdown()\n" % level)
+        p = subprocess.run([sys.executable, "-m", "fuseopt.launcher.cli", "-np", "2",
+                            sys.executable, str(script)], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert p.returncode == 0, p.stdout + p.stderr
+        outputs[level] = p.stderr
+    assert "[fuseopt rank 0] INFO: allreduces of" in outputs["INFO"], outputs["INFO"]
+    assert "INFO:" not in outputs["WARNING"], outputs["WARNING"]

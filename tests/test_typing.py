@@ -31,6 +31,51 @@ def test_every_public_callable_has_a_docstring():
     assert missing == []
 
 
+def _public_members():
+    """(name, member) for the public methods and properties of the public
+    classes: those defined by fuseopt itself, not inherited from a framework."""
+    seen = set()
+    for name, cls in _public_callables():
+        if not inspect.isclass(cls) or cls in seen or not cls.__module__.startswith("fuseopt"):
+            continue
+        seen.add(cls)
+        for klass in cls.__mro__:
+            if not klass.__module__.startswith("fuseopt"):
+                continue
+            for attr, member in vars(klass).items():
+                if attr.startswith("_"):
+                    continue
+                if isinstance(member, (staticmethod, classmethod)):
+                    member = member.__func__
+                if inspect.isfunction(member) or isinstance(member, property):
+                    yield "%s.%s" % (name, attr), member
+
+
+def test_every_public_method_and_property_has_a_docstring():
+    missing = sorted({name for name, member in _public_members()
+                      if not (member.__doc__ or "").strip()})
+    assert missing == []
+
+
+def test_public_constructors_are_annotated():
+    """Constructors of the classes a training script builds itself."""
+    import fuseopt.tensorflow
+    import fuseopt.torch
+    classes = [fuseopt.ProcessSet, fuseopt.torch.DistributedOptimizer, fuseopt.torch.LocalSGD,
+               fuseopt.torch.AdaptiveLocalSGD, fuseopt.torch.SyncBatchNorm,
+               fuseopt.tensorflow.DistributedGradientTape,
+               fuseopt.tensorflow.SyncBatchNormalization]
+    from fuseopt.naming import Shared
+    missing = []
+    for cls in classes + [Shared]:
+        sig = inspect.signature(cls.__init__)
+        bare = [p.name for p in list(sig.parameters.values())[1:]
+                if p.annotation is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if bare:
+            missing.append("%s(%s)" % (cls.__qualname__, ", ".join(bare)))
+    assert missing == []
+
+
 def test_every_public_function_is_annotated():
     missing = []
     for name, obj in _public_callables():
@@ -62,3 +107,12 @@ def test_package_is_marked_typed():
 @pytest.mark.parametrize("modname", PUBLIC)
 def test_public_module_imports_cleanly(modname):
     importlib.import_module(modname)
+
+
+def test_keras_module_star_import_gives_its_api_only():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    names = {}
+    exec("from fuseopt.tensorflow.keras import *", names)
+    assert not {"Any", "Optional", "annotations", "keras", "inspect"} & set(names)
+    assert {"DistributedOptimizer", "callbacks", "allreduce", "load_model", "init",
+            "DistributedGradientTape"} <= set(names)

@@ -31,24 +31,39 @@ from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
 from . import shm_litter
-from ..launch_records import METRICS_SUMMARY_ENV, ended_badly, read_records
+from .rank_settings import flag_settings, network_interface, rank_environment
+from .usage import UsageError
+from ..launch_records import ended_badly, read_records
 
 
 def find_mpiexec(explicit=None):
     """mpiexec from --mpiexec / $FUSEOPT_MPIEXEC, else the one installed next
-    to this Python (the mpich wheel's), else PATH."""
+    to this Python (the mpich wheel's), else PATH. It must be Hydra's (MPICH,
+    Intel MPI, MVAPICH): fuseoptrun passes Hydra's options."""
     for candidate in (explicit, os.environ.get("FUSEOPT_MPIEXEC"),
                       os.path.join(os.path.dirname(sys.executable), "mpiexec")):
         if candidate and os.path.exists(candidate):
-            return candidate
+            return _not_open_mpi(candidate)
     found = shutil.which("mpiexec") or shutil.which("mpirun")
     if not found:
         raise SystemExit("fuseoptrun: no mpiexec found; pip install mpich, or pass --mpiexec")
-    return found
+    return _not_open_mpi(found)
 
 
-class UsageError(Exception):
-    """A bad flag, value or host string: one line, exit code 2 (argparse's)."""
+def _not_open_mpi(mpiexec):
+    """Open MPI's mpiexec does not know -genv, -hosts or -launcher: it would
+    fail with a message about an option. Say what to do instead."""
+    try:
+        banner = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
+                                timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return mpiexec  # it will fail when run, with its own message
+    if "Open MPI" in banner or "OpenRTE" in banner:
+        raise UsageError("%s is Open MPI's; fuseoptrun drives Hydra's mpiexec (MPICH, Intel MPI, "
+                         "MVAPICH). With Open MPI run its mpirun yourself: mpirun -np N -x "
+                         "FUSEOPT_... python train.py (fuseoptrun --dry-run lists the variables; "
+                         "docs/scaling.md)" % mpiexec)
+    return mpiexec
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,15 +72,26 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _knob_value(knob):
-    """argparse type: the text as given, once the knob accepts it."""
+    """argparse type: the text as given, once the knob accepts it (its type
+    and its range, config.KNOBS)."""
     def check(text):
-        try:
-            knob.parse(text)
-        except (TypeError, ValueError, OverflowError):
-            raise argparse.ArgumentTypeError("%r is not a %s value" % (text, knob.name)) from None
+        _, why = _config.parse_checked(knob, text)
+        if why:
+            raise argparse.ArgumentTypeError(why)
         return text
     check.__name__ = knob.name
     return check
+
+
+def _megabytes(text):
+    """--fusion-threshold-mb: a number of MiB >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("cannot read %r as a number of MiB" % text) from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("must be a number of MiB >= 0, not %r" % text)
+    return value
 
 
 def _add_knob_flags(p):
@@ -77,13 +103,14 @@ def _add_knob_flags(p):
     for knob in _config.KNOBS:
         flag, dest = "--" + knob.name.replace("_", "-"), "knob_" + knob.name
         if knob.parse is _config.parse_flag:
-            p.add_argument(flag, dest=dest, action="store_const", const="1",
+            p.add_argument(flag, dest=dest, action=horovod_flags.KnobFlag, const="1",
                            help="%s (sets %s=1)" % (knob.doc, knob.env))
-            p.add_argument("--no-" + flag[2:], dest=dest, action="store_const", const="0",
-                           help=argparse.SUPPRESS)
+            p.add_argument("--no-" + flag[2:], dest=dest, action=horovod_flags.KnobFlag,
+                           const="0", help=argparse.SUPPRESS)
         else:
             p.add_argument(flag, *aliases.get(knob.name, []), dest=dest, type=_knob_value(knob),
-                           metavar="VALUE", help="%s (sets %s)" % (knob.doc, knob.env))
+                           action=horovod_flags.KnobFlag, metavar="VALUE",
+                           help="%s (sets %s)" % (knob.doc, knob.env))
 
 
 def build_parser():
@@ -119,7 +146,7 @@ def build_parser():
                    action="store_const", const=False, help=argparse.SUPPRESS)
     p.add_argument("--metrics-summary", action="store_true",
                    help="print a table of each rank's fuseopt metrics when the job ends")
-    p.add_argument("--fusion-threshold-mb", type=float,
+    p.add_argument("--fusion-threshold-mb", type=_megabytes,
                    help="fusion threshold in MiB (sets FUSEOPT_FUSION_THRESHOLD)")
     _add_knob_flags(p)
     elastic_driver.add_flags(p)
@@ -145,42 +172,6 @@ def parse_extra_part(argv):
     p.add_argument("-np", "--num-proc", type=int, dest="np", required=True)
     p.add_argument("command", nargs=argparse.REMAINDER)
     return p.parse_args(argv)
-
-
-def rank_environment(args, total_ranks, host_list, environ, horovod_settings):
-    """FUSEOPT_* variables every rank receives. ``horovod_settings``: the
-    FUSEOPT_* twins of environ's HOROVOD_* variables (horovod_env.translate)."""
-    env = {k: v for k, v in environ.items() if k.startswith("FUSEOPT_")}
-    env.pop("FUSEOPT_MPIEXEC", None)
-    env.update(horovod_settings)  # flags below take precedence
-    if args.timeline_filename:
-        env["FUSEOPT_TIMELINE"] = os.path.abspath(args.timeline_filename)
-    if args.timeline_mark_cycles:
-        env["FUSEOPT_TIMELINE_MARK_CYCLES"] = "1"
-    if args.metrics_summary:
-        env[METRICS_SUMMARY_ENV] = "1"
-    if args.fusion_threshold_mb is not None:
-        env["FUSEOPT_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * (1 << 20)))
-    for knob in _config.KNOBS:
-        value = getattr(args, "knob_" + knob.name)
-        if value is not None:
-            env[knob.env] = str(value)
-    for item in args.export:
-        name, eq, value = item.partition("=")
-        if not name or not (name[0].isalpha() or name[0] == "_") or \
-                not all(c.isalnum() or c == "_" for c in name):
-            raise UsageError("-x %s: %r is not a variable name" % (item, name))
-        if not eq:
-            if name not in environ:
-                raise UsageError("-x %s: %s is not set here (give -x %s=VALUE)"
-                                 % (name, name, name))
-            value = environ[name]
-        env[name] = value
-    nolocal = args.nolocal == "on" or (
-        args.nolocal == "auto" and _hosts.local_oversubscribed(host_list, total_ranks))
-    if nolocal:
-        env["MPIR_CVAR_NOLOCAL"] = "1"
-    return env
 
 
 def host_list_of(args, environ):
@@ -220,12 +211,9 @@ def build_command(args, parts, env, launch_dir, host_list, from_slurm=False):
                 _one_program(remote_exec, launch_dir, args.dry_run)]
     elif from_slurm:  # proxies started by srun inside the allocation: no ssh needed
         cmd += ["-launcher", "slurm"]
-    interface = args.network_interface or args.network_interfaces
+    interface = network_interface(args)
     if interface:
-        if "," in interface:
-            raise UsageError("--network-interfaces %s: fuseoptrun takes one interface "
-                             "(Hydra's -iface)" % interface)
-        cmd += ["-iface", interface]
+        cmd += ["-iface", interface]  # Hydra's own connections; the data path: rank_environment
     if args.output_filename:
         pattern = os.path.join(os.path.abspath(args.output_filename), "rank.%r")
         cmd += ["-outfile-pattern", pattern + "/stdout", "-errfile-pattern", pattern + "/stderr"]
@@ -281,6 +269,33 @@ def _signal_job(proc, signum):
         pass
 
 
+def _job_parts(args, extra_parts, host_list, from_slurm):
+    """[(ranks, command), ...]: the first part's, then each MPMD part's."""
+    default_np = sum(n for _, n in host_list) if from_slurm else 1
+    parts = [(default_np if args.np is None else args.np, args.command)]
+    for extra in extra_parts:
+        e = parse_extra_part(extra)
+        if not e.command:
+            raise UsageError("an MPMD part has no command")
+        parts.append((e.np, e.command))
+    if any(n < 1 for n, _ in parts):
+        raise UsageError("-np must be at least 1")
+    return parts
+
+
+def _checked_environment(args, total, host_list):
+    """The ranks' environment, every knob in it read as init() would (a bad
+    value: one line here, not a traceback per rank), and the notices printed
+    once for the job."""
+    flags = {name: flag for name, (_, flag) in flag_settings(args).items()}
+    horovod_settings, horovod_notices = horovod_env.translate(os.environ, flags)
+    env = rank_environment(args, total, host_list, os.environ, horovod_settings)
+    _config.check_environment(env)
+    for line in horovod_flags.notices(args) + horovod_notices:
+        print("fuseoptrun: %s" % line, file=sys.stderr)
+    return env
+
+
 def run(argv):
     parts_argv = split_mpmd(argv)
     args = build_parser().parse_args(parts_argv[0])
@@ -296,15 +311,7 @@ def run(argv):
             raise UsageError("elastic jobs run one program: no ':' MPMD parts")
         return elastic_driver.ElasticDriver(args, launch).run()
     host_list, from_slurm = host_list_of(args, os.environ)
-    default_np = sum(n for _, n in host_list) if from_slurm else 1
-    parts = [(default_np if args.np is None else args.np, args.command)]
-    for extra in parts_argv[1:]:
-        e = parse_extra_part(extra)
-        if not e.command:
-            raise UsageError("an MPMD part has no command")
-        parts.append((e.np, e.command))
-    if any(n < 1 for n, _ in parts):
-        raise UsageError("-np must be at least 1")
+    parts = _job_parts(args, parts_argv[1:], host_list, from_slurm)
     total = sum(n for n, _ in parts)
 
     def summarize(launch_dir, code, stopping, started):
@@ -320,13 +327,15 @@ def launch(args, parts, host_list, from_slurm, on_end, extra_env=None, watch=Non
     and gives the result; ``watch(launch_dir)`` is called while the job
     runs; ``extra_env`` goes to every rank."""
     total = sum(n for n, _ in parts)
-    launch_dir = "FUSEOPT_LAUNCH_DIR" if args.dry_run else tempfile.mkdtemp(prefix="fuseoptrun-")
-    horovod_settings, horovod_notices = horovod_env.translate(os.environ)
-    env = rank_environment(args, total, host_list, os.environ, horovod_settings)
+    env = _checked_environment(args, total, host_list)
     env.update(extra_env or {})
-    for line in horovod_flags.notices(args) + horovod_notices:
-        print("fuseoptrun: %s" % line, file=sys.stderr)
-    cmd = build_command(args, parts, env, launch_dir, host_list, from_slurm)
+    launch_dir = "FUSEOPT_LAUNCH_DIR" if args.dry_run else tempfile.mkdtemp(prefix="fuseoptrun-")
+    try:
+        cmd = build_command(args, parts, env, launch_dir, host_list, from_slurm)
+    except BaseException:
+        if not args.dry_run:
+            shutil.rmtree(launch_dir, ignore_errors=True)
+        raise
     if args.output_filename and not args.dry_run:
         for rank in range(total):
             os.makedirs(os.path.join(args.output_filename, "rank.%d" % rank), exist_ok=True)

@@ -8,7 +8,7 @@ from . import hosts as _hosts
 DISCOVERY_TIMEOUT_S = 30.0
 
 
-class DiscoveryError(RuntimeError):
+class DiscoveryError(_hosts.HostError):
     """The discovery script failed or printed something that is not a host list."""
 
 

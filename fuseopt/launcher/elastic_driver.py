@@ -21,6 +21,7 @@ from .. import elastic_protocol as _proto
 from ..launch_records import ended_badly, read_records
 from . import discovery, failure_summary
 from . import hosts as _hosts
+from .usage import UsageError
 
 DISCOVERY_INTERVAL_ENV = "FUSEOPT_ELASTIC_DISCOVERY_INTERVAL_S"
 DEFAULT_DISCOVERY_INTERVAL_S = 1.0  # Horovod's
@@ -38,13 +39,26 @@ def add_flags(parser):
                        help="slots of discovered hosts printed without them")
     group.add_argument("--reset-limit", type=int,
                        help="most resets (restarts) before the job fails (default: no limit)")
-    group.add_argument("--elastic-timeout", type=float, default=600.0,
-                       help="seconds to wait for --min-np slots (default 600)")
+    group.add_argument("--elastic-timeout", type=float,
+                       help="seconds to wait for --min-np slots (default %g)"
+                       % DEFAULT_ELASTIC_TIMEOUT_S)
+
+
+DEFAULT_ELASTIC_TIMEOUT_S = 600.0  # Horovod's
 
 
 def is_elastic(args):
-    return any(v is not None for v in (args.min_np, args.max_np, args.host_discovery_script,
-                                       args.reset_limit))
+    """Whether to run as the elastic driver. ``--slots-per-host`` and
+    ``--elastic-timeout`` alone would be accepted and ignored: refused."""
+    elastic = any(v is not None for v in (args.min_np, args.max_np, args.host_discovery_script,
+                                          args.reset_limit))
+    stray = [flag for flag, value in (("--slots-per-host", args.slots_per_host),
+                                      ("--elastic-timeout", args.elastic_timeout))
+             if value is not None]
+    if stray and not elastic:
+        raise UsageError("%s: for elastic jobs only (add --host-discovery-script, --min-np, "
+                         "--max-np or --reset-limit)" % " and ".join(stray))
+    return elastic
 
 
 def discovery_interval(environ=None):
@@ -179,7 +193,8 @@ class ElasticDriver:
         """Usable hosts with at least --min-np slots, waiting up to
         --elastic-timeout for discovery to find them; None (said why) if not."""
         need = self.args.min_np or 1
-        deadline = time.time() + self.args.elastic_timeout
+        timeout = self.args.elastic_timeout
+        deadline = time.time() + (DEFAULT_ELASTIC_TIMEOUT_S if timeout is None else timeout)
         while True:
             found = discovery.usable(self._found(), self.blacklist)
             slots = sum(n for _, n in found)

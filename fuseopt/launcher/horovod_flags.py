@@ -40,6 +40,10 @@ REFUSED = {
                             "variables"),
     "--prefix-output-with-timestamp": (False, "fuseoptrun cannot timestamp output lines"),
     "--log-with-timestamp": (False, horovod_env.SAME_BEHAVIOUR["HOROVOD_LOG_HIDE_TIME"][1]),
+    "--no-log-hide-timestamp": (False, horovod_env.SAME_BEHAVIOUR["HOROVOD_LOG_HIDE_TIME"][1]),
+    # Flags of earlier horovodrun releases (0.19-0.20) for oneCCL / MLSL.
+    "--mlsl-bgt-affinity": (True, "fuseopt does not use MLSL and does not pin its thread"),
+    "--ccl-bgt-affinity": (True, _R["HOROVOD_CCL_CACHE"] + " and does not pin its thread"),
     "--blacklist-cooldown-range": (True, "fuseoptrun keeps a lost host out for the rest of "
                                           "the job (no cooldown)"),
 }
@@ -53,7 +57,42 @@ ALREADY = {
     "--mpi-threads-disable": horovod_env.SAME_BEHAVIOUR["HOROVOD_MPI_THREADS_DISABLE"][1],
     "--no-mpi-threads-disable": horovod_env.SAME_BEHAVIOUR["HOROVOD_MPI_THREADS_DISABLE"][1],
     "--stall-check": "the stall check is on unless FUSEOPT_STALL_CHECK_S=0",
+    "--no-hierarchical-allgather": _R["HOROVOD_HIERARCHICAL_ALLGATHER"] + ", so it is off",
+    "--no-torus-allreduce": _R["HOROVOD_TORUS_ALLREDUCE"].split(" (")[0] + ", so it is off",
+    # horovodrun's older spelling of --log-without-timestamp
+    "--log-hide-timestamp": horovod_env.SAME_BEHAVIOUR["HOROVOD_LOG_HIDE_TIME"][1],
 }
+_NCCL_STREAMS = horovod_env.SAME_BEHAVIOUR["HOROVOD_NUM_NCCL_STREAMS"]
+
+
+# Namespace attribute: {dest: the flag as the user spelled it, with its value}.
+SPELLING = "knob_flag_spelling"
+
+
+class KnobFlag(argparse.Action):
+    """Stores a knob flag's value (its ``const`` when it takes none) and
+    remembers how it was spelled, so that a notice can name the flag that won
+    over a HOROVOD_* variable ("--start-timeout 40", not the knob's name)."""
+
+    def __init__(self, option_strings, dest, const=None, **kwargs):
+        super().__init__(option_strings, dest, nargs=0 if const is not None else None,
+                         const=const, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        value = self.const if self.nargs == 0 else values
+        setattr(namespace, self.dest, value)
+        spelled = dict(getattr(namespace, SPELLING, None) or {})
+        spelled[self.dest] = option_string if self.nargs == 0 else "%s %s" % (option_string, value)
+        setattr(namespace, SPELLING, spelled)
+
+
+class _NcclStreams(argparse.Action):
+    """--num-nccl-streams: 1 is what fuseopt does; more is refused."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values.strip() not in _NCCL_STREAMS[0]:
+            parser.error("%s %s: %s" % (option_string, values, _NCCL_STREAMS[1]))
+        setattr(namespace, self.dest, True)
 
 
 class _Refuse(argparse.Action):
@@ -71,10 +110,12 @@ def add_to(parser):
                        help="horovodrun's spelling of --network-interface (one interface)")
     group.add_argument("-p", "--ssh-port", type=int, help="ssh port for other hosts")
     group.add_argument("-i", "--ssh-identity-file", help="ssh identity file for other hosts")
-    group.add_argument("--no-stall-check", dest="knob_stall_check_s", action="store_const",
+    group.add_argument("--no-stall-check", dest="knob_stall_check_s", action=KnobFlag,
                        const="0", help="no stall warnings (sets FUSEOPT_STALL_CHECK_S=0)")
     group.add_argument("-cb", "--check-build", action="store_true",
                        help="print which frameworks and devices this fuseopt can use, and exit")
+    group.add_argument("--num-nccl-streams", dest="already--num-nccl-streams", metavar="1",
+                       action=_NcclStreams, help="accepted with 1: " + _NCCL_STREAMS[1])
     for flag in ALREADY:
         group.add_argument(flag, dest="already" + flag, action="store_true",
                            help="accepted: %s" % ALREADY[flag])
@@ -86,8 +127,11 @@ def add_to(parser):
 
 def notices(args):
     """Lines saying what the accepted no-op flags mean here."""
-    return ["%s: %s" % (flag, why) for flag, why in ALREADY.items()
-            if getattr(args, "already" + flag)]
+    lines = ["%s: %s" % (flag, why) for flag, why in ALREADY.items()
+             if getattr(args, "already" + flag)]
+    if getattr(args, "already--num-nccl-streams", None):
+        lines.append("--num-nccl-streams 1: " + _NCCL_STREAMS[1])
+    return lines
 
 
 def remote_exec(args):

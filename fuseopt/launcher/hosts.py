@@ -23,13 +23,16 @@ def _name(name, where):
 
 def parse_host_list(text):
     """'a:2,b' -> [('a', 2), ('b', 1)]."""
+    items = [s.strip() for s in text.split(",")]
+    if not any(items):
+        raise HostError("-H %r names no host" % text)
+    if not all(items):  # 'a:2,,b' or a trailing comma: a host left out by mistake?
+        raise HostError("-H %s: empty entry between commas (expected host:slots,...)" % text)
     hosts = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
+    for item in items:
         name, _, slots = item.partition(":")
         where = "-H %s" % item
         hosts.append((_name(name, where), _slots(slots, where)))
-    if not hosts:
-        raise HostError("-H %r names no host" % text)
     return hosts
 
 

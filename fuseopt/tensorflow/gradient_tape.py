@@ -1,5 +1,7 @@
 """DistributedGradientTape: ``tape.gradient`` returns gradients averaged
 across ranks, all of a step's gradients negotiated together so they fuse."""
+from typing import Any, Dict, Optional, Sequence, Union
+
 import tensorflow as tf
 
 from .. import buckets, naming, optimizer_args, overlap
@@ -89,10 +91,14 @@ class DistributedGradientTape:
     Everything else (watch, jacobian, ...) goes to the wrapped tape.
     """
 
-    def __init__(self, gradtape, device_dense="", device_sparse="", compression=Compression.none,
-                 sparse_as_dense=False, op=ops.Average, gradient_predivide_factor=1.0,
-                 num_groups=0, groups=None, process_set=None, name_map=None,
-                 bucket_cap_mb=None):
+    def __init__(self, gradtape: tf.GradientTape, device_dense: str = "",
+                 device_sparse: str = "", compression: Any = Compression.none,
+                 sparse_as_dense: bool = False, op: int = ops.Average,
+                 gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                 groups: Optional[Union[int, Sequence[Any]]] = None,
+                 process_set: Optional[_ps.ProcessSet] = None,
+                 name_map: Optional[Union[Dict[str, Any], Any]] = None,
+                 bucket_cap_mb: Optional[Union[float, str]] = None) -> None:
         _ps.id_of(process_set)
         self._process_set = process_set
         self._tape = gradtape
@@ -104,7 +110,11 @@ class DistributedGradientTape:
         self._predivide = gradient_predivide_factor
         self._num_groups, self._groups = buckets.check_groups(num_groups, groups)
 
-    def gradient(self, target, sources, output_gradients=None, **kwargs):
+    def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
+                 **kwargs: Any) -> Any:
+        """The wrapped tape's gradients of ``target`` with respect to
+        ``sources``, averaged (or reduced with ``op``) over ranks, in the
+        structure of ``sources``."""
         grads = self._tape.gradient(target, sources, output_gradients, **kwargs)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)

@@ -10,6 +10,7 @@ class OptimizerWrapper(torch.optim.Optimizer):
 
     @property
     def param_groups(self):
+        """The wrapped optimizer's parameter groups (schedulers change them here)."""
         return self._optimizer.param_groups
 
     @param_groups.setter
@@ -18,6 +19,7 @@ class OptimizerWrapper(torch.optim.Optimizer):
 
     @property
     def state(self):
+        """The wrapped optimizer's per-parameter state."""
         return self._optimizer.state
 
     @state.setter
@@ -26,6 +28,7 @@ class OptimizerWrapper(torch.optim.Optimizer):
 
     @property
     def defaults(self):
+        """The wrapped optimizer's default hyper-parameters."""
         return self._optimizer.defaults
 
     @defaults.setter
@@ -38,7 +41,9 @@ class OptimizerWrapper(torch.optim.Optimizer):
         return self._optimizer
 
     def state_dict(self):
+        """The wrapped optimizer's state_dict."""
         return self._optimizer.state_dict()
 
     def load_state_dict(self, state_dict):
+        """Loads the wrapped optimizer's state."""
         return self._optimizer.load_state_dict(state_dict)

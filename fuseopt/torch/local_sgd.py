@@ -5,6 +5,8 @@ optionally, optimizer buffers such as momentum) every ``period`` steps. This
 trades some statistical efficiency for far less communication. When to sync
 is fuseopt.local_sgd's rule, shared with the Keras callback.
 """
+from typing import Any, Callable, Optional
+
 import torch
 
 from ..local_sgd import SyncRule, relative_drift
@@ -23,8 +25,9 @@ class LocalSGD:
     also averages floating-point optimizer state such as momentum).
     """
 
-    def __init__(self, optimizer, model, period=4, sync_optimizer_state=False, root_rank=0,
-                 _rule=None):
+    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
+                 period: int = 4, sync_optimizer_state: bool = False, root_rank: int = 0,
+                 _rule: Optional[SyncRule] = None) -> None:
         self.rule = _rule or SyncRule(period)
         self.optimizer = optimizer
         self.model = model
@@ -32,25 +35,48 @@ class LocalSGD:
         broadcast_parameters(model.state_dict(), root_rank, prefix="local_sgd.init.")
         self._anchor = self._snapshot()
 
-    period = property(lambda self: self.rule.period)
-    steps = property(lambda self: self.rule.steps)
-    syncs = property(lambda self: self.rule.syncs)
-    last_drift = property(lambda self: self.rule.last_drift)
+    @property
+    def period(self) -> int:
+        """Steps between syncs (AdaptiveLocalSGD: the most steps between them)."""
+        return self.rule.period
 
     @property
-    def param_groups(self):
+    def steps(self) -> int:
+        """Steps taken so far."""
+        return self.rule.steps
+
+    @property
+    def syncs(self) -> int:
+        """Syncs so far."""
+        return self.rule.syncs
+
+    @property
+    def last_drift(self) -> float:
+        """The largest relative drift of any rank at the last check (adaptive
+        rule only; 0.0 before the first check)."""
+        return self.rule.last_drift
+
+    @property
+    def param_groups(self) -> Any:
+        """The wrapped optimizer's parameter groups (for LR schedulers)."""
         return self.optimizer.param_groups
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The wrapped optimizer's zero_grad."""
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
-    def state_dict(self):
+    def state_dict(self) -> dict:
+        """The wrapped optimizer's state_dict (this rank's: call sync() first
+        for one every rank shares)."""
         return self.optimizer.state_dict()
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Loads the wrapped optimizer's state."""
         self.optimizer.load_state_dict(state_dict)
 
-    def step(self, closure=None):
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Steps the wrapped optimizer on this rank's gradients, then syncs
+        when the rule says so. Returns the closure's loss, if any."""
         loss = self.optimizer.step(closure)
         if self.rule.after_step(self._local_drift):
             self.sync()
@@ -65,7 +91,7 @@ class LocalSGD:
         return relative_drift((float((p.detach() - a).pow(2).sum()), float(a.pow(2).sum()))
                               for p, a in zip(self.model.parameters(), self._anchor))
 
-    def sync(self):
+    def sync(self) -> None:
         """Averages parameters (and optimizer state if asked) now."""
         tensors = [(n, t) for n, t in self.model.state_dict().items()
                    if torch.is_floating_point(t)]
@@ -87,10 +113,18 @@ class AdaptiveLocalSGD(LocalSGD):
     drift of any rank exceeds ``threshold``, measured from ``min_period``
     steps after a sync on), or at the latest every ``max_period`` steps."""
 
-    def __init__(self, optimizer, model, threshold=1e-3, max_period=32, min_period=1,
-                 sync_optimizer_state=False, root_rank=0):
+    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
+                 threshold: float = 1e-3, max_period: int = 32, min_period: int = 1,
+                 sync_optimizer_state: bool = False, root_rank: int = 0) -> None:
         super().__init__(optimizer, model, max_period, sync_optimizer_state, root_rank,
                          _rule=SyncRule(max_period, threshold, min_period))
 
-    threshold = property(lambda self: self.rule.threshold)
-    min_period = property(lambda self: self.rule.min_period)
+    @property
+    def threshold(self) -> Optional[float]:
+        """Relative drift above which the ranks sync."""
+        return self.rule.threshold
+
+    @property
+    def min_period(self) -> int:
+        """Steps after a sync before the drift is checked again."""
+        return self.rule.min_period

@@ -15,6 +15,9 @@ be subclassed.
 import contextlib
 import functools
 import inspect
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
+
+import torch
 
 from .. import buckets, optimizer_args
 from .. import process_sets as _ps
@@ -100,13 +103,18 @@ class DistributedOptimizer(OptimizerWrapper):
         return AdasumOptimizer(a["optimizer"], a["named_parameters"], a["compression"],
                                a["backward_passes_per_step"], a["process_set"])
 
-    def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
-                 backward_passes_per_step=1, op=ops.Average, gradient_predivide_factor=1.0,
-                 num_groups=0, groups=None, sparse_as_dense=False, process_set=None,
-                 name_map=None, bucket_cap_mb=None):
+    def __init__(self, optimizer: torch.optim.Optimizer,
+                 named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+                 compression: Any = Compression.none, backward_passes_per_step: int = 1,
+                 op: int = ops.Average, gradient_predivide_factor: float = 1.0,
+                 num_groups: int = 0,
+                 groups: Optional[Union[int, Sequence[Sequence[torch.Tensor]]]] = None,
+                 sparse_as_dense: bool = False, process_set: Optional[_ps.ProcessSet] = None,
+                 name_map: Optional[Dict[str, Any]] = None,
+                 bucket_cap_mb: Optional[Union[float, str]] = None) -> None:
         # No Optimizer.__init__: the wrapped optimizer owns parameters and state.
         self._process_set, set_id = process_set, _ps.id_of(process_set)
-        self._member = set_id == 0 or process_set.included()
+        self._member = set_id == 0 or (process_set is not None and process_set.included())
         self._optimizer = optimizer
         optimizer_args.check(backward_passes_per_step, op, gradient_predivide_factor)
         self.backward_passes_per_step = backward_passes_per_step
@@ -122,12 +130,12 @@ class DistributedOptimizer(OptimizerWrapper):
             _ps.size_of(process_set), bucket_cap_mb)
         self._params = params
         self._group_of = buckets.group_of(params, num_groups, groups)
-        self._group_size = {}
+        self._group_size: Dict[int, int] = {}
         for g in self._group_of:
             if g is not None:
                 self._group_size[g] = self._group_size.get(g, 0) + 1
         self._passes = [0] * len(params)  # backward passes since the last allreduce
-        self._ready = {}        # group -> indices of the group's ready parameters
+        self._ready: Dict[int, list] = {}  # group -> indices of the group's ready parameters
         self._should_synchronize = True
         self._synchronized = False
         self._hook_handles = [
@@ -135,6 +143,8 @@ class DistributedOptimizer(OptimizerWrapper):
             for i, p in enumerate(params)]
 
     def add_param_group(self, param_group):
+        """Adds a group to the wrapped optimizer; its gradients are averaged too
+        (every rank must add the same groups in the same order)."""
         self._optimizer.add_param_group(param_group)
         known = set(self._params)
         for p in self._optimizer.param_groups[-1]["params"]:
@@ -147,9 +157,11 @@ class DistributedOptimizer(OptimizerWrapper):
                     functools.partial(self._on_grad_ready, i)))
 
     def register_step_pre_hook(self, hook):
+        """The wrapped optimizer's: ``hook`` runs before each step."""
         return self._optimizer.register_step_pre_hook(hook)
 
     def register_step_post_hook(self, hook):
+        """The wrapped optimizer's: ``hook`` runs after each step."""
         return self._optimizer.register_step_post_hook(hook)
 
     def __repr__(self):
@@ -233,6 +245,9 @@ class DistributedOptimizer(OptimizerWrapper):
             self._should_synchronize = True
 
     def step(self, closure=None):
+        """Waits for the averaged gradients (unless inside skip_synchronize()),
+        then steps the wrapped optimizer. With a closure, the closure's
+        backward pass is averaged before the step."""
         if self._should_synchronize:
             if self._synchronized:
                 logger.warning("optimizer.step() after optimizer.synchronize() without "
@@ -249,6 +264,7 @@ class DistributedOptimizer(OptimizerWrapper):
         return self._optimizer.step()
 
     def zero_grad(self, set_to_none=True):
+        """The wrapped optimizer's; refused while gradients are being averaged."""
         if self._reducer.in_flight or self._reducer.bucket:
             raise InvalidArgumentError(
                 "optimizer.zero_grad() was called after loss.backward() but before "
@@ -284,5 +300,5 @@ def _local_names(params, named_parameters):
 _INIT_SIGNATURE = inspect.signature(DistributedOptimizer.__init__)
 # What help() and inspect show: __init__'s parameters (Horovod's, then
 # fuseopt's), not __new__'s (*args, **kwargs).
-DistributedOptimizer.__signature__ = _INIT_SIGNATURE.replace(
-    parameters=list(_INIT_SIGNATURE.parameters.values())[1:])
+setattr(DistributedOptimizer, "__signature__", _INIT_SIGNATURE.replace(
+    parameters=list(_INIT_SIGNATURE.parameters.values())[1:]))

@@ -78,11 +78,19 @@ class SyncBatchNorm(_BatchNorm):
     statistics of the batch across all ranks (see the module docstring).
     Every rank must call it the same number of times, in the same order."""
 
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1,
+                 affine: bool = True, track_running_stats: bool = True,
+                 device: Optional[Any] = None, dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats,
+                         device=device, dtype=dtype)
+
     def _check_input_dim(self, input):
         if input.dim() < 2:
             raise ValueError("expected at least 2D input (got %dD input)" % input.dim())
 
     def forward(self, input):
+        """Batch norm whose training statistics are taken over every rank's
+        batch (one allreduce of count, sum and sum of squares per call)."""
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
@@ -121,14 +129,15 @@ class SyncBatchNorm(_BatchNorm):
         return out
 
 
-def recompute_bn_stats(model: Any, batches: Any, num_batches: Optional[int] = None) -> None:
+def recompute_bn_stats(model: Any, batches: Any, num_batches: Optional[int] = None) -> int:
     """Precise BatchNorm: replaces running statistics by their average over
     ``num_batches`` batches from ``batches`` (an iterable of model inputs),
     across all ranks. Every rank must pass the same number of batches.
 
     Training uses an exponential moving average of per-batch statistics, which
     lags behind the weights; recomputing them on fixed weights before
-    evaluation usually helps, most of all with small batches."""
+    evaluation usually helps, most of all with small batches. Returns the
+    number of batches used."""
     layers = [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
     saved = [(m, m.momentum) for m in layers]
     was_training = model.training
@@ -147,6 +156,8 @@ def recompute_bn_stats(model: Any, batches: Any, num_batches: Optional[int] = No
     # per rank, so average them.
     pending = []
     for i, m in enumerate(layers):
+        # track_running_stats (the filter above) means both buffers exist
+        assert m.running_mean is not None and m.running_var is not None
         if not isinstance(m, SyncBatchNorm):
             pending.append(ops.allreduce_async_(m.running_mean, name="precise_bn.mean.%d" % i))
             pending.append(ops.allreduce_async_(m.running_var, name="precise_bn.var.%d" % i))

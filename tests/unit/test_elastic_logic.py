@@ -6,7 +6,7 @@ import pytest
 from fuseopt import elastic_protocol as proto
 from fuseopt.checkpoint import CheckpointError
 from fuseopt.elastic import ObjectState, State, remaining_share
-from fuseopt.launcher import discovery
+from fuseopt.launcher import cli, discovery
 from fuseopt.launcher.elastic_driver import classify
 
 
@@ -126,3 +126,20 @@ def test_a_state_missing_a_method_cannot_be_made():
 
     with pytest.raises(TypeError):
         HalfState()
+
+
+@pytest.mark.parametrize("flag", ["--slots-per-host", "--elastic-timeout"])
+def test_elastic_only_flags_are_refused_outside_an_elastic_job(flag):
+    # Accepted alone they would change nothing: an argument silently ignored.
+    with pytest.raises(cli.UsageError, match="%s: for elastic jobs only" % flag):
+        cli.run(["--dry-run", "-np", "2", flag, "2", "python", "t.py"])
+
+
+def test_a_failing_discovery_script_is_a_usage_error(tmp_path):
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho 'no hosts today' >&2\nexit 3\n")
+    script.chmod(0o755)
+    with pytest.raises(discovery.DiscoveryError, match="exited with 3: no hosts today"):
+        cli.run(["--dry-run", "-np", "2", "--host-discovery-script", str(script),
+                 "python", "t.py"])
+    assert issubclass(discovery.DiscoveryError, cli._hosts.HostError)  # main: one line, exit 2

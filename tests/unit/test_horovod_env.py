@@ -55,11 +55,63 @@ def test_features_fuseopt_lacks_are_refused(env, message):
 def test_horovods_off_values_and_same_behaviour_pass():
     settings, notices = horovod_env.translate({
         "HOROVOD_TORUS_ALLREDUCE": "0", "HOROVOD_ELASTIC": "", "HOROVOD_CPU_OPERATIONS": "MPI",
-        "HOROVOD_MPI_THREADS_DISABLE": "1", "HOROVOD_GPU_OPERATIONS": "NCCL",  # build-time only
-        "HOROVOD_WITH_PYTORCH": "1"})
+        "HOROVOD_MPI_THREADS_DISABLE": "1"})
     assert settings == {}
     assert [n.split("=")[0] for n in notices] == ["HOROVOD_CPU_OPERATIONS",
                                                   "HOROVOD_MPI_THREADS_DISABLE"]
+
+
+@pytest.mark.parametrize("name, says", [
+    ("HOROVOD_GPU_OPERATIONS", "build-time setting, nothing to do in fuseopt"),
+    ("HOROVOD_GPU_ALLREDUCE", "build-time setting"),
+    ("HOROVOD_WITH_PYTORCH", "build-time setting"),
+    ("HOROVOD_WITHOUT_MXNET", "build-time setting"),
+    ("HOROVOD_NCCL_HOME", "build-time setting"),
+    ("HOROVOD_RANK", "set by horovodrun for its own workers"),
+    ("HOROVOD_LOCAL_SIZE", "set by horovodrun for its own workers"),
+    ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "set by horovodrun for its own workers"),
+    ("HOROVOD_HOSTNAME", "set by horovodrun for its own workers"),
+    ("HOROVOD_FUSION_TRESHOLD", "unknown HOROVOD_ variable, ignored"),
+])
+def test_every_other_horovod_variable_gets_a_line(name, says):
+    settings, notices = horovod_env.translate({name: "1"})
+    assert settings == {}
+    assert notices == ["%s=1: %s" % (name, notices[0].split(": ", 1)[1])]
+    assert says in notices[0]
+
+
+def test_dynamic_timeline_writes_no_file_until_asked():
+    """Horovod's HOROVOD_TIMELINE=DYNAMIC: nothing until start_timeline()."""
+    settings, notices = horovod_env.translate({"HOROVOD_TIMELINE": "DYNAMIC"})
+    assert settings == {}
+    assert len(notices) == 1 and "until start_timeline()" in notices[0]
+
+
+def test_a_launcher_flag_wins_and_the_notice_names_it():
+    settings, notices = horovod_env.translate(
+        {"HOROVOD_CYCLE_TIME": "2", "HOROVOD_START_TIMEOUT": "9"},
+        flags={"FUSEOPT_CYCLE_TIME_MS": "--cycle-time-ms 7"})
+    assert settings == {"FUSEOPT_INIT_TIMEOUT_S": "9"}
+    assert notices == ["HOROVOD_CYCLE_TIME=2 not used: --cycle-time-ms 7 wins",
+                       "HOROVOD_START_TIMEOUT=9 taken as FUSEOPT_INIT_TIMEOUT_S=9"]
+
+
+def test_ranks_started_by_fuseoptrun_apply_but_do_not_repeat():
+    environ = {"HOROVOD_FUSION_THRESHOLD": "4096", "HOROVOD_MPI_THREADS_DISABLE": "1",
+               "HOROVOD_TYPO": "1", horovod_env.NOTICED_ENV: "1"}
+    assert horovod_env.translate(environ) == ({"FUSEOPT_FUSION_THRESHOLD": "4096"}, [])
+    with pytest.raises(InvalidArgumentError, match="no torus allreduce"):  # still refused
+        horovod_env.translate(dict(environ, HOROVOD_TORUS_ALLREDUCE="1"))
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"HOROVOD_FUSION_THRESHOLD": "abc"}, "HOROVOD_FUSION_THRESHOLD: cannot read 'abc'"),
+    ({"HOROVOD_CYCLE_TIME": "-1"}, "HOROVOD_CYCLE_TIME: cycle_time_ms must be >= 0"),
+    ({"HOROVOD_CACHE_CAPACITY": "-5"}, "cache_capacity must be >= 0"),
+])
+def test_values_the_twin_knob_refuses_are_refused_by_the_horovod_name(env, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        horovod_env.translate(env)
 
 
 def test_every_runtime_variable_of_horovod_is_classified():

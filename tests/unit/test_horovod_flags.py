@@ -78,7 +78,7 @@ def test_check_build_lists_what_this_install_has(capsys):
     (["--gloo"], "always launches with MPI"),
     (["--blacklist-cooldown-range", "1"], "no cooldown"),
     (["--thread-affinity", "1"], "does not pin"),
-    (["--cycle-time-ms", "fast"], "'fast' is not a cycle_time_ms value"),
+    (["--cycle-time-ms", "fast"], "cannot read 'fast' as a cycle_time_ms value"),
     (["--autotune", "1"], None),  # '1' is the command now, so this one runs
     (["-np", "0"], "-np must be at least 1"),
     (["--network-interfaces", "eth0,eth1"], "takes one interface"),

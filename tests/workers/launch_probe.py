@@ -3,7 +3,8 @@
   size N       init fuseopt, check size() == N and a sum over all ranks
   fail R CODE  rank R exits with CODE; the others wait in a collective
   sleep DIR    write this rank's pid into DIR, then sleep (to be signalled)
-  env          print FUSEOPT_*, MPIR_CVAR_NOLOCAL and torchrun's variables as this rank sees them
+  env          print FUSEOPT_*, MPIR_CVAR_NOLOCAL, the interface variables and
+               torchrun's variables as this rank sees them
 """
 import os
 import sys
@@ -14,7 +15,8 @@ rank = int(os.environ.get("PMI_RANK", "0"))
 
 if mode == "env":
     for k in sorted(os.environ):
-        if (k.startswith(("FUSEOPT_", "MPIR_CVAR_NOLOCAL")) and k != "FUSEOPT_LAUNCH_DIR") or \
+        if (k.startswith(("FUSEOPT_", "MPIR_CVAR_NOLOCAL", "UCX_NET_DEVICES", "FI_TCP_IFACE"))
+                and k != "FUSEOPT_LAUNCH_DIR") or \
                 k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS"):
             print("rank%d %s=%s" % (rank, k, os.environ[k]))
 elif mode == "sleep":

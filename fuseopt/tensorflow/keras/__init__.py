@@ -21,6 +21,8 @@ from .checkpoint import load_checkpoint, save_checkpoint  # noqa: F401
 # Horovod's Keras module has its own collectives, with other argument orders
 # than horovod.tensorflow's (``hvd.allreduce(value, "name")`` names the
 # reduction here), so they are restated, not re-exported.
+import inspect  # noqa: E402
+
 import keras  # noqa: E402
 
 from ...errors import UnsupportedError  # noqa: E402
@@ -85,3 +87,15 @@ def load_model(filepath: str, custom_optimizers: Any = None, custom_objects: Any
     if optimizer is not None and not isinstance(optimizer, _DISTRIBUTED):
         model.optimizer = DistributedOptimizer(optimizer, compression=compression)
     return model
+
+
+def _exported(name: str, value: Any) -> bool:
+    """Part of the API: not private, not a typing helper, not a module other
+    than ``callbacks`` (``keras``, and the submodules imported above)."""
+    if name.startswith("_") or getattr(value, "__module__", None) in ("typing", "__future__"):
+        return False
+    return not inspect.ismodule(value) or name == "callbacks"
+
+
+# What ``from fuseopt.tensorflow.keras import *`` and the API checks see.
+__all__ = sorted(n for n, v in list(globals().items()) if _exported(n, v))
