@@ -20,6 +20,7 @@ summed (then divide in ``decompress`` by ``reduction_size()`` as it was in
 A compressor written for Horovod (``compress(tensor) -> (tensor, ctx)``,
 ``decompress(tensor, ctx)``) works as it is: ``as_compressor`` adapts it.
 """
+import abc
 import contextlib
 import contextvars
 import inspect
@@ -118,7 +119,7 @@ class NoneCompressor(Compressor):
     """No compression."""
 
 
-class TensorKit:
+class TensorKit(abc.ABC):
     """What the neutral compressors need from a framework: each binding
     implements these few primitives for its tensors (torch, TensorFlow), and
     the algorithms below are written once. Arithmetic (+, -, *, /) is the
@@ -127,34 +128,36 @@ class TensorKit:
     float32: Any = None  # the framework's dtypes
     int8: Any = None
 
+    @abc.abstractmethod
     def is_floating(self, dtype):
-        raise NotImplementedError
+        """Whether ``dtype`` is a floating-point type."""
 
+    @abc.abstractmethod
     def cast(self, tensor, dtype):
-        raise NotImplementedError
+        """``tensor`` as ``dtype``."""
 
     def detached(self, tensor):
         """The tensor without autograd history (residuals must not keep any)."""
         return tensor
 
+    @abc.abstractmethod
     def abs_max(self, tensor):
         """max(|tensor|) as a float32 tensor of shape [1] (0 if it is empty)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def rounded(self, tensor, step, levels):
         """round(tensor / step) clipped to [-levels, levels] (float32; step a
         tensor of shape [1], all zeros where step is 0)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def residual(self, residuals, name, like):
         """The residual kept for ``name`` (zeros shaped like ``like`` the
         first time), stored in the dict ``residuals``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def keep(self, residuals, name, current, value):
         """Stores ``value`` as name's residual; returns what later results
         must wait for (TensorFlow: the variable's assign op)."""
-        raise NotImplementedError
 
     def copy(self, tensor):
         """A copy that an in-place reduction of ``tensor`` leaves alone."""

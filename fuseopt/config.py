@@ -178,10 +178,12 @@ def parse_checked(knob, raw):
     except (TypeError, ValueError, OverflowError):
         return None, "cannot read %r as a %s value" % (raw, knob.name)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # Both names: a value may come from init() or from the variable.
+        named = "%s (%s)" % (knob.name, knob.env)
         if knob.low is not None and value < knob.low:
-            return None, "%s must be >= %s, not %r" % (knob.name, _number(knob.low), raw)
+            return None, "%s must be >= %s, not %r" % (named, _number(knob.low), raw)
         if knob.high is not None and value > knob.high:
-            return None, "%s must be <= %s, not %r" % (knob.name, _number(knob.high), raw)
+            return None, "%s must be <= %s, not %r" % (named, _number(knob.high), raw)
     return value, None
 
 
