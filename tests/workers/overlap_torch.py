@@ -50,15 +50,22 @@ def run(bucket_cap_mb, steps=4):
 
 def check_hidden_under_backward():
     overlapped = run(bucket_cap_mb=0)
-    at_step = run(bucket_cap_mb="inf")
     # Both ranks must agree on the verdict, or one would report a failure alone.
-    effs = hvd.allgather_object((overlapped["overlap_efficiency"],
-                                 at_step["overlap_efficiency"]))
+    hooked = hvd.allgather_object(overlapped["overlap_efficiency"])
     # Measured here: hooked 0.8-0.9 in quiet runs, 0.4 in a slow spell (the
-    # small last gradients, reduced inside step(), took longer); deferred 0.0.
-    for hooked, deferred in effs:
-        assert hooked > 0.25, effs
-        assert deferred < 0.05, effs
+    # small last gradients, reduced inside step(), took longer).
+    assert min(hooked) > 0.25, hooked
+    # Submitted at step(), nothing can hide: 0.0, except that a rank
+    # descheduled between submitting and waiting (a CI machine's slow spell
+    # gave 0.22 once) counts those milliseconds as hidden. Noise only adds,
+    # so the best of three runs must show it.
+    tries = []
+    for _ in range(3):
+        tries.append(hvd.allgather_object(run(bucket_cap_mb="inf")["overlap_efficiency"]))
+        if max(tries[-1]) < 0.05:
+            return
+    raise AssertionError("deferred submission hid communication: %s (hooked %s)"
+                         % (tries, hooked))
 
 
 if __name__ == "__main__":
