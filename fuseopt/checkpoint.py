@@ -10,15 +10,14 @@ Loading never runs code from the file: the PyTorch format is read with
 ``torch.load(weights_only=True)`` and the Keras format is an ``.npz`` archive
 read with ``allow_pickle=False`` plus a JSON header. So everything saved,
 ``extra`` included, must be plain data (:func:`check_plain`)."""
-import glob
 import json
 import os
 import random
-import tempfile
 
 import numpy as np
 
 from . import objects, world
+from .atomic_file import write_atomically
 from .errors import FuseoptError, InvalidArgumentError
 
 
@@ -26,45 +25,6 @@ class CheckpointError(FuseoptError, ValueError):
     """A checkpoint file that cannot be used: truncated, corrupt, of another
     format, or saved from a different model. Raised on every rank alike."""
     status = "INVALID_ARG"
-
-
-def write_atomically(path, write):
-    """Calls ``write(file)`` on a temporary file beside ``path``, makes it
-    durable, then renames it over ``path``. A crash or kill at any point
-    leaves the previous checkpoint intact (at worst a stray temporary file,
-    which the next successful save removes)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    prefix = ".%s." % os.path.basename(path)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself must survive a power cut
-    finally:
-        os.close(dir_fd)
-    _remove_strays(directory, prefix)
-
-
-def _remove_strays(directory, prefix):
-    """Temporary files of writers that were killed before their rename. Only
-    the root writes a given path, so none of them belongs to a live save."""
-    for stray in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*.tmp")):
-        try:
-            os.unlink(stray)
-        except OSError:
-            pass
 
 
 def check_plain(value, what, leaf_types=()):

@@ -22,9 +22,10 @@ import json
 import os
 import socket
 import struct
-import tempfile
 import time
 import zlib
+
+from .atomic_file import write_atomically
 
 ELASTIC_DIR_ENV = "FUSEOPT_ELASTIC_DIR"      # the commit store's root (set by the driver)
 RESET_COUNT_ENV = "FUSEOPT_ELASTIC_RESETS"   # how many resets came before this job
@@ -90,24 +91,9 @@ def decode_commit(data, where="commit file"):
 
 
 def write_commit(path, pieces):
-    """Replaces ``path`` with the ``pieces`` (bytes) atomically (temporary file, rename).
-    Not fsynced: a commit must survive the death of processes, not of the
-    machine, whose copy is lost with it anyway; fsync per commit would cost
-    milliseconds to seconds per batch."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".commit.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for piece in pieces:
-                f.write(piece)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Replaces ``path`` with the ``pieces`` (bytes) atomically; not fsynced
+    (see atomic_file.write_atomically)."""
+    write_atomically(path, lambda f: [f.write(piece) for piece in pieces], durable=False)
 
 
 def read_commit(path):

@@ -12,7 +12,7 @@ PACKAGE = os.path.join(ROOT, "fuseopt")
 LAYERS = [
     ("base", ["_native", "_version", "_build", "errors", "_launch_notes", "launch_records",
               "log", "metrics_math", "dtypes", "arguments", "config", "horovod_env", "devices",
-              "elastic_protocol"]),
+              "atomic_file", "elastic_protocol"]),
     ("world", ["world", "_peer_watch"]),
     ("requests", ["handles", "requests", "process_sets"]),
     ("operations", ["ops", "objects", "naming", "timeline", "overlap", "compression", "buckets",
