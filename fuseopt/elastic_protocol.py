@@ -127,11 +127,9 @@ def choose_newest(reports):
 
 def write_notice(launch_dir, hosts):
     """The driver tells the running job that its hosts changed."""
-    path = os.path.join(launch_dir, NOTICE_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"time": time.time(), "hosts": ["%s:%d" % h for h in hosts]}, f)
-    os.replace(tmp, path)
+    notice = {"time": time.time(), "hosts": ["%s:%d" % h for h in hosts]}
+    write_atomically(os.path.join(launch_dir, NOTICE_FILE),
+                     lambda f: f.write(json.dumps(notice).encode("utf-8")), durable=False)
 
 
 def notice_time(launch_dir):

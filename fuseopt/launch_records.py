@@ -26,6 +26,8 @@ import json
 import os
 import signal
 
+from .atomic_file import write_atomically
+
 RUNNING = "running"
 SHUT_DOWN = "shut_down"
 METRICS_SUMMARY_ENV = "FUSEOPT_METRICS_SUMMARY"
@@ -65,12 +67,9 @@ def write_record(status_dir, prefix, rank, record):
     Returns the OSError instead of raising: a record must never be what
     fails a rank."""
     path = os.path.join(status_dir, "%s%d.json" % (prefix, rank))
-    tmp = os.path.join(status_dir, ".%s%d.json.tmp" % (prefix, rank))
     try:
-        os.makedirs(status_dir, exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
+        write_atomically(path, lambda f: f.write(json.dumps(record).encode("utf-8")),
+                         durable=False)
     except OSError as e:
         return e
     return None
