@@ -115,7 +115,14 @@ class _Pending:
                 raise self._error[0](self._error[1])
             return self._result
         try:
-            raw = self._wait_in_slices(timeout)
+            if timeout is None:  # the common case, without the deadline arithmetic
+                status, raw = self._wait_once(WAIT_SLICE_MS)
+                if status == lib.FUSEOPT_TIMEOUT:
+                    raw = self._wait_in_slices(None)
+                else:
+                    check(status)
+            else:
+                raw = self._wait_in_slices(timeout)
         except TimeoutError:
             raise  # still in flight: may be waited on again (no `as`: no cycle via self)
         except FuseoptError as e:
@@ -163,9 +170,16 @@ class Handle(_Pending):
 
     __slots__ = ("_id", "_runtime_output")
 
-    # runtime_output: see _runtime_output.
+    # runtime_output: see _runtime_output. _Pending's fields are set here,
+    # not through super(): one Handle per tensor per step.
     def __init__(self, ctx, handle_id, keepalive, finish, runtime_output):
-        super().__init__(ctx, (handle_id,), keepalive, finish)
+        self._ctx = ctx
+        self._ids = (handle_id,)
+        self._keepalive = keepalive
+        self._finish = finish
+        self._done = False
+        self._result = None
+        self._error = None
         self._id = handle_id
         self._runtime_output = runtime_output
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, ParamSpec, Sequ
 import numpy as np
 
 from ._native import lib
+from . import output_pool
 from . import process_sets as _ps
 from . import requests as _rq
 from .errors import InvalidArgumentError
@@ -63,21 +64,29 @@ def _writable(array, what):
     return array
 
 
-def _allreduce_op(array, name, op, prescale_factor, postscale_factor, in_place, out=None,
-                  process_set=None):
-    """enqueue()'s arguments for one allreduce: in place, into ``out`` (a
-    C-contiguous array of the same shape and dtype) or into a new array."""
+def _allreduce(array, name, op, prescale_factor, postscale_factor, in_place, process_set):
+    """Enqueues one allreduce, in place or into a new array. Horovod-style
+    code calls this once per gradient, every step: keep it lean."""
     if in_place:
         src = out = _writable(array, "allreduce_ input")
         src_ptr = out_ptr = _ptr(src)
     else:
         src = _contiguous(array)
-        if out is None:
-            out = np.empty_like(src)
+        out = _new_result(src, name, process_set)
         src_ptr, out_ptr = _ptr(src), _ptr(out)
-    return ((_rq.ALLREDUCE, name, _dtype_name(src), src.shape, src_ptr, out_ptr),
-            dict(reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
-                 keepalive=(src, out), finish=lambda _: out, process_set=_ps.id_of(process_set)))
+    return _rq.enqueue(_rq.ALLREDUCE, name, _dtype_name(src), src.shape, src_ptr, out_ptr,
+                       reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
+                       keepalive=(src, out), finish=lambda _: out,
+                       process_set=_ps.id_of(process_set))
+
+
+def _new_result(src, name, process_set):
+    """An array to receive src's reduction: a kept one of an earlier call
+    of this name when the caller has let it go (output_pool)."""
+    if name is None:  # unnamed calls match by count: no stable key
+        return np.empty_like(src)
+    return output_pool.take((name, src.dtype, src.shape, process_set), src.nbytes,
+                            lambda: np.empty_like(src))
 
 
 def allreduce_async(array: np.ndarray, name: Optional[str] = None, op: Optional[int] = Average,
@@ -86,18 +95,14 @@ def allreduce_async(array: np.ndarray, name: Optional[str] = None, op: Optional[
     """Reduces ``array`` across ranks into a new array (``op``: Average, Sum,
     Min, Max, Product, Adasum; Average divides the sum by the number of ranks).
     ``process_set``: an added :class:`fuseopt.ProcessSet` (default: every rank)."""
-    args, kwargs = _allreduce_op(array, name, op, prescale_factor, postscale_factor, False,
-                                 process_set=process_set)
-    return _rq.enqueue(*args, **kwargs)
+    return _allreduce(array, name, op, prescale_factor, postscale_factor, False, process_set)
 
 
 def allreduce_async_(array: np.ndarray, name: Optional[str] = None, op: Optional[int] = Average,
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set: Optional[ProcessSet] = None) -> Handle:
     """In-place allreduce: ``array`` holds the result when the handle completes."""
-    args, kwargs = _allreduce_op(array, name, op, prescale_factor, postscale_factor, True,
-                                 process_set=process_set)
-    return _rq.enqueue(*args, **kwargs)
+    return _allreduce(array, name, op, prescale_factor, postscale_factor, True, process_set)
 
 
 def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, outs=None,

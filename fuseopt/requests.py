@@ -120,14 +120,49 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
     (:func:`fuseopt.process_sets.id_of`).
     """
     ctx = _context()
-    req = ffi.new("fuseopt_request_t[1]")
-    c_splits = _fill(req, 0, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
-                     root, prescale, postscale, splits, device, process_set=process_set)
     handle = ffi.new("int64_t*")
-    check(lib.fuseopt_enqueue(ctx, req, handle))
-    del c_splits  # the core has copied them
+    if device is None and splits is None:
+        _enqueue_host(ctx, handle, collective, name, dtype, shape, input_ptr, output_ptr,
+                      reduce_op, root, prescale, postscale, process_set)
+    else:
+        req = ffi.new("fuseopt_request_t[1]")
+        c_splits = _fill(req, 0, collective, name, dtype, shape, input_ptr, output_ptr,
+                         reduce_op, root, prescale, postscale, splits, device,
+                         process_set=process_set)
+        check(lib.fuseopt_enqueue(ctx, req, handle))
+        del c_splits  # the core has copied them
     return Handle(ctx, handle[0], keepalive, finish,
                   _runtime_output(collective, device, process_set))
+
+
+# Ready-to-send host requests by signature, for the per-tensor path
+# (Horovod-style code enqueues each gradient on its own, every step): only
+# the buffers change between calls. Taken out while in use, as group
+# templates are, because the native call runs without the GIL.
+_ready_requests = {}
+
+
+def _enqueue_host(ctx, handle, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
+                  root, prescale, postscale, process_set):
+    if type(shape) is not tuple:
+        shape = tuple(shape)
+    key = (collective, name, dtype, shape, reduce_op, root, prescale, postscale, process_set)
+    ready = _ready_requests.pop(key, None)
+    if ready is None:
+        template = _template(collective, name, dtype, shape, reduce_op, root, prescale,
+                             postscale)
+        req = ffi.new("fuseopt_request_t*", template[0][0])
+        req.process_set = process_set
+        ready = (req, template)  # the template owns the name and shape arrays
+    req = ready[0]
+    req.input = input_ptr
+    req.output = output_ptr
+    try:
+        check(lib.fuseopt_enqueue(ctx, req, handle))
+    finally:
+        if len(_ready_requests) >= _MAX_TEMPLATES:
+            _ready_requests.clear()
+        _ready_requests[key] = ready
 
 
 class Batch:
@@ -176,7 +211,8 @@ class Batch:
 
 def _context():
     ctx = world.context()
-    handles.reap_orphans()
+    if handles._orphans:
+        handles.reap_orphans()
     return ctx
 
 

@@ -12,7 +12,7 @@ import atexit
 import os
 import threading
 
-from . import _launch_notes, _peer_watch, launch_records, world
+from . import _launch_notes, _peer_watch, launch_records, output_pool, world
 from . import config as _config
 from . import horovod_env as _horovod_env
 from . import log as _log
@@ -170,6 +170,7 @@ def shutdown() -> None:
             finally:
                 _launch_notes.set_state(launch_records.SHUT_DOWN)
             forget_orphans()
+            output_pool.clear()
 
 
 atexit.register(shutdown)

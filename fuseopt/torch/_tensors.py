@@ -5,6 +5,7 @@ core's (pointer, dtype, shape) descriptor."""
 import torch
 
 from .. import devices as _devices
+from .. import output_pool as _output_pool
 from .. import requests as _rq
 from ..errors import InvalidArgumentError, UnsupportedError
 
@@ -64,6 +65,26 @@ def ptr(tensor):
 def contiguous(tensor):
     check_device(tensor)
     return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _storage_unshared(tensor):
+    # The temporary storage object counts once, the tensor once: a detached
+    # copy, .data or a kept storage object would make it more.
+    return _storage_use_count(tensor.untyped_storage()._cdata) <= 2
+
+
+_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def new_result(src, name, process_set):
+    """A host tensor to receive src's reduction: a kept one of an earlier
+    call of this name when nothing refers to it any more (output_pool).
+    Without torch's storage use count (a private API) nothing is kept."""
+    if name is None or _storage_use_count is None:
+        return torch.empty_like(src)
+    return _output_pool.take((name, src.dtype, tuple(src.shape), process_set),
+                             src.numel() * src.element_size(), lambda: torch.empty_like(src),
+                             _storage_unshared)
 
 
 def writable(tensor, what):

@@ -49,15 +49,36 @@ def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place, 
                  process_set=_ps.id_of(process_set)))
 
 
+def _allreduce(tensor, name, op, prescale_factor, postscale_factor, in_place, process_set):
+    """Enqueues one allreduce. Horovod-style code calls this once per
+    gradient, every step: host tensors take a lean path."""
+    if not tensor.is_cpu:
+        args, kwargs = allreduce_op(tensor, name, op, prescale_factor, postscale_factor,
+                                    in_place, process_set)
+        return _rq.enqueue(*args, **kwargs)
+    if tensor.requires_grad:  # e.g. a parameter; gradients themselves do not
+        tensor = tensor.detach()
+    if in_place:
+        src = out = _t.writable(tensor, "allreduce_ tensor")
+        src_ptr = out_ptr = _t.ptr(src)
+    else:
+        src = _t.contiguous(tensor)
+        out = _t.new_result(src, name, process_set)
+        src_ptr, out_ptr = _t.ptr(src), _t.ptr(out)
+    return _rq.enqueue(_rq.ALLREDUCE, name, _t.dtype_name(src), src.shape, src_ptr, out_ptr,
+                       reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
+                       keepalive=(src, out), finish=lambda _: out,
+                       process_set=_ps.id_of(process_set))
+
+
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
                     name: Optional[str] = None, op: Optional[int] = None,
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: Optional[ProcessSet] = None) -> Handle:
     """Starts an allreduce of ``tensor`` into a new tensor; returns a handle
     (``synchronize(handle)`` gives the result). Average unless ``op`` says otherwise."""
-    args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
-                                 postscale_factor, False, process_set)
-    return _rq.enqueue(*args, **kwargs)
+    return _allreduce(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
+                      postscale_factor, False, process_set)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -66,9 +87,8 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
                      process_set: Optional[ProcessSet] = None) -> Handle:
     """Starts an in-place allreduce: ``tensor`` holds the result once
     ``synchronize(handle)`` returns."""
-    args, kwargs = allreduce_op(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
-                                 postscale_factor, True, process_set)
-    return _rq.enqueue(*args, **kwargs)
+    return _allreduce(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
+                      postscale_factor, True, process_set)
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -139,12 +159,32 @@ def _group_names(tensors, name):
 def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, in_place,
              process_set=None):
     op = _np_ops.resolve_op(average, op)
+    if all(t.is_cpu for t in tensors):
+        return _grouped_host(tensors, name, op, prescale_factor, postscale_factor, in_place,
+                             process_set)
     batch = _rq.Batch()
     for t, n in zip(tensors, _group_names(tensors, name)):
         args, kwargs = allreduce_op(t, n, op, prescale_factor, postscale_factor, in_place,
                                     process_set)
         batch.add(*args, **kwargs)
     return batch.submit_group()
+
+
+def _grouped_host(tensors, name, op, prescale_factor, postscale_factor, in_place, process_set):
+    """_grouped for host tensors: one cached request array (submit_group)."""
+    if in_place:
+        srcs = outs = [_t.writable(t.detach() if t.requires_grad else t, "allreduce_ tensor")
+                       for t in tensors]
+        src_ptrs = out_ptrs = [_t.ptr(t) for t in srcs]
+    else:
+        srcs = [_t.contiguous(t.detach() if t.requires_grad else t) for t in tensors]
+        outs = [torch.empty_like(t) for t in srcs]
+        src_ptrs, out_ptrs = [_t.ptr(t) for t in srcs], [_t.ptr(t) for t in outs]
+    return _rq.submit_group(_rq.ALLREDUCE, _group_names(tensors, name),
+                            [_t.dtype_name(t) for t in srcs], [tuple(t.shape) for t in srcs],
+                            src_ptrs, out_ptrs, reduce_op=op, prescale=prescale_factor,
+                            postscale=postscale_factor, keepalive=(srcs, outs),
+                            finish=lambda _: list(outs), process_set=_ps.id_of(process_set))
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,

@@ -16,7 +16,7 @@ LAYERS = [
     ("world", ["world", "_peer_watch"]),
     ("requests", ["handles", "requests", "process_sets"]),
     ("operations", ["ops", "objects", "naming", "timeline", "overlap", "compression", "buckets",
-                    "local_sgd", "optimizer_args", "checkpoint", "capabilities"]),
+                    "local_sgd", "optimizer_args", "checkpoint", "capabilities", "output_pool"]),
     ("lifecycle", ["runtime", "elastic"]),
     ("package", ["__init__"]),
     ("bindings", ["torch", "tensorflow"]),

@@ -48,9 +48,9 @@ namespace fuseopt {
 //    in flight but the last round matched nothing, rounds would spin:
 //    progress needs a new enqueue somewhere, so the rank waits for its own,
 //    kNoProgressWait doubled per such round, kNoProgressDoublings times at
-//    most. A burst of separate enqueue calls is batched until it pauses for
-//    kBurstQuiet (kBurstMax at most); that gap is polled with yields, not
-//    slept: a 20 us sleep takes several times that.
+//    most. Work queued while no framework thread waits for results is held
+//    until one does, or the stream pauses for kBurstQuiet (kBurstMax at most):
+//    Note [Burst intake] in loop_intake.cc.
 //  - Handle waits (HandleTable::wait_done): a blocked waiter pays a futex
 //    wake-up when its handle completes, tens of microseconds on a virtual
 //    machine, and a small op often completes sooner: it yields for

@@ -86,6 +86,7 @@ class Loop {
   bool round();             // false once every rank agreed to shut down
   bool wait_for_work();     // returns whether this rank asked to shut down
   void drain(std::deque<Entry>* incoming);
+  void take_burst();        // Note [Burst intake]
   // [flags][ready bit per cache slot][not-invalid bit per cache slot] of ps.
   std::vector<uint64_t> slot_words(ProcessSet& ps, uint64_t flags, bool joined);
   std::vector<uint64_t> build_round_vector(bool shutdown);
@@ -175,8 +176,6 @@ class Loop {
   int no_progress_rounds_ = 0;
   // Burst detection (loop_intake.cc): enqueue calls taken in so far, and
   // whether the last quiet-gap wait caught another arrival.
-  uint64_t calls_taken_ = 0;
-  bool gap_caught_ = true;
   Outcome stop_reason_;
 };
 
