@@ -235,24 +235,20 @@ def run_job(c, args, mpiexec):
 
 
 def job_value(contender, results, model):
-    """Per-job statistics for one model: the step figure and phase medians."""
+    """Per-job statistics for one model: the step figures, CPU and phase medians."""
     recs = [r["models"][model] for r in results]
-    med = statistics.median
-    common = {"cpu": {k: statistics.mean(r["cpu_per_step"][k] for r in recs) for k in CPU_KEYS},
-              "phases_ms": {k: statistics.mean(med(r["samples_ms"][k]) for r in recs)
-                            for k, _, _ in PHASES}}
-    if contender == "single":
-        return dict(common, step_ms=med(recs[0]["samples_ms"]["step"]))
-    if contender == "unconnected":
-        return dict(harness.unconnected_figures(recs), **common)
-    steps = [r["samples_ms"]["step"] for r in recs]
-    return dict(common, step_ms=med(harness.slowest(steps)), rank0_step_ms=med(steps[0]),
-                per_rank_ms=[med(s) for s in steps])
+    v = harness.step_figures(contender, recs)
+    if "per_rank_ms" in v:
+        v["rank0_step_ms"] = v["per_rank_ms"][0]
+    v["cpu"] = {k: statistics.mean(r["cpu_per_step"][k] for r in recs) for k in CPU_KEYS}
+    v["phases_ms"] = {k: statistics.mean(statistics.median(r["samples_ms"][k]) for r in recs)
+                      for k, _, _ in PHASES}
+    return v
 
 
 def verify(contender, results, model):
     """2-rank jobs: the ranks' final parameters (harness.same_weights)."""
-    if contender in ("single", "unconnected"):
+    if contender in harness.BASELINES:
         return None
     return harness.same_weights("%s/%s" % (contender, model),
                                 [r["models"][model]["checksum"] for r in results])
@@ -290,11 +286,10 @@ def paired_overheads(jobs, contender, model):
                           keep=lambda j: not j.get("noisy"))
 
 
-TABLE_HEAD = ["| contender | median step ms | steps/s | overhead vs unconnected (ms) "
-              "| overhead / DDP overhead | scaling efficiency | fwd / bwd / opt.step ms "
-              "| CPU ms/step: main / other threads (invol. csw) "
-              "| per-rep step ms | paired overhead per rep (ms) |",
-              "|---|---:|---:|---:|---:|---:|---|---|---|---|"]
+HEAD = ["contender", "median step ms", "steps/s", "overhead vs unconnected (ms)",
+        "overhead / DDP overhead", "scaling efficiency", "fwd / bwd / opt.step ms",
+        "CPU ms/step: main / other threads (invol. csw)", "per-rep step ms",
+        "paired overhead per rep (ms)"]
 
 
 def overhead_target(model, unc):
@@ -306,69 +301,60 @@ def overhead_target(model, unc):
 
 def model_rows(s, jobs, contenders, m):
     """The table rows of one model, Horovod's reference last."""
-    single, unc = (s.get(c, {}).get("step_ms") for c in ("single", "unconnected"))
-    ddp_over = s["ddp"]["step_ms"] - unc if "ddp" in s and unc is not None else None
+    ddp_over = report.overhead(s, "ddp") if "ddp" in s else None
     rows = []
     for c in (c for c in contenders if c in s):
-        step = s[c]["step_ms"]
-        over = step - unc if unc is not None and c not in ("single", "unconnected") else None
-        eff = single / step if single is not None and c != "single" else None
+        step, over, eff = s[c]["step_ms"], report.overhead(s, c), report.efficiency(s, c)
         ph, cpu = s[c]["phases_ms"], s[c]["cpu"]
-        rows.append("| %s | %.2f | %.1f | %s | %s | %s | %.2f / %.2f / %.2f "
-                    "| %.1f / %.1f (%.0f) | %s | %s |" % (
-                        c, step, 1e3 / step, report.fmt(over),
-                        report.fmt(over / ddp_over if over is not None and ddp_over else None),
-                        report.fmt(eff * 100 if eff else None, "%.0f%%"),
-                        ph["fwd"], ph["bwd"], ph["opt"], cpu["main_ms"], cpu["other_ms"],
-                        cpu["main_invol_csw"], ", ".join(
-                            "%.2f%s" % (v, "*" if noisy else "")
-                            for v, noisy in zip(s[c]["per_rep_ms"], s[c]["per_rep_noisy"])),
-                        ", ".join("%.2f" % v for v in (paired_overheads(jobs, c, m)
-                                                       if over is not None else [])) or "—"))
+        rows.append([c, "%.2f" % step, "%.1f" % (1e3 / step), report.fmt(over),
+                     report.fmt(over / ddp_over if over is not None and ddp_over else None),
+                     report.fmt(eff * 100 if eff else None, "%.0f%%"),
+                     "%.2f / %.2f / %.2f" % (ph["fwd"], ph["bwd"], ph["opt"]),
+                     "%.1f / %.1f (%.0f)" % (cpu["main_ms"], cpu["other_ms"],
+                                             cpu["main_invol_csw"]),
+                     ", ".join("%.2f%s" % (v, "*" if noisy else "")
+                               for v, noisy in zip(s[c]["per_rep_ms"], s[c]["per_rep_noisy"])),
+                     ", ".join("%.2f" % v for v in (paired_overheads(jobs, c, m)
+                                                    if over is not None else [])) or "—"])
     hv = HOROVOD[m]
     hv_over = hv["step"] - hv["unconnected"]
-    rows.append("| horovod (reference, measured earlier) | %.2f | %.1f | %.2f | %s | %s | "
-                "— | — | — | — |" % (hv["step"], 1e3 / hv["step"], hv_over,
-                                     report.fmt(hv_over / ddp_over if ddp_over else None),
-                                     report.fmt(hv["eff"] * 100 if hv["eff"] else None, "%.0f%%")))
-    return rows
+    return rows + [["horovod (reference, measured earlier)", "%.2f" % hv["step"],
+                    "%.1f" % (1e3 / hv["step"]), "%.2f" % hv_over,
+                    report.fmt(hv_over / ddp_over if ddp_over else None),
+                    report.fmt(hv["eff"] * 100 if hv["eff"] else None, "%.0f%%")] + ["—"] * 4]
 
 
 def model_targets(s, jobs, m, targets, verdicts):
     """The verdict lines of one model (plain fuseopt only); fills targets and verdicts."""
-    single, unc = (s.get(c, {}).get("step_ms") for c in ("single", "unconnected"))
-    ddp_over = s["ddp"]["step_ms"] - unc if "ddp" in s and unc is not None else None
+    single, unc = report.steps(s)
+    ddp_over = report.overhead(s, "ddp") if "ddp" in s else None
     hv, lines = HOROVOD[m], []
     if "fuseopt" in s and unc is not None:
-        f_over = s["fuseopt"]["step_ms"] - unc
+        f_over = report.overhead(s, "fuseopt")
         abs_target, scaled_target = overhead_target(m, unc)
         ok = f_over <= scaled_target
-        verdicts.append(ok)
         targets["%s_overhead" % m] = {
             "fuseopt_overhead_ms": f_over, "ddp_overhead_ms": ddp_over,
             "target_ms_scaled": scaled_target, "target_ms_absolute": abs_target,
             "pass": ok, "pass_absolute": f_over <= abs_target,
             "paired_fuseopt_overheads_ms": paired_overheads(jobs, "fuseopt", m)}
-        lines.append(
-            "- **%s** target: fuseopt overhead %.2f ms <= %.2f ms (half of Horovod's %.1f ms, "
-            "scaled by measured unconnected %.2f / %.1f ms; unscaled %.2f ms: %s) -> **%s**. "
-            "DDP overhead: %s ms." % (
-                report.verdict(ok), f_over, scaled_target, hv["step"] - hv["unconnected"], unc,
-                hv["unconnected"], abs_target, "pass" if f_over <= abs_target else "fail",
-                report.verdict(ok), report.fmt(ddp_over)))
+        lines.append(verdicts.line(ok, (
+            "fuseopt overhead %.2f ms <= %.2f ms (half of Horovod's %.1f ms, scaled by measured "
+            "unconnected %.2f / %.1f ms; unscaled %.2f ms: %s)" % (
+                f_over, scaled_target, hv["step"] - hv["unconnected"], unc, hv["unconnected"],
+                abs_target, "pass" if f_over <= abs_target else "fail")),
+            ". DDP overhead: %s ms." % report.fmt(ddp_over)))
         if m == "mlp" and single is not None:
-            eff, target = single / s["fuseopt"]["step_ms"], REF["targets"]["mlp_efficiency_min"]
-            ddp = single / s["ddp"]["step_ms"] if "ddp" in s else None
-            verdicts.append(eff >= target)
+            eff, target = report.efficiency(s, "fuseopt"), REF["targets"]["mlp_efficiency_min"]
+            ddp = report.efficiency(s, "ddp") if "ddp" in s else None
             targets["mlp_scaling_efficiency"] = {"fuseopt": eff, "target": target,
-                                                 "pass": verdicts[-1], "ddp": ddp}
-            lines.append(
-                "- **%s** target: fuseopt MLP scaling efficiency %.0f%% >= %.0f%% (Horovod "
-                "%.0f%%, DDP reference %.0f%%, DDP here %s) -> **%s**." % (
-                    report.verdict(verdicts[-1]), eff * 100, target * 100, hv["eff"] * 100,
-                    REF["ddp_reference_efficiency"]["mlp"] * 100,
-                    report.fmt(ddp * 100 if ddp is not None else None, "%.0f%%"),
-                    report.verdict(verdicts[-1])))
+                                                 "pass": eff >= target, "ddp": ddp}
+            lines.append(verdicts.line(eff >= target, (
+                "fuseopt MLP scaling efficiency %.0f%% >= %.0f%% (Horovod %.0f%%, DDP reference "
+                "%.0f%%, DDP here %s)" % (eff * 100, target * 100, hv["eff"] * 100,
+                                          REF["ddp_reference_efficiency"]["mlp"] * 100,
+                                          report.fmt(ddp * 100 if ddp is not None else None,
+                                                     "%.0f%%"))), "."))
     if "unconnected" in s and single is not None:
         lines.append("- compute-only ceiling: unconnected efficiency (single / unconnected) "
                      "= %.0f%%." % (100 * single / unc))
@@ -376,89 +362,58 @@ def model_targets(s, jobs, m, targets, verdicts):
 
 
 def build_report(summary, jobs, contenders, models, quick):
-    lines, verdicts, targets = [], [], {}
+    lines, verdicts, targets = [], report.Verdicts(), {}
     for m in models:
         warm, timed = steps_for(m, quick)
         lines.append("### %s (%s; batch %d/rank; %d warm-up + %d timed steps)\n"
                      % (m, TITLES[m][0], BATCH, warm, timed))
-        lines += TABLE_HEAD + model_rows(summary[m], jobs, contenders, m) + [""]
+        lines += report.table(HEAD, "lrrrrrllll", model_rows(summary[m], jobs, contenders, m))
+        lines.append("")
         lines += model_targets(summary[m], jobs, m, targets, verdicts) + [""]
     return "\n".join(lines), verdicts, targets
 
 
 def plot(summary, contenders, models, path):
     plt = report.pyplot()
-    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8))
-    for ax, m in zip(axes if len(models) > 1 else [axes], models):
-        s = summary[m]
+    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        s, unc = summary[m], report.steps(summary[m])[1]
         names = [c for c in contenders if c in s]
-        top = report.step_bars(ax, names + ["horovod\n(ref)"],
-                               [s[c]["step_ms"] for c in names] + [HOROVOD[m]["step"]], "ddp",
-                               [s[c]["per_rep_ms"] for c in names],
-                               [s[c]["per_rep_noisy"] for c in names])
+        tgt = unc + overhead_target(m, unc)[1] if unc is not None else None
+        top = report.step_bars(
+            ax, names + ["horovod\n(ref)"], [s[c]["step_ms"] for c in names]
+            + [HOROVOD[m]["step"]], "ddp", [s[c]["per_rep_ms"] for c in names],
+            [s[c]["per_rep_noisy"] for c in names], [] if unc is None else [
+                (tgt, "green", "--", "fuseopt target (%.1f ms)" % tgt),
+                (unc, "gray", ":", "unconnected (%.1f ms)" % unc)], rotation=20, loc="lower right")
         ax.set_ylim(0, top * 1.25)
-        if "unconnected" in s:
-            unc = s["unconnected"]["step_ms"]
-            tgt = unc + overhead_target(m, unc)[1]
-            ax.axhline(tgt, color="green", ls="--", lw=1, label="fuseopt target (%.1f ms)" % tgt)
-            ax.axhline(unc, color="gray", ls=":", lw=1, label="unconnected (%.1f ms)" % unc)
-            ax.legend(fontsize=8, loc="lower right")
-        ax.set_xticklabels(names + ["horovod\n(ref)"], rotation=20, fontsize=8)
         ax.set_title("%s (%s)" % TITLES[m])
     fig.suptitle("Training step time, batch %d/rank, 2 ranks (dots: repetitions; x: noisy, "
                  "left out)" % BATCH)
     report.save(plt, fig, path, 110)
 
 
-def run_measured_job(c, mpiexec, args, rep, attempt):
-    """One job plus how much CPU other processes used meanwhile (in cores)."""
-    idle, waited = harness.settle(args.settle) if args.settle > 0 else (None, 0.0)
-    load = os.getloadavg()[0]
-    sys.stderr.write("[rep %d/%d] %-14s (load %.2f, idle %s after %.0f s) ... " % (
-        rep + 1, args.reps, c, load, report.fmt(idle and 100 * idle, "%.0f%%", "?"), waited))
-    sys.stderr.flush()
-    meter = harness.ForeignCpu()
-    head = {"rep": rep, "attempt": attempt, "contender": c}
-    try:
+def run_contender(c, rep, pos, mpiexec, args, discarded):
+    """One kept job of c (harness.measured_job): a noisy one (Note [settle]) is rerun up to
+    --retry-noisy times and goes to discarded. A failed job ends the run unless --keep-going."""
+    def job():
         results, stderr = run_job(c, args, mpiexec)
-        values = {m: job_value(c, results, m) for m in args.models}
-        checks = {m: verify(c, results, m) for m in args.models}
-    except harness.JobFailed as e:
-        wall, foreign = meter.cores()
-        sys.stderr.write("\nBENCHMARK JOB FAILED (other processes used %s cores meanwhile)\n%s\n"
-                         % (report.fmt(foreign, "%.2f", "?"), e))
-        if not args.keep_going:
-            raise SystemExit(2)
-        return dict(head, failed=True, error=str(e)[-8000:], wall_s=round(wall, 2),
-                    env=args.variants.get(c, {}), foreign_cores=foreign)
-    wall, foreign = meter.cores()
-    sys.stderr.write("%.1f s, foreign CPU %s cores: %s\n" % (
-        wall, report.fmt(foreign, "%.2f", "?"),
-        ", ".join("%s %.2f ms" % (m, values[m]["step_ms"]) for m in args.models)))
-    if args.verbose and stderr.strip():
-        sys.stderr.write(stderr + "\n")
-    return dict(head, quick=args.quick, env=args.variants.get(c, {}), wall_s=round(wall, 2),
-                loadavg_1m_before=load, idle_before=idle, settle_wait_s=round(waited, 1),
-                foreign_cores=None if foreign is None else round(foreign, 3),
-                loadavg_1m_after=os.getloadavg()[0], values=values, checksums=checks,
-                results=results, stderr_tail=stderr[-4000:])
+        return dict(quick=args.quick, values={m: job_value(c, results, m) for m in args.models},
+                    checksums={m: verify(c, results, m) for m in args.models},
+                    results=results, stderr_tail=stderr[-4000:]), stderr
 
-
-def run_contender(c, pos, mpiexec, args, rep, discarded):
-    """One kept job of c: a noisy one (Note [settle]) is rerun up to --retry-noisy times
-    and goes to discarded. A failed job comes back with "failed" set."""
     for attempt in range(args.retry_noisy + 1):
-        job = run_measured_job(c, mpiexec, args, rep, attempt)
-        job["position"] = pos
-        if job.get("failed"):
-            return job
-        noisy = job["foreign_cores"] is not None and job["foreign_cores"] > args.max_foreign
-        if not noisy or attempt == args.retry_noisy:
-            job["noisy"] = noisy
-            return job
-        discarded.append(job)
-        sys.stderr.write("    (other processes used %.2f cores during the job: rerun)\n"
-                         % job["foreign_cores"])
+        rec = harness.measured_job(args, c, rep, pos, job, lambda rec: ", ".join(
+            "%s %.2f ms" % (m, rec["values"][m]["step_ms"]) for m in args.models))
+        rec.update(attempt=attempt, env=args.variants.get(c, {}))
+        if rec.get("failed") and not args.keep_going:
+            raise SystemExit(2)
+        noisy = rec["foreign_cores"] is not None and rec["foreign_cores"] > args.max_foreign
+        if rec.get("failed") or not noisy or attempt == args.retry_noisy:
+            return rec if rec.get("failed") else dict(rec, noisy=noisy)
+        discarded.append(rec)
+        harness.log("    (other processes used %.2f cores during the job: rerun)\n"
+                    % rec["foreign_cores"])
 
 
 def notes(args, jobs, discarded, failed):
@@ -501,18 +456,13 @@ def notes(args, jobs, discarded, failed):
 
 
 def driver_main(args):
-    mpiexec = harness.find_mpiexec()
-    os.makedirs(args.out, exist_ok=True)
     contenders = harness.parse_contenders(args, BASE_CONTENDERS)
-    jobs, discarded, failed = [], [], []
-    started = time.time()
-    sys.stderr.write("mpiexec: %s; %d reps x %s; models %s; quick=%s\n"
-                     % (mpiexec, args.reps, contenders, args.models, args.quick))
-    for rep, pos, c in harness.interleaved(contenders, args.reps, args.seed):
-        job = run_contender(c, pos, mpiexec, args, rep, discarded)
-        (failed if job.get("failed") else jobs).append(job)
+    mpiexec, started = harness.start(args, contenders, models=args.models)
+    discarded = []
+    jobs, failed = harness.run_jobs(args, contenders, lambda c, rep, pos: run_contender(
+        c, rep, pos, mpiexec, args, discarded))
     if not jobs:
-        sys.stderr.write("\nEVERY JOB FAILED\n")
+        harness.log("\nEVERY JOB FAILED\n")
         return 2
     summary = summarize(jobs, contenders, args.models)
     table, verdicts, targets = build_report(summary, jobs, contenders, args.models, args.quick)
@@ -522,16 +472,15 @@ def driver_main(args):
         max_foreign_cores=args.max_foreign, retry_noisy=args.retry_noisy,
         steps={m: steps_for(m, args.quick) for m in args.models}, batch_per_rank=BATCH, lr=LR,
         variants=args.variants, horovod_reference=HOROVOD)
-    paths = report.write_outputs(
-        args.out, "torch_train", "torch training-step benchmark",
+    status = report.finish(
+        args, "torch_train", "torch training-step benchmark",
         {"meta": meta, "summary": summary, "targets": targets, "table_markdown": text,
          "jobs": jobs, "discarded_noisy_jobs": discarded, "failed_jobs": failed}, text,
-        lambda path: plot(summary, contenders, args.models, path))
-    fails = report.print_outcome(text, paths, verdicts)
+        lambda path: plot(summary, contenders, args.models, path), verdicts)
     if failed:
         print("%d JOB(S) FAILED (see above and failed_jobs in the JSON)" % len(failed))
         return 2
-    return 1 if (args.strict and fails) else 0
+    return status
 
 
 def main(argv=None):
