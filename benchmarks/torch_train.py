@@ -297,14 +297,6 @@ def job_value(contender, results, model):
     return v
 
 
-def verify(contender, results, model):
-    """2-rank jobs: the ranks' final parameters (harness.same_weights)."""
-    if contender in harness.BASELINES:
-        return None
-    return harness.same_weights("%s/%s" % (contender, model),
-                                [r["models"][model]["checksum"] for r in results])
-
-
 def summarize(jobs, contenders, models):
     summary = {}
     for m in models:
@@ -339,6 +331,14 @@ def paired_overheads(jobs, contender, model):
                           keep=lambda j: not j.get("noisy"))
 
 
+def rep_cells(s, jobs, c, m):
+    """c's cells "per-rep step ms" ('*': noisy) and "paired overhead per rep (ms)"."""
+    return [", ".join("%.2f%s" % (v, "*" if noisy else "")
+                      for v, noisy in zip(s[c]["per_rep_ms"], s[c]["per_rep_noisy"])),
+            ", ".join("%.2f" % v for v in (paired_overheads(jobs, c, m)
+                                           if report.overhead(s, c) is not None else [])) or "—"]
+
+
 HEAD = ["contender", "median step ms", "steps/s", "overhead vs unconnected (ms)",
         "overhead / DDP overhead", "scaling efficiency", "fwd / bwd / opt.step ms",
         "CPU ms/step: main / other threads (invol. csw)", "per-rep step ms",
@@ -365,10 +365,7 @@ def model_rows(s, jobs, contenders, m):
                      "%.2f / %.2f / %.2f" % (ph["fwd"], ph["bwd"], ph["opt"]),
                      "%.1f / %.1f (%.0f)" % (cpu["main_ms"], cpu["other_ms"],
                                              cpu["main_invol_csw"]),
-                     ", ".join("%.2f%s" % (v, "*" if noisy else "")
-                               for v, noisy in zip(s[c]["per_rep_ms"], s[c]["per_rep_noisy"])),
-                     ", ".join("%.2f" % v for v in (paired_overheads(jobs, c, m)
-                                                    if over is not None else [])) or "—"])
+                     *rep_cells(s, jobs, c, m)])
     hv = HOROVOD[m]
     hv_over = hv["step"] - hv["unconnected"]
     return rows + [["horovod (reference, measured earlier)", "%.2f" % hv["step"],
@@ -436,11 +433,7 @@ def compress_rows(s, jobs, contenders):
                      "%.2f" % s[c]["step_ms"],
                      report.fmt(over), report.fmt(over / plain if over is not None and plain
                                                   else None, "%.2fx"),
-                     "%.3f" % s[c]["val_accuracy"],
-                     ", ".join("%.2f%s" % (v, "*" if noisy else "")
-                               for v, noisy in zip(s[c]["per_rep_ms"], s[c]["per_rep_noisy"])),
-                     ", ".join("%.2f" % v for v in (paired_overheads(jobs, c, "compress")
-                                                    if over is not None else [])) or "—"])
+                     "%.3f" % s[c]["val_accuracy"], *rep_cells(s, jobs, c, "compress")])
     return rows
 
 
@@ -525,7 +518,9 @@ def run_contender(c, rep, pos, mpiexec, args, discarded):
     def job():
         results, stderr = run_job(c, args, mpiexec)
         return dict(quick=args.quick, values={m: job_value(c, results, m) for m in models},
-                    checksums={m: verify(c, results, m) for m in models},
+                    checksums={m: None if c in harness.BASELINES else harness.same_weights(
+                        "%s/%s" % (c, m), [r["models"][m]["checksum"] for r in results])
+                        for m in models},
                     results=results, stderr_tail=stderr[-4000:]), stderr
 
     for attempt in range(args.retry_noisy + 1):
