@@ -282,7 +282,8 @@ HEAD = ["contender", "median step ms", "steps/s", "samples/s", "overhead over un
 def table(s, contenders, args):
     mw, rows = s.get("mwms", {}).get("step_ms"), []
     for c in (c for c in contenders if c in s):
-        step, workers, eff = s[c]["step_ms"], 1 if c == "single" else NRANKS, report.efficiency(s, c)
+        step, eff = s[c]["step_ms"], report.efficiency(s, c)
+        workers = 1 if c == "single" else NRANKS
         rows.append([c + {"mwms": " (custom strategy.run loop, not fit)",
                           "unconnected": " (compute only)"}.get(c, ""),
                      "%.2f" % step, "%.1f" % (1e3 / step), "%.0f" % (1e3 / step * BATCH * workers),

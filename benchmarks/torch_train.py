@@ -451,17 +451,19 @@ def compress_targets(s, targets, verdicts):
         lines.append(verdicts.line(ratio <= limit, (
             "Compression.bf16 overhead / uncompressed overhead %.2fx <= %.1fx (%.2f ms vs "
             "%.2f ms over unconnected)" % (ratio, limit, bf16, plain)), "."))
-    for c in ("fuseopt:" + name for name in COMPRESSORS if "fuseopt" in s):
-        if c in s:
-            acc, acc0, limit = (s[c]["val_accuracy"], s["fuseopt"]["val_accuracy"],
-                                ref["compress_accuracy_drop_max"])
-            ok = abs(acc - acc0) <= limit + 1e-9
-            targets["compress_accuracy_" + c[8:]] = {"accuracy": acc, "uncompressed": acc0,
-                                                     "target": limit, "pass": ok}
-            lines.append(verdicts.line(ok, (
-                "%s validation accuracy %.1f%% within %.0f point of uncompressed "
-                "%.1f%% (%+.1f points)" % (compression(c), 100 * acc, 100 * limit, 100 * acc0,
-                                           100 * (acc - acc0))), "."))
+    for name in COMPRESSORS if "fuseopt" in s else ():
+        c = "fuseopt:" + name
+        if c not in s:
+            continue
+        acc, acc0 = s[c]["val_accuracy"], s["fuseopt"]["val_accuracy"]
+        limit = ref["compress_accuracy_drop_max"]
+        ok = abs(acc - acc0) <= limit + 1e-9
+        targets["compress_accuracy_" + name] = {"accuracy": acc, "uncompressed": acc0,
+                                                "target": limit, "pass": ok}
+        lines.append(verdicts.line(ok, (
+            "%s validation accuracy %.1f%% within %.0f point of uncompressed %.1f%% (%+.1f "
+            "points)" % (compression(c), 100 * acc, 100 * limit, 100 * acc0, 100 * (acc - acc0))),
+            "."))
     return lines
 
 
@@ -501,8 +503,8 @@ def plot(summary, contenders, models, path):
                 "bf16" if m == "compress" else "fuseopt", tgt)))
         top = report.step_bars(
             ax, names + [n for n, _ in refs], [s[c]["step_ms"] for c in names]
-            + [v for _, v in refs], "ddp", [s[c]["per_rep_ms"] for c in names], [s[c]["per_rep_noisy"] for c in names],
-            lines, labels, rotation=20, loc="lower right")
+            + [v for _, v in refs], "ddp", [s[c]["per_rep_ms"] for c in names],
+            [s[c]["per_rep_noisy"] for c in names], lines, labels, rotation=20, loc="lower right")
         ax.set_ylim(0, top * 1.25)
         ax.set_title("%s (%s)" % TITLES[m])
     fig.suptitle("Training step time, batch %d/rank, 2 ranks (dots: repetitions; x: noisy, "
