@@ -329,39 +329,21 @@ def wrong_results(result):
     return bad + ([] if w["lone_4KiB_after_gap"].get("verified", True) else ["lone"])
 
 
-def run_job(mpiexec, contender, quick, timeout):
-    """One job: (rank 0's result, wall seconds, stderr)."""
-    t0 = time.perf_counter()
-    results, stderr = harness.run_job(
-        "mpi", [sys.executable, os.path.abspath(__file__), "--worker", contender]
-        + (["--quick"] if quick else []), harness.base_env(), timeout, contender, mpiexec)
-    return results[0], time.perf_counter() - t0, stderr
-
-
-def run_all(args, mpiexec, contenders):
-    """Every job (harness.py, Note [interleaving]); stops at a failed or wrong one."""
-    jobs = []
-    for rep, pos, c in harness.interleaved(contenders, args.reps, args.seed):
-        load_before = os.getloadavg()[0]
-        sys.stderr.write("[rep %d/%d] %s (load %.2f) ...\n" % (rep + 1, args.reps, c, load_before))
-        sys.stderr.flush()
-        try:
-            result, wall, stderr = run_job(mpiexec, c, args.quick, args.timeout)
-        except harness.JobFailed as e:
-            sys.stderr.write("\nBENCHMARK JOB FAILED\n%s\n" % e)
-            raise SystemExit(2)
-        if args.verbose:
-            sys.stderr.write(stderr)
-        bad = wrong_results(result)
-        if bad:
-            sys.stderr.write("\nWRONG RESULTS from %s: %s\n%s\n" % (c, bad, stderr))
-            raise SystemExit(3)
-        sys.stderr.write("[rep %d/%d] %s done in %.1f s\n" % (rep + 1, args.reps, c, wall))
-        # The machine may be shared: keep how busy it was next to the numbers.
-        jobs.append({"rep": rep, "position": pos, "contender": c, "wall_s": round(wall, 3),
-                     "loadavg_1m_before": load_before, "loadavg_1m_after": os.getloadavg()[0],
-                     "result": result, "stderr": stderr})
-    return jobs
+def run_one(c, rep, pos, args, mpiexec):
+    """One job (harness.measured_job): rank 0's result; a failed or wrong one ends the run."""
+    def job():
+        results, stderr = harness.run_job(
+            "mpi", [sys.executable, os.path.abspath(__file__), "--worker", c]
+            + ["--quick"] * args.quick, harness.base_env(), args.timeout, c, mpiexec)
+        return {"result": results[0], "stderr": stderr}, stderr
+    rec = harness.measured_job(args, c, rep, pos, job, lambda rec: "done")
+    if rec.get("failed"):
+        raise SystemExit(2)
+    bad = wrong_results(rec["result"])
+    if bad:
+        harness.log("\nWRONG RESULTS from %s: %s\n%s\n" % (c, bad, rec["stderr"]))
+        raise SystemExit(3)
+    return rec
 
 
 def metrics(job, sizes):
@@ -403,30 +385,6 @@ def summarize(jobs, sizes):
             for c, m in per.items()}
 
 
-def paired_ratios(jobs, sizes):
-    """Per-repetition ratios behind the targets (jobs of one repetition ran next to each
-    other, harness.py, Note [interleaving]), each of two (contender, metric)."""
-    ratios = {"bw_ratio/%d" % n: (("mpi4py", "single/%d" % n), ("fuseopt", "single/%d" % n))
-              for n in sizes}
-    ratios["batch_fuseopt_over_mpi_one"] = (("fuseopt", "batch/grouped_200"),
-                                            ("mpi4py", "batch/one_3.2MB"))
-    ratios["batch_gloo_sync_over_fuseopt"] = (("gloo", "batch/sync_200"),
-                                              ("fuseopt", "batch/grouped_200"))
-    ratios["per_tensor_over_grouped"] = (("fuseopt", "batch/async_200"),
-                                         ("fuseopt", "batch/grouped_200"))
-    ratios["out_of_place_over_in_place"] = (("fuseopt", "mlp/out_of_place"),
-                                            ("fuseopt", "mlp/in_place"))
-    for n in HALF_COUNTS:
-        for dtype in HALF_DTYPES[1:]:
-            ratios["fuseopt_%s_over_float32/%d" % (dtype, n)] = (
-                ("fuseopt", "half/%s/%d" % (dtype, n)), ("fuseopt", "half/float32/%d" % n))
-
-    def ratio(rep, num, den):
-        return metrics(rep[num[0]], sizes)[num[1]] / metrics(rep[den[0]], sizes)[den[1]]
-    return {k: harness.paired(jobs, lambda rep, nd=nd: ratio(rep, *nd))
-            for k, nd in ratios.items()}
-
-
 def fmt_time(us):
     if us is None:
         return "—"
@@ -443,16 +401,18 @@ def busbw_gbs(nbytes, us, n=NRANKS):
 
 
 class Table:
-    """The rows of the Markdown table and the verdicts given in them."""
+    """The rows of the Markdown table, the verdicts given in them and, per ratio, its value in
+    each repetition (harness.py, Note [interleaving]: such jobs ran next to each other)."""
 
-    def __init__(self, summary):
-        self.summary, self.rows, self.verdicts = summary, [], []
+    def __init__(self, summary, jobs, sizes):
+        self.summary, self.jobs, self.sizes = summary, jobs, sizes
+        self.rows, self.verdicts, self.paired = [], [], {}
 
     def get(self, c, key):
         return self.summary.get(c, {}).get(key, {}).get("median")
 
     def row(self, label, cells, check="", value="", target="", result=""):
-        self.rows.append("| %s |" % " | ".join([label, *cells, check, value, target, result]))
+        self.rows.append([label, *cells, check, value, target, result])
 
     def judge(self, value, ok):
         """The Result cell: n/a without a value, else the verdict (counted)."""
@@ -461,25 +421,26 @@ class Table:
         self.verdicts.append(ok)
         return "**%s**" % report.verdict(ok)
 
-    def ratio(self, label, cells, check, num, den, spec, op, limit, target):
-        """A row judging num / den by op(ratio, limit)."""
-        r = num / den if num and den else None
-        self.row(label, cells, check, spec % r if r else "—", target % limit,
-                 self.judge(r, r is not None and op(r, limit)))
+    def ratio(self, key, label, cells, check, num, den, spec, limit=None, target="(info)",
+              op=operator.le):
+        """A row of num / den, each (contender, metric), judged by op(ratio, limit) unless
+        limit is None; the per-repetition ratios go to paired[key]."""
+        r = self.get(*num) / self.get(*den) if self.get(*num) and self.get(*den) else None
+        self.paired[key] = harness.paired(self.jobs, lambda rep: metrics(
+            rep[num[0]], self.sizes)[num[1]] / metrics(rep[den[0]], self.sizes)[den[1]])
+        self.row(label, cells, check, spec % r if r else "—", target if limit is None else
+                 target % limit, "" if limit is None else self.judge(r, r is not None
+                                                                     and op(r, limit)))
 
 
 def size_and_batch_rows(t, sizes):
-    for nbytes in sizes:
-        us = [t.get(c, "single/%d" % nbytes) for c in CONTENDERS]
-        label = "allreduce %s" % size_label(nbytes)
-        cells = ["—" if x is None else "%s (%.2f GB/s)" % (fmt_time(x), busbw_gbs(nbytes, x))
-                 for x in us]
-        if nbytes >= MIB:
-            t.ratio(label, cells, "fuseopt BW / MPI BW", us[1], us[0], "%.3f", operator.ge,
-                    TARGETS["bw_ratio_min"], "≥ %.2f")
-        else:
-            t.row(label, cells, "fuseopt BW / MPI BW", "%.3f" % (us[1] / us[0])
-                  if us[0] and us[1] else "—", "(info)")
+    for n in sizes:
+        key = "single/%d" % n
+        cells = ["—" if x is None else "%s (%.2f GB/s)" % (fmt_time(x), busbw_gbs(n, x))
+                 for x in (t.get(c, key) for c in CONTENDERS)]
+        t.ratio("bw_ratio/%d" % n, "allreduce %s" % size_label(n), cells, "fuseopt BW / MPI BW",
+                ("mpi4py", key), ("fuseopt", key), "%.3f", *(
+                    (TARGETS["bw_ratio_min"], "≥ %.2f", operator.ge) if n >= MIB else ()))
     fo, one = t.get("fuseopt", "batch/grouped_200"), t.get("mpi4py", "batch/one_3.2MB")
     sync = t.get("gloo", "batch/sync_200")
     t.row("200 x 16 KiB submitted together", [
@@ -490,23 +451,23 @@ def size_and_batch_rows(t, sizes):
         "%s (200 allreduce_async_ + wait)" % fmt_time(t.get("fuseopt", "batch/async_200")),
         "%s (one 3.2 MB Allreduce)" % fmt_time(one),
         "%s (async_op=True + wait)" % fmt_time(t.get("gloo", "batch/async_200"))])
-    t.ratio("↳ fuseopt vs one raw 3.2 MB MPI allreduce", ["", "", ""], "fuseopt time / MPI time",
-            fo, one, "%.2fx", operator.le, TARGETS["batch_vs_one_mpi_max"], "≤ %.1fx")
-    t.ratio("↳ fuseopt vs 200 gloo calls", ["", "", ""], "gloo time / fuseopt time", sync, fo,
-            "%.1fx", operator.ge, TARGETS["batch_vs_gloo_min"], "≥ %.0fx")
-    t.ratio("↳ fuseopt per tensor vs grouped", ["", "", ""], "200 async_ / grouped",
-            t.get("fuseopt", "batch/async_200"), fo, "%.2fx", operator.le,
+    grouped = ("fuseopt", "batch/grouped_200")
+    t.ratio("batch_fuseopt_over_mpi_one", "↳ fuseopt vs one raw 3.2 MB MPI allreduce",
+            ["", "", ""], "fuseopt time / MPI time", grouped, ("mpi4py", "batch/one_3.2MB"),
+            "%.2fx", TARGETS["batch_vs_one_mpi_max"], "≤ %.1fx")
+    t.ratio("batch_gloo_sync_over_fuseopt", "↳ fuseopt vs 200 gloo calls", ["", "", ""],
+            "gloo time / fuseopt time", ("gloo", "batch/sync_200"), grouped, "%.1fx",
+            TARGETS["batch_vs_gloo_min"], "≥ %.0fx", operator.ge)
+    t.ratio("per_tensor_over_grouped", "↳ fuseopt per tensor vs grouped", ["", "", ""],
+            "200 async_ / grouped", ("fuseopt", "batch/async_200"), grouped, "%.2fx",
             TARGETS["per_tensor_over_grouped_max"], "≤ %.1fx")
-    inplace = t.get("fuseopt", "mlp/in_place")
-    for variant in ("in_place", "out_of_place"):
-        cells = [fmt_time(t.get(c, "mlp/" + variant)) for c in CONTENDERS]
-        label = "MLP gradients, 8 tensors 33.6 MB, %s" % variant.replace("_", " ")
-        if variant == "in_place":
-            t.row(label, cells, "(reference)")
-        else:
-            t.ratio(label, cells, "fuseopt / its in-place", t.get("fuseopt", "mlp/" + variant),
-                    inplace, "%.2fx", operator.le, TARGETS["out_of_place_over_in_place_max"],
-                    "≤ %.2fx")
+    label = "MLP gradients, 8 tensors 33.6 MB, %s"
+    t.row(label % "in place", [fmt_time(t.get(c, "mlp/in_place")) for c in CONTENDERS],
+          "(reference)")
+    t.ratio("out_of_place_over_in_place", label % "out of place",
+            [fmt_time(t.get(c, "mlp/out_of_place")) for c in CONTENDERS],
+            "fuseopt / its in-place", ("fuseopt", "mlp/out_of_place"), ("fuseopt", "mlp/in_place"),
+            "%.2fx", TARGETS["out_of_place_over_in_place_max"], "≤ %.2fx")
 
 
 def other_rows(t):
@@ -531,19 +492,20 @@ def other_rows(t):
             if dtype == "float32":
                 t.row(label, cells, "(reference)")
             else:
-                t.ratio(label, cells, "fuseopt %s / its float32" % dtype, t.get("fuseopt", key),
-                        t.get("fuseopt", "half/float32/%d" % count), "%.2fx", operator.le,
+                t.ratio("fuseopt_%s_over_float32/%d" % (dtype, count), label, cells,
+                        "fuseopt %s / its float32" % dtype, ("fuseopt", key),
+                        ("fuseopt", "half/float32/%d" % count), "%.2fx",
                         TARGETS["half_over_float32_max"], "≤ %.1fx")
 
 
-def build_table(summary, sizes):
-    """The Markdown table and the verdicts given in it."""
-    t = Table(summary)
+def build_table(summary, jobs, sizes):
+    """The Markdown table's lines, with its verdicts and paired ratios (a Table)."""
+    t = Table(summary, jobs, sizes)
     size_and_batch_rows(t, sizes)
     other_rows(t)
-    header = ["| Workload | fuseopt | mpi4py (raw MPI) | gloo | Check | Value | Target | Result |",
-              "|---|---|---|---|---|---|---|---|"]
-    return "\n".join(header + t.rows), t.verdicts
+    t.lines = report.table(["Workload", "fuseopt", "mpi4py (raw MPI)", "gloo", "Check", "Value",
+                            "Target", "Result"], "l" * 8, t.rows)
+    return t
 
 
 def plot(summary, sizes, path):
@@ -582,30 +544,24 @@ def notes(args, jobs, summary):
 
 
 def driver_main(args):
-    mpiexec = harness.find_mpiexec()
-    os.makedirs(args.out, exist_ok=True)
     contenders = harness.parse_contenders(args, CONTENDERS)
+    mpiexec, started = harness.start(args, contenders)
     sizes = settings(args.quick)["sizes"]
-    started = time.time()
-    sys.stderr.write("mpiexec: %s; %d reps x %s; quick=%s\n"
-                     % (mpiexec, args.reps, contenders, args.quick))
-    jobs = run_all(args, mpiexec, contenders)
+    jobs, _ = harness.run_jobs(args, contenders, lambda c, rep, pos: run_one(
+        c, rep, pos, args, mpiexec))
     summary = summarize(jobs, sizes)
-    table, verdicts = build_table(summary, sizes)
-    table = table + "\n\n" + "\n".join("- " + n for n in notes(args, jobs, summary))
-    paired = paired_ratios(jobs, sizes)
+    t = build_table(summary, jobs, sizes)
+    text = "\n".join(t.lines + [""] + ["- " + n for n in notes(args, jobs, summary)])
     meta = report.run_meta(
         args, started, mpiexec, ranks=NRANKS, sizes=sizes,
         statistic="per job: median over iterations of the slowest rank's time; "
                   "table: median over jobs", targets=TARGETS)
-    paths = report.write_outputs(
-        args.out, "allreduce", "allreduce benchmark",
-        {"meta": meta, "summary": summary, "paired_ratios": paired, "table_markdown": table,
-         "jobs": jobs}, table, lambda path: plot(summary, sizes, path))
-    fails = report.print_outcome(table, paths, verdicts, more=[
-        "Per-repetition paired ratios: " + ", ".join(
-            "%s=[%s]" % (k, ", ".join("%.3g" % r for r in v)) for k, v in paired.items())])
-    return 1 if (args.strict and fails) else 0
+    return report.finish(
+        args, "allreduce", "allreduce benchmark",
+        {"meta": meta, "summary": summary, "paired_ratios": t.paired, "table_markdown": text,
+         "jobs": jobs}, text, lambda path: plot(summary, sizes, path), t.verdicts, more=[
+            "Per-repetition paired ratios: " + ", ".join(
+                "%s=[%s]" % (k, ", ".join("%.3g" % r for r in v)) for k, v in t.paired.items())])
 
 
 def main(argv=None):

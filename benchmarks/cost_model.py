@@ -20,6 +20,8 @@ import statistics
 import sys
 from collections import namedtuple
 
+import report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PARAMS = os.path.join(HERE, "results", "cost_model_params.json")
 PLOT = os.path.join(HERE, "results", "cost_model.png")
@@ -304,7 +306,7 @@ def compression(m):
                   "hop, since 8-bit sums overflow)"]
 
 
-def report(m, inter_text):
+def projection(m, inter_text):
     i, e = m.intra, m.inter
     return "\n".join([
         ASSUMPTIONS, "",
@@ -317,9 +319,7 @@ def report(m, inter_text):
 
 
 def plot(path, models, samples):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = report.pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.2))
     mname, n = MODELS[1]
     ps = [2 ** k for k in range(1, 14)]
@@ -348,9 +348,7 @@ def plot(path, models, samples):
     for ax in (ax1, ax2):
         ax.grid(True, which="both", alpha=0.3)
     ax2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    report.save(plt, fig, path, 100)
 
 
 def preset(key):
@@ -400,7 +398,7 @@ def main(argv=None):
     m = Model(Link(i["alpha_s"], i["beta_s_per_byte"]), inter, i["gamma_s_per_byte"],
               i.get("delta_s_per_byte", 0.0), i.get("delta_big_s_per_byte", 0.0))
     print("cost model: %s (%s, %s)" % (args.params, data.get("measured_on"), data.get("date")))
-    print(report(m, text))
+    print(projection(m, text))
     if args.plot:
         other = "ib100" if name == "25gbe" else "25gbe"
         plot(args.plot, [(name, m), (other, m._replace(inter=preset(other)))],

@@ -1,6 +1,6 @@
 """What the benchmark drivers share: starting jobs and killing them whole, the start
 handshake of unconnected processes, reading results, waiting for a quiet machine, the
-command line, and the notes on method that the scripts refer to by name.
+command line, the loop over jobs, and the notes on method that the scripts refer to by name.
 
 Note [interleaving]: the machine is noisy (slow spells of tens of seconds), so every
 repetition runs each contender once, in an order shuffled afresh per repetition. Jobs
@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -40,10 +41,16 @@ import time
 
 NRANKS = 2
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+BASELINES = ("single", "unconnected")  # the contenders that do not communicate
 
 
 class JobFailed(RuntimeError):
     """A job failed, timed out or gave wrong results; the message says how."""
+
+
+def log(text):
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 # ---- worker side -----------------------------------------------------------------------
@@ -180,13 +187,10 @@ def run_procs(cmds, env, timeout, label, tmp, grace=20.0):
         for p in procs:
             if p.poll() is None:
                 kill_group(p)
-    problems = []
-    for i, (p, killed) in enumerate(zip(procs, running)):
-        if killed:
-            problems.append("process %d killed (%s)" % (
-                i, "timeout %.0f s" % timeout if failed_at is None else "peer failed"))
-        elif p.returncode != 0:
-            problems.append("process %d exit %s" % (i, p.returncode))
+    problems = ["process %d killed (%s)" % (i, "timeout %.0f s" % timeout if failed_at is None
+                                           else "peer failed") if killed else
+                "process %d exit %s" % (i, p.returncode)
+                for i, (p, killed) in enumerate(zip(procs, running)) if killed or p.returncode]
     if problems:
         raise JobFailed("%s: %s\n%s" % (label, "; ".join(problems), "\n".join(
             "--- process %d stderr ---\n%s" % (i, tail(os.path.join(tmp, "stderr.%d" % i)))
@@ -237,7 +241,6 @@ def settle(max_wait_s, idle_needed=0.9, window_s=1.0):
 
 
 def _own_cpu_s():
-    import resource
     return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
 
@@ -294,6 +297,59 @@ def interleaved(contenders, reps, seed):
             yield rep, pos, c
 
 
+def start(args, contenders, **shown):
+    """The driver's start: (mpiexec, start time); makes --out and says what will run."""
+    mpiexec = find_mpiexec()
+    os.makedirs(args.out, exist_ok=True)
+    log("mpiexec: %s; %d reps x %s; %squick=%s\n" % (mpiexec, args.reps, contenders, "".join(
+        "%s %s; " % kv for kv in shown.items()), args.quick))
+    return mpiexec, time.time()
+
+
+def measured_job(args, c, rep, pos, job, said):
+    """Job (rep, pos) of contender c: job() -> (a dict, stderr), raising JobFailed. Returns
+    the dict with the job's place, wall time, 1-minute load before and after and the cores
+    other processes used meanwhile (Note [settle], first waiting for an idle machine if the
+    driver has --settle); or, if the job failed, its error and "failed". said(the dict) ends
+    the progress line."""
+    settling = getattr(args, "settle", None)
+    idle, waited = settle(settling) if settling else (None, 0.0)
+    load = os.getloadavg()[0]
+    rec = {"rep": rep, "position": pos, "contender": c, "loadavg_1m_before": load}
+    if settling is not None:
+        rec.update(idle_before=idle, settle_wait_s=round(waited, 1))
+    log("[rep %d/%d] %-14s (load %.2f%s) ... " % (rep + 1, args.reps, c, load, "" if settling
+        is None else ", idle %s after %.0f s" % ("?" if idle is None else "%.0f%%" % (100 * idle),
+                                                 waited)))
+    meter = ForeignCpu()
+    try:
+        out, stderr = job()
+    except JobFailed as e:
+        wall, foreign = meter.cores()
+        log("FAILED after %.1f s (other processes used %s cores meanwhile)\n%s\n" % (
+            wall, "?" if foreign is None else "%.2f" % foreign, str(e)[-3000:]))
+        return dict(rec, failed=True, error=str(e)[-8000:], wall_s=round(wall, 2),
+                    foreign_cores=foreign)
+    wall, foreign = meter.cores()
+    if args.verbose and stderr.strip():
+        log(stderr + "\n")
+    rec.update(out, wall_s=round(wall, 2), loadavg_1m_after=os.getloadavg()[0],
+               foreign_cores=None if foreign is None else round(foreign, 3))
+    log("%.1f s, foreign CPU %s cores: %s\n" % (wall, "?" if foreign is None else "%.2f" % foreign,
+                                               said(rec)))
+    return rec
+
+
+def run_jobs(args, contenders, one):
+    """one(contender, rep, position) for every job (Note [interleaving]): (the jobs, the
+    failed ones)."""
+    jobs, failed = [], []
+    for rep, pos, c in interleaved(contenders, args.reps, args.seed):
+        job = one(c, rep, pos)
+        (failed if job.get("failed") else jobs).append(job)
+    return jobs, failed
+
+
 def parser(doc, quick_help, timeout, contenders, variants=True):
     """The flags the drivers share (--fuseopt-variant where variants)."""
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
@@ -331,15 +387,22 @@ def slowest(per_rank):
     return [max(v) for v in zip(*per_rank)]
 
 
-def unconnected_figures(recs):
-    """An unconnected job's figure (Note [unconnected]), and how much the two processes'
-    timed windows overlapped."""
-    per = [statistics.median(r["samples_ms"]["step"]) for r in recs]
-    both = min(r["t_end"] for r in recs) - max(r["t_begin"] for r in recs)
-    span = max(r["t_end"] for r in recs) - min(r["t_begin"] for r in recs)
-    return {"step_ms": statistics.mean(per), "per_process_ms": per,
-            "timed_window_overlap": round(max(0.0, both) / span, 3) if span > 0 else None,
-            "filler_steps": [r["filler_steps"] for r in recs]}
+def step_figures(contender, recs):
+    """A job's step figures (ms) from its processes' samples_ms["step"]: one process's
+    median (single), Note [unconnected]'s (unconnected, with how much the two processes'
+    timed windows overlapped), else Note [slowest rank]'s and each rank's median."""
+    med = statistics.median
+    if contender == "single":
+        return {"step_ms": med(recs[0]["samples_ms"]["step"])}
+    if contender == "unconnected":
+        both = min(r["t_end"] for r in recs) - max(r["t_begin"] for r in recs)
+        span = max(r["t_end"] for r in recs) - min(r["t_begin"] for r in recs)
+        per = [med(r["samples_ms"]["step"]) for r in recs]
+        return {"step_ms": statistics.mean(per), "per_process_ms": per,
+                "timed_window_overlap": round(max(0.0, both) / span, 3) if span > 0 else None,
+                "filler_steps": [r["filler_steps"] for r in recs]}
+    steps = [r["samples_ms"]["step"] for r in recs]
+    return {"step_ms": med(slowest(steps)), "per_rank_ms": [med(s) for s in steps]}
 
 
 def same_weights(label, sums):

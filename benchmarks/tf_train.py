@@ -241,28 +241,21 @@ def run_job(c, args, mpiexec):
     """One job of contender c (harness.run_job): every process's result, stderr's tail."""
     worker, how = KINDS[c.split(":")[0]]  # fuseopt:NAME: fuseopt with the variant's env
     argv = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--timeout",
-            str(args.timeout), "--inter-op", str(args.inter_op)] + (["--quick"] if args.quick
-                                                                    else [])
+            str(args.timeout), "--inter-op", str(args.inter_op)] + ["--quick"] * args.quick
     if worker == "mwms":
         argv += ["--ports", ",".join(map(str, harness.free_ports(NRANKS)))]
-        argv += ["--mwms-fit"] if c == "mwms_fit" else []
+        argv += ["--mwms-fit"] * (c == "mwms_fit")
     env = harness.base_env(dict(args.variants.get(c, {}), TF_CPP_MIN_LOG_LEVEL="1"),
                            drop=("TF_CONFIG",))
     return harness.run_job(how, argv, env, args.timeout, c, mpiexec)
 
 
 def job_value(contender, results):
-    med = statistics.median
-    if contender == "single":
-        v = {"step_ms": med(results[0]["samples_ms"]["step"])}
-    elif contender == "unconnected":
-        v = harness.unconnected_figures(results)
-    else:
-        steps = [r["samples_ms"]["step"] for r in results]
-        slowest = harness.slowest(steps)
-        v = {"step_ms": med(slowest), "per_rank_ms": [med(s) for s in steps],
-             "max_step_ms": max(slowest), "steps_over_1s": sum(1 for x in slowest if x > 1000),
-             "n_steps": len(slowest)}
+    v = harness.step_figures(contender, results)
+    if "per_rank_ms" in v:
+        slowest = harness.slowest([r["samples_ms"]["step"] for r in results])
+        v.update(max_step_ms=max(slowest), steps_over_1s=sum(1 for x in slowest if x > 1000),
+                 n_steps=len(slowest))
     # process CPU time (all threads) per timed step vs wall time per step
     v["cpu_ms_per_step"] = statistics.mean(r["cpu_ms_per_step"] for r in results)
     v["wall_ms_per_step"] = statistics.mean((r["t_end"] - r["t_begin"]) * 1e3 / r["timed"]
@@ -282,35 +275,34 @@ def summarize(jobs, contenders):
     return summary
 
 
+HEAD = ["contender", "median step ms", "steps/s", "samples/s", "overhead over unconnected (ms)",
+        "scaling efficiency", "samples/s ÷ MWMS", "per-rep step ms"]
+
+
 def table(s, contenders, args):
-    single, unc, mw = (s.get(c, {}).get("step_ms") for c in ("single", "unconnected", "mwms"))
-    lines = ["MLP %s (%.1fM params), batch %d/worker, SGD lr %g, %d warm-up + %d timed steps, "
-             "intra_op 1 / inter_op %d threads per process, %d rep(s).\n"
-             % ("-".join(map(str, DIMS)), N_PARAMS / 1e6, BATCH, LR, *steps_for(args.quick),
-                args.inter_op, args.reps),
-             "| contender | median step ms | steps/s | samples/s | overhead over unconnected (ms) "
-             "| scaling efficiency | samples/s ÷ MWMS | per-rep step ms |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    mw, rows = s.get("mwms", {}).get("step_ms"), []
     for c in (c for c in contenders if c in s):
-        step, workers = s[c]["step_ms"], 1 if c == "single" else NRANKS
-        over = step - unc if unc is not None and c not in ("single", "unconnected") else None
-        eff = single / step if single is not None and c != "single" else None
-        label = c + {"mwms": " (custom strategy.run loop, not fit)",
-                     "unconnected": " (compute only)"}.get(c, "")
-        lines.append("| %s | %.2f | %.1f | %.0f | %s | %s | %s | %s |" % (
-            label, step, 1e3 / step, 1e3 / step * BATCH * workers, report.fmt(over),
-            report.fmt(eff * 100 if eff is not None else None, "%.0f%%"),
-            report.fmt((mw / step) * (workers / NRANKS) if mw is not None else None, "%.2fx"),
-            ", ".join("%.1f" % v for v in s[c]["per_rep_ms"])))
+        step, eff = s[c]["step_ms"], report.efficiency(s, c)
+        workers = 1 if c == "single" else NRANKS
+        rows.append([c + {"mwms": " (custom strategy.run loop, not fit)",
+                          "unconnected": " (compute only)"}.get(c, ""),
+                     "%.2f" % step, "%.1f" % (1e3 / step), "%.0f" % (1e3 / step * BATCH * workers),
+                     report.fmt(report.overhead(s, c)),
+                     report.fmt(eff * 100 if eff is not None else None, "%.0f%%"),
+                     report.fmt((mw / step) * (workers / NRANKS) if mw is not None else None,
+                                "%.2fx"), ", ".join("%.1f" % v for v in s[c]["per_rep_ms"])])
     ref = REF["reference_ms"]
-    lines.append("| reference (earlier, this machine) | single %g, unconnected %g, MWMS %g-%g "
-                 "| | | | | | |" % (ref["single"], ref["unconnected"], *ref["mwms"]))
-    return lines + [""]
+    return ["MLP %s (%.1fM params), batch %d/worker, SGD lr %g, %d warm-up + %d timed steps, "
+            "intra_op 1 / inter_op %d threads per process, %d rep(s).\n"
+            % ("-".join(map(str, DIMS)), N_PARAMS / 1e6, BATCH, LR, *steps_for(args.quick),
+               args.inter_op, args.reps)] + report.table(HEAD, "lrrrrrrl", rows) + [
+        "| reference (earlier, this machine) | single %g, unconnected %g, MWMS %g-%g "
+        "| | | | | | |" % (ref["single"], ref["unconnected"], *ref["mwms"]), ""]
 
 
 def suspicions(s, jobs):
     """Why the verdicts of this run may not be trustworthy, if they may not."""
-    single, unc = (s.get(c, {}).get("step_ms") for c in ("single", "unconnected"))
+    single, unc = report.steps(s)
     load = statistics.median([j["loadavg_1m_before"] for j in jobs] or [0.0])
     suspect = []
     if load > (os.cpu_count() or 2) + 0.5:
@@ -340,32 +332,27 @@ def same_rep_ratios(jobs, num, den):
 
 def target_lines(s, jobs, contenders, targets, verdicts):
     """The verdicts (plain fuseopt only); fills targets and verdicts."""
-    lines, unc, mw = [], s.get("unconnected", {}).get("step_ms"), s.get("mwms", {}).get("step_ms")
-    if "fuseopt" in s and unc is not None:
-        f, target = s["fuseopt"]["step_ms"], TARGETS["step_vs_unconnected_max"]
-        ratio = f / unc
-        ok = ratio <= target
+    lines, unc = [], report.steps(s)[1]
+    f, mw = (s.get(c, {}).get("step_ms") for c in ("fuseopt", "mwms"))
+    if f is not None and unc is not None:
+        target, ratio = TARGETS["step_vs_unconnected_max"], f / unc
         paired, said = same_rep_ratios(jobs, "fuseopt", "unconnected")
-        verdicts.append(ok)
         targets["fuseopt_vs_unconnected"] = {"fuseopt_ms": f, "unconnected_ms": unc,
-                                             "ratio": ratio, "target": target, "pass": ok,
-                                             "paired_ratios": paired}
-        lines.append("- **%s** target: fuseopt 2-rank fit step %.2f ms <= %.1f x unconnected "
-                     "%.2f ms = %.2f ms (ratio %.2fx; %s) -> **%s**" % (
-                         report.verdict(ok), f, target, unc, target * unc, ratio, said,
-                         report.verdict(ok)))
-    if "fuseopt" in s and mw is not None:
-        f, target = s["fuseopt"]["step_ms"], TARGETS["throughput_vs_mwms_min"]
-        ratio = mw / f
-        ok = ratio >= target
+                                             "ratio": ratio, "target": target,
+                                             "pass": ratio <= target, "paired_ratios": paired}
+        lines.append(verdicts.line(ratio <= target, "fuseopt 2-rank fit step %.2f ms <= %.1f x "
+                                   "unconnected %.2f ms = %.2f ms (ratio %.2fx; %s)" % (
+                                       f, target, unc, target * unc, ratio, said)))
+    if f is not None and mw is not None:
+        target, ratio = TARGETS["throughput_vs_mwms_min"], mw / f
         paired, said = same_rep_ratios(jobs, "mwms", "fuseopt")
-        verdicts.append(ok)
         targets["fuseopt_vs_mwms"] = {"fuseopt_ms": f, "mwms_ms": mw, "throughput_ratio": ratio,
-                                      "target": target, "pass": ok, "paired_ratios": paired}
-        lines.append("- **%s** target: fuseopt throughput / MWMS throughput = %.2fx >= %.1fx "
-                     "(MWMS %.2f ms vs fuseopt %.2f ms; %s) -> **%s**" % (
-                         report.verdict(ok), ratio, target, mw, f, said, report.verdict(ok)))
-    if "fuseopt" in contenders and "fuseopt" not in s:
+                                      "target": target, "pass": ratio >= target,
+                                      "paired_ratios": paired}
+        lines.append(verdicts.line(ratio >= target, "fuseopt throughput / MWMS throughput = "
+                                   "%.2fx >= %.1fx (MWMS %.2f ms vs fuseopt %.2f ms; %s)" % (
+                                       ratio, target, mw, f, said)))
+    if "fuseopt" in contenders and f is None:
         verdicts.append(False)
         lines.append("- **FAIL** targets: no fuseopt job completed (see the failures below).")
     return lines
@@ -374,15 +361,14 @@ def target_lines(s, jobs, contenders, targets, verdicts):
 def notes(s, jobs, contenders, args, failures, probe):
     """Notes on the failures, the baselines, CPU use, the allreduce-only job, the variants,
     the set-up and the run itself."""
-    single, unc = (s.get(c, {}).get("step_ms") for c in ("single", "unconnected"))
+    single, unc = report.steps(s)
     out = ["**job failed** (not in the medians): %s, rep %d, after %.0f s: %s" % (
         fl["contender"], fl["rep"] + 1, fl["wall_s"],
         " ".join(fl["error"].split("--- ")[0].split())[:240]) for fl in failures]
     if single is not None and unc is not None:
         out.append("compute-only ceiling: unconnected efficiency (single / unconnected) = "
                    "%.0f%%." % (100 * single / unc))
-    busy = ["%s %.0f%%" % (c, 100 * s[c]["cpu_busy_fraction"]) for c in contenders
-            if "cpu_busy_fraction" in s.get(c, {})]
+    busy = ["%s %.0f%%" % (c, 100 * s[c]["cpu_busy_fraction"]) for c in contenders if c in s]
     if busy:
         out.append("process CPU time / wall time over the timed steps (per process, all "
                    "threads; 100%% = one core busy all the time): %s." % ", ".join(busy))
@@ -435,7 +421,7 @@ def run_notes(jobs, contenders, probe):
 
 
 def build_report(summary, jobs, contenders, args, failures, probe):
-    verdicts, targets = [], {}
+    verdicts, targets = report.Verdicts(), {}
     lines = table(summary, contenders, args)
     targets["suspect"] = suspicions(summary, jobs)
     if targets["suspect"]:
@@ -450,21 +436,17 @@ def build_report(summary, jobs, contenders, args, failures, probe):
 def plot(summary, contenders, path):
     plt = report.pyplot()
     names = [c for c in contenders if c in summary]
+    unc, mw = (summary.get(c, {}).get("step_ms") for c in ("unconnected", "mwms"))
+    k, q = TARGETS["step_vs_unconnected_max"], TARGETS["throughput_vs_mwms_min"]
+    lines = []
+    if unc is not None:
+        lines.append((k * unc, "green", "--", "%.1f x unconnected (%.1f ms)" % (k, k * unc)))
+    if mw is not None:
+        lines.append((mw / q, "purple", ":", "MWMS / %.1f (%.1f ms)" % (q, mw / q)))
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     report.step_bars(ax, names, [summary[c]["step_ms"] for c in names], "mwms",
-                     [summary[c]["per_rep_ms"] for c in names])
-    if "unconnected" in summary:
-        k = TARGETS["step_vs_unconnected_max"]
-        t = k * summary["unconnected"]["step_ms"]
-        ax.axhline(t, color="green", ls="--", lw=1,
-                   label="%.1f x unconnected (%.1f ms)" % (k, t))
-    if "mwms" in summary:
-        k = TARGETS["throughput_vs_mwms_min"]
-        t = summary["mwms"]["step_ms"] / k
-        ax.axhline(t, color="purple", ls=":", lw=1, label="MWMS / %.1f (%.1f ms)" % (k, t))
-    ax.legend(fontsize=8, loc="upper left")
-    ax.set_xticklabels([n if n != "mwms" else "mwms\n(custom loop)" for n in names],
-                       rotation=15, fontsize=8)
+                     [summary[c]["per_rep_ms"] for c in names], lines=lines, loc="upper left",
+                     labels=[n if n != "mwms" else "mwms\n(custom loop)" for n in names])
     ax.set_title("Keras MLP 1024-2048-2048-1024-10, batch %d/worker, 2 workers "
                  "(dots: reps)" % BATCH, fontsize=10)
     report.save(plt, fig, path, 110)
@@ -472,8 +454,7 @@ def plot(summary, contenders, path):
 
 def probe_mwms_fit(args, mpiexec):
     """Runs model.fit under MWMS once: (what happened, in a line; the raw results)."""
-    sys.stderr.write("[probe] MWMS model.fit ... ")
-    sys.stderr.flush()
+    harness.log("[probe] MWMS model.fit ... ")
     t0 = time.perf_counter()
     raw = None
     try:
@@ -485,50 +466,30 @@ def probe_mwms_fit(args, mpiexec):
                 "model.fit raised %s: %s" % (r["error_type"], error[:300]))
     except harness.JobFailed as e:
         said = "the probe job itself failed: %s" % " ".join(str(e).split())[:300]
-    sys.stderr.write("%.1f s: %s\n" % (time.perf_counter() - t0, said[:200]))
+    harness.log("%.1f s: %s\n" % (time.perf_counter() - t0, said[:200]))
     return said, raw
 
 
-def run_one(c, rep, pos, args, mpiexec, jobs, failures):
-    """One job; to jobs, or to failures (a hang is a result too: the other jobs go on)."""
-    load = os.getloadavg()[0]
-    sys.stderr.write("[rep %d/%d] %-14s (load %.2f) ... " % (rep + 1, args.reps, c, load))
-    sys.stderr.flush()
-    t0 = time.perf_counter()
-    try:
+def run_one(c, rep, pos, args, mpiexec):
+    """One job (harness.measured_job); a failed one (a hang is a result too) is recorded
+    and the other jobs go on."""
+    def job():
         results, stderr = run_job(c, args, mpiexec)
-        values = job_value(c, results)
-        checks = None if c in ("single", "unconnected") else harness.same_weights(
-            c, [r["checksum"] for r in results])
-    except harness.JobFailed as e:
-        wall = time.perf_counter() - t0
-        sys.stderr.write("FAILED after %.1f s\n%s\n" % (wall, str(e)[-3000:]))
-        failures.append({"rep": rep, "position": pos, "contender": c, "wall_s": round(wall, 1),
-                         "loadavg_1m_before": load, "error": str(e)[-6000:]})
-        return
-    wall = time.perf_counter() - t0
-    if args.verbose:
-        sys.stderr.write(stderr + "\n")
-    sys.stderr.write("%.1f s: %.2f ms\n" % (wall, values["step_ms"]))
-    jobs.append({"rep": rep, "position": pos, "contender": c, "quick": args.quick,
-                 "env": args.variants.get(c, {}), "wall_s": round(wall, 2),
-                 "loadavg_1m_before": load, "loadavg_1m_after": os.getloadavg()[0],
-                 "values": values, "checksums": checks, "results": results})
+        return dict(quick=args.quick, env=args.variants.get(c, {}), results=results,
+                    values=job_value(c, results), checksums=None if c in harness.BASELINES
+                    else harness.same_weights(c, [r["checksum"] for r in results])), stderr
+    return harness.measured_job(args, c, rep, pos, job,
+                                lambda rec: "%.2f ms" % rec["values"]["step_ms"])
 
 
 def driver_main(args):
-    mpiexec = harness.find_mpiexec()
-    os.makedirs(args.out, exist_ok=True)
     contenders = harness.parse_contenders(args, BASE_CONTENDERS)
-    started = time.time()
-    sys.stderr.write("mpiexec: %s; %d reps x %s; quick=%s; inter_op=%d\n"
-                     % (mpiexec, args.reps, contenders, args.quick, args.inter_op))
+    mpiexec, started = harness.start(args, contenders, inter_op=args.inter_op)
     probe = (None, None)
     if args.probe_mwms_fit and "mwms" in contenders:
         probe = probe_mwms_fit(args, mpiexec)
-    jobs, failures = [], []
-    for rep, pos, c in harness.interleaved(contenders, args.reps, args.seed):
-        run_one(c, rep, pos, args, mpiexec, jobs, failures)
+    jobs, failures = harness.run_jobs(args, contenders, lambda c, rep, pos: run_one(
+        c, rep, pos, args, mpiexec))
     meta = report.run_meta(
         args, started, mpiexec, workers=NRANKS, steps=steps_for(args.quick),
         batch_per_worker=BATCH, lr=LR, dims=DIMS, params=N_PARAMS, inter_op=args.inter_op,
@@ -537,14 +498,12 @@ def driver_main(args):
         contenders=contenders, variants=args.variants, reference_ms=REF["reference_ms"])
     summary = summarize(jobs, contenders)
     text, verdicts, targets = build_report(summary, jobs, contenders, args, failures, probe[0])
-    paths = report.write_outputs(
-        args.out, "tf_train", "Keras training-step benchmark",
+    return report.finish(
+        args, "tf_train", "Keras training-step benchmark",
         {"meta": meta, "summary": summary, "targets": targets, "failures": failures,
          "mwms_fit_probe": {"summary": probe[0], "results": probe[1]}, "table_markdown": text,
-         "jobs": jobs}, text, lambda path: plot(summary, contenders, path))
-    fails = report.print_outcome(text, paths, verdicts, " (CAUTION: suspect run, see above)"
-                                 if targets["suspect"] else "")
-    return 1 if (args.strict and fails) else 0
+         "jobs": jobs}, text, lambda path: plot(summary, contenders, path), verdicts,
+        " (CAUTION: suspect run, see above)" if targets["suspect"] else "")
 
 
 def main(argv=None):

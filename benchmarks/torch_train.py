@@ -2,14 +2,16 @@
 """Training-step benchmark: fuseopt's DistributedOptimizer against DDP (gloo).
 
     python benchmarks/torch_train.py [--quick] [--reps N] [--contenders LIST] [--out DIR]
-        [--models mlp,small] [--fuseopt-variant NAME:VAR=VALUE[,VAR=VALUE...]]...
+        [--models mlp,small,compress] [--fuseopt-variant NAME:VAR=VALUE[,VAR=VALUE...]]...
 
 The models, the contenders, what a timed step covers and the figures: docs/benchmarks.md,
 "What each script measures"; the method shared with the other drivers: harness.py's notes.
-Targets are judged on plain ``fuseopt`` only; --fuseopt-variant contenders are reported
-next to it.
+Targets are judged on plain ``fuseopt`` only (the compress job's: on the fuseopt:<compressor>
+contenders against it); --fuseopt-variant contenders are reported next to it.
 """
+import argparse
 import datetime
+import itertools
 import os
 import statistics
 import sys
@@ -22,10 +24,17 @@ import report
 NRANKS = harness.NRANKS
 BATCH = 64
 LR = 0.01
-MODELS = ("mlp", "small")
+MOMENTUM = 0.9  # the compress job's SGD (the others: plain SGD)
+MODELS = ("mlp", "small", "compress")
 TITLES = {"mlp": ("MLP 1024-2048-2048-1024-10", "8.4M params"),
-          "small": ("100 x Linear(64,64)", "200 tensors")}
-BASE_CONTENDERS = ("single", "unconnected", "fuseopt", "ddp")
+          "small": ("100 x Linear(64,64)", "200 tensors"),
+          "compress": ("MLP 1024-2048-2048-1024-10 on digits", "compressors")}
+# fuseopt's Compression.<name> (ef_sign: a Compression.ef_sign() per optimizer); contender
+# fuseopt:<name> runs the compress job only, with it.
+COMPRESSORS = ("fp16", "bf16", "ef_sign")
+BASE_CONTENDERS = ("single", "unconnected", "fuseopt", "ddp") + tuple(
+    "fuseopt:" + name for name in COMPRESSORS)
+VALIDATION = 360  # digits held out (of 1,797) for the compress job's accuracy
 # A step's phases: (name, from, to) as indices into its 5 time stamps (start, after the
 # forward pass and loss, after backward, after opt.step(), after opt.zero_grad()).
 PHASES = (("step", 0, 4), ("fwd", 0, 1), ("bwd", 1, 2), ("opt", 2, 3), ("zero", 3, 4))
@@ -38,7 +47,17 @@ def steps_for(model, quick):
     """(warmup, timed) steps for a model."""
     if model == "mlp":
         return (5, 20) if quick else (10, 50)
+    if model == "compress":
+        return (10, 140) if quick else (10, 290)
     return (5, 60) if quick else (10, 200)
+
+
+def models_of(c, models):
+    """The models contender c trains: a compressor contender only the compress job, which
+    single does not train (it compares 2-rank training)."""
+    if c.partition(":")[2] in COMPRESSORS:
+        return [m for m in models if m == "compress"]
+    return [m for m in models if m != "compress" or c != "single"]
 
 
 # ---- worker side ----------------------------------------------------------------------
@@ -56,12 +75,28 @@ def _setup_torch():
     return torch
 
 
-def build(torch, model_name, data_seed):
-    """(model, x, y, loss_fn) with weights identical on every process."""
+def digits(torch, rank):
+    """The compress job's data: sklearn's digits upsampled to 32x32 (1024 inputs in [0, 1]),
+    a fixed validation set, and this process's shard of the rest in batches of BATCH."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    x = np.kron(x.reshape(-1, 8, 8) / 16.0, np.ones((4, 4))).reshape(-1, 1024).astype("float32")
+    order = np.random.default_rng(0).permutation(len(x))
+    shard = order[VALIDATION:][rank::NRANKS]
+    shard = shard[np.random.default_rng(100 + rank).permutation(len(shard))]
+    batches = [(torch.from_numpy(x[i]), torch.from_numpy(y[i]))
+               for i in np.split(shard[:len(shard) // BATCH * BATCH], len(shard) // BATCH)]
+    return itertools.cycle(batches), [torch.from_numpy(a[order[:VALIDATION]]) for a in (x, y)]
+
+
+def build(torch, model_name, rank):
+    """(model, batches, loss_fn, validation set or None) with weights identical on every
+    process; the data: one fixed synthetic batch per process, seeded by rank, or digits."""
     nn = torch.nn
     torch.manual_seed(1234)
     layers = []
-    if model_name == "mlp":
+    if model_name in ("mlp", "compress"):
         dims = [1024, 2048, 2048, 1024, 10]
         for a, b in zip(dims, dims[1:]):
             layers += [nn.Linear(a, b), nn.ReLU()]
@@ -75,17 +110,21 @@ def build(torch, model_name, data_seed):
             nn.init.zeros_(lin.bias)
             layers += [lin, nn.ReLU()]
         in_dim, loss_fn = 64, (lambda out, y: out.pow(2).mean())
-    g = torch.Generator().manual_seed(data_seed)
+    if model_name == "compress":
+        batches, validation = digits(torch, rank)
+        return nn.Sequential(*layers[:-1]), batches, loss_fn, validation
+    g = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(BATCH, in_dim, generator=g)
     y = torch.randint(0, 10, (BATCH,), generator=g)
-    return nn.Sequential(*layers[:-1]), x, y, loss_fn
+    return nn.Sequential(*layers[:-1]), itertools.repeat((x, y)), loss_fn, None
 
 
-def run_steps(model, opt, x, y, loss_fn, n, rec=None):
+def run_steps(model, opt, batches, loss_fn, n, rec=None):
     """n training steps; with rec, each step's phases (ms) and start time go to rec."""
     pc = time.perf_counter
     loss = None
     for _ in range(n):
+        x, y = next(batches)
         t = [pc()]
         loss = loss_fn(model(x), y)
         t.append(pc())
@@ -158,49 +197,58 @@ def _init_comm(kind, proc_index):
     return proc_index, 1, {}, None, None
 
 
-def _wrap(torch, kind, hvd, model):
+def _wrap(torch, args, hvd, model, model_name):
     """(module to train, optimizer) of a contender."""
-    if kind == "fuseopt":
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                       named_parameters=model.named_parameters())
+    momentum = MOMENTUM if model_name == "compress" else 0
+    if args.worker == "fuseopt":
+        compression = (hvd.Compression.ef_sign() if args.compression == "ef_sign"
+                       else getattr(hvd.Compression, args.compression or "none"))
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=LR, momentum=momentum),
+            named_parameters=model.named_parameters(), compression=compression)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model, opt
-    if kind == "ddp":
+    if args.worker == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model)
-    return model, torch.optim.SGD(model.parameters(), lr=LR)
+    return model, torch.optim.SGD(model.parameters(), lr=LR, momentum=momentum)
 
 
 def train_model(torch, args, model_name, rank, hvd, hs):
     """Warm-up and timed steps of one model; the record of them."""
     warm, timed = steps_for(model_name, args.quick)
-    model, x, y, loss_fn = build(torch, model_name, data_seed=1000 + rank)
-    net, opt = _wrap(torch, args.worker, hvd, model)
+    model, batches, loss_fn, validation = build(torch, model_name, rank)
+    net, opt = _wrap(torch, args, hvd, model, model_name)
     if hs is not None:
         hs.ready(model_name)
     rec = dict({k: [] for k, _, _ in PHASES}, t_start=[])
     t_begin = time.perf_counter()
-    loss0 = run_steps(net, opt, x, y, loss_fn, warm)
+    loss0 = run_steps(net, opt, batches, loss_fn, warm)
     cpu0 = thread_cpu_s()
-    loss1 = run_steps(net, opt, x, y, loss_fn, timed, rec)
+    loss1 = run_steps(net, opt, batches, loss_fn, timed, rec)
     t_end = time.perf_counter()
     cpu = cpu_per_step(cpu0, thread_cpu_s(), timed)
+    out = {}
+    if validation is not None:  # after warm + timed steps on every process, before fillers
+        with torch.no_grad():
+            out["val_accuracy"] = float((model(validation[0]).argmax(1) == validation[1])
+                                        .double().mean())
     filler = 0
     if hs is not None:        # keep the core busy until the other is done too
         hs.done(model_name)
         while not hs.stopped():
-            run_steps(net, opt, x, y, loss_fn, 1)
+            run_steps(net, opt, batches, loss_fn, 1)
             filler += 1
     if hvd is not None:
         opt.remove_hooks()
     with torch.no_grad():
         checksum = [sum(float(p.double().sum()) for p in model.parameters()),
                     sum(float(p.double().pow(2).sum()) for p in model.parameters())]
-    return {"params": sum(p.numel() for p in model.parameters()),
+    return dict(out, **{"params": sum(p.numel() for p in model.parameters()),
             "tensors": len(list(model.parameters())), "warmup": warm, "timed": timed,
             "samples_ms": {k: [round(v, 4) for v in rec[k]] for k, _, _ in PHASES},
             "t_start": rec["t_start"], "t_begin": t_begin, "t_end": t_end,
             "filler_steps": filler, "cpu_per_step": cpu, "loss_after_warmup": loss0,
-            "loss_last": loss1, "checksum": checksum}
+            "loss_last": loss1, "checksum": checksum})
 
 
 def worker_main(args):
@@ -226,36 +274,27 @@ def worker_main(args):
 
 def run_job(c, args, mpiexec):
     """One job of contender c (harness.run_job): (per-process results, stderr tail)."""
-    kind = c.split(":")[0]  # fuseopt:NAME: fuseopt with the variant's environment
+    kind, _, variant = c.partition(":")  # fuseopt:NAME: a compressor, or a variant's env
     argv = [sys.executable, os.path.abspath(__file__), "--worker",
-            "single" if kind == "unconnected" else kind, "--models", ",".join(args.models),
-            "--timeout", str(args.timeout)] + (["--quick"] if args.quick else [])
+            "single" if kind == "unconnected" else kind, "--models",
+            ",".join(models_of(c, args.models)), "--timeout", str(args.timeout)] + (
+        ["--quick"] if args.quick else []) + ["--compression", variant] * (variant in COMPRESSORS)
     return harness.run_job(kind if kind in ("single", "unconnected") else "mpi", argv,
                            harness.base_env(args.variants.get(c)), args.timeout, c, mpiexec)
 
 
 def job_value(contender, results, model):
-    """Per-job statistics for one model: the step figure and phase medians."""
+    """Per-job statistics for one model: the step figures, CPU and phase medians."""
     recs = [r["models"][model] for r in results]
-    med = statistics.median
-    common = {"cpu": {k: statistics.mean(r["cpu_per_step"][k] for r in recs) for k in CPU_KEYS},
-              "phases_ms": {k: statistics.mean(med(r["samples_ms"][k]) for r in recs)
-                            for k, _, _ in PHASES}}
-    if contender == "single":
-        return dict(common, step_ms=med(recs[0]["samples_ms"]["step"]))
-    if contender == "unconnected":
-        return dict(harness.unconnected_figures(recs), **common)
-    steps = [r["samples_ms"]["step"] for r in recs]
-    return dict(common, step_ms=med(harness.slowest(steps)), rank0_step_ms=med(steps[0]),
-                per_rank_ms=[med(s) for s in steps])
-
-
-def verify(contender, results, model):
-    """2-rank jobs: the ranks' final parameters (harness.same_weights)."""
-    if contender in ("single", "unconnected"):
-        return None
-    return harness.same_weights("%s/%s" % (contender, model),
-                                [r["models"][model]["checksum"] for r in results])
+    v = harness.step_figures(contender, recs)
+    if "per_rank_ms" in v:
+        v["rank0_step_ms"] = v["per_rank_ms"][0]
+    v["cpu"] = {k: statistics.mean(r["cpu_per_step"][k] for r in recs) for k in CPU_KEYS}
+    v["phases_ms"] = {k: statistics.mean(statistics.median(r["samples_ms"][k]) for r in recs)
+                      for k, _, _ in PHASES}
+    if "val_accuracy" in recs[0]:
+        v["val_accuracy"] = statistics.mean(r["val_accuracy"] for r in recs)
+    return v
 
 
 def summarize(jobs, contenders, models):
@@ -263,7 +302,7 @@ def summarize(jobs, contenders, models):
     for m in models:
         summary[m] = {}
         for c in contenders:
-            mine = [j for j in jobs if j["contender"] == c]
+            mine = [j for j in jobs if j["contender"] == c and m in j["values"]]
             if not mine:
                 continue
             # Jobs during which other processes kept a core busy measure them,
@@ -279,6 +318,8 @@ def summarize(jobs, contenders, models):
                               for k, _, _ in PHASES},
                 "cpu": {k: statistics.median(v["cpu"][k] for v in vals) for k in CPU_KEYS},
             }
+            if m == "compress":
+                summary[m][c]["val_accuracy"] = statistics.median(v["val_accuracy"] for v in vals)
     return summary
 
 
@@ -290,11 +331,18 @@ def paired_overheads(jobs, contender, model):
                           keep=lambda j: not j.get("noisy"))
 
 
-TABLE_HEAD = ["| contender | median step ms | steps/s | overhead vs unconnected (ms) "
-              "| overhead / DDP overhead | scaling efficiency | fwd / bwd / opt.step ms "
-              "| CPU ms/step: main / other threads (invol. csw) "
-              "| per-rep step ms | paired overhead per rep (ms) |",
-              "|---|---:|---:|---:|---:|---:|---|---|---|---|"]
+def rep_cells(s, jobs, c, m):
+    """c's cells "per-rep step ms" ('*': noisy) and "paired overhead per rep (ms)"."""
+    return [", ".join("%.2f%s" % (v, "*" if noisy else "")
+                      for v, noisy in zip(s[c]["per_rep_ms"], s[c]["per_rep_noisy"])),
+            ", ".join("%.2f" % v for v in (paired_overheads(jobs, c, m)
+                                           if report.overhead(s, c) is not None else [])) or "—"]
+
+
+HEAD = ["contender", "median step ms", "steps/s", "overhead vs unconnected (ms)",
+        "overhead / DDP overhead", "scaling efficiency", "fwd / bwd / opt.step ms",
+        "CPU ms/step: main / other threads (invol. csw)", "per-rep step ms",
+        "paired overhead per rep (ms)"]
 
 
 def overhead_target(model, unc):
@@ -306,159 +354,189 @@ def overhead_target(model, unc):
 
 def model_rows(s, jobs, contenders, m):
     """The table rows of one model, Horovod's reference last."""
-    single, unc = (s.get(c, {}).get("step_ms") for c in ("single", "unconnected"))
-    ddp_over = s["ddp"]["step_ms"] - unc if "ddp" in s and unc is not None else None
+    ddp_over = report.overhead(s, "ddp") if "ddp" in s else None
     rows = []
     for c in (c for c in contenders if c in s):
-        step = s[c]["step_ms"]
-        over = step - unc if unc is not None and c not in ("single", "unconnected") else None
-        eff = single / step if single is not None and c != "single" else None
+        step, over, eff = s[c]["step_ms"], report.overhead(s, c), report.efficiency(s, c)
         ph, cpu = s[c]["phases_ms"], s[c]["cpu"]
-        rows.append("| %s | %.2f | %.1f | %s | %s | %s | %.2f / %.2f / %.2f "
-                    "| %.1f / %.1f (%.0f) | %s | %s |" % (
-                        c, step, 1e3 / step, report.fmt(over),
-                        report.fmt(over / ddp_over if over is not None and ddp_over else None),
-                        report.fmt(eff * 100 if eff else None, "%.0f%%"),
-                        ph["fwd"], ph["bwd"], ph["opt"], cpu["main_ms"], cpu["other_ms"],
-                        cpu["main_invol_csw"], ", ".join(
-                            "%.2f%s" % (v, "*" if noisy else "")
-                            for v, noisy in zip(s[c]["per_rep_ms"], s[c]["per_rep_noisy"])),
-                        ", ".join("%.2f" % v for v in (paired_overheads(jobs, c, m)
-                                                       if over is not None else [])) or "—"))
+        rows.append([c, "%.2f" % step, "%.1f" % (1e3 / step), report.fmt(over),
+                     report.fmt(over / ddp_over if over is not None and ddp_over else None),
+                     report.fmt(eff * 100 if eff else None, "%.0f%%"),
+                     "%.2f / %.2f / %.2f" % (ph["fwd"], ph["bwd"], ph["opt"]),
+                     "%.1f / %.1f (%.0f)" % (cpu["main_ms"], cpu["other_ms"],
+                                             cpu["main_invol_csw"]),
+                     *rep_cells(s, jobs, c, m)])
     hv = HOROVOD[m]
     hv_over = hv["step"] - hv["unconnected"]
-    rows.append("| horovod (reference, measured earlier) | %.2f | %.1f | %.2f | %s | %s | "
-                "— | — | — | — |" % (hv["step"], 1e3 / hv["step"], hv_over,
-                                     report.fmt(hv_over / ddp_over if ddp_over else None),
-                                     report.fmt(hv["eff"] * 100 if hv["eff"] else None, "%.0f%%")))
-    return rows
+    return rows + [["horovod (reference, measured earlier)", "%.2f" % hv["step"],
+                    "%.1f" % (1e3 / hv["step"]), "%.2f" % hv_over,
+                    report.fmt(hv_over / ddp_over if ddp_over else None),
+                    report.fmt(hv["eff"] * 100 if hv["eff"] else None, "%.0f%%")] + ["—"] * 4]
 
 
 def model_targets(s, jobs, m, targets, verdicts):
     """The verdict lines of one model (plain fuseopt only); fills targets and verdicts."""
-    single, unc = (s.get(c, {}).get("step_ms") for c in ("single", "unconnected"))
-    ddp_over = s["ddp"]["step_ms"] - unc if "ddp" in s and unc is not None else None
+    single, unc = report.steps(s)
+    ddp_over = report.overhead(s, "ddp") if "ddp" in s else None
     hv, lines = HOROVOD[m], []
     if "fuseopt" in s and unc is not None:
-        f_over = s["fuseopt"]["step_ms"] - unc
+        f_over = report.overhead(s, "fuseopt")
         abs_target, scaled_target = overhead_target(m, unc)
         ok = f_over <= scaled_target
-        verdicts.append(ok)
         targets["%s_overhead" % m] = {
             "fuseopt_overhead_ms": f_over, "ddp_overhead_ms": ddp_over,
             "target_ms_scaled": scaled_target, "target_ms_absolute": abs_target,
             "pass": ok, "pass_absolute": f_over <= abs_target,
             "paired_fuseopt_overheads_ms": paired_overheads(jobs, "fuseopt", m)}
-        lines.append(
-            "- **%s** target: fuseopt overhead %.2f ms <= %.2f ms (half of Horovod's %.1f ms, "
-            "scaled by measured unconnected %.2f / %.1f ms; unscaled %.2f ms: %s) -> **%s**. "
-            "DDP overhead: %s ms." % (
-                report.verdict(ok), f_over, scaled_target, hv["step"] - hv["unconnected"], unc,
-                hv["unconnected"], abs_target, "pass" if f_over <= abs_target else "fail",
-                report.verdict(ok), report.fmt(ddp_over)))
+        lines.append(verdicts.line(ok, (
+            "fuseopt overhead %.2f ms <= %.2f ms (half of Horovod's %.1f ms, scaled by measured "
+            "unconnected %.2f / %.1f ms; unscaled %.2f ms: %s)" % (
+                f_over, scaled_target, hv["step"] - hv["unconnected"], unc, hv["unconnected"],
+                abs_target, "pass" if f_over <= abs_target else "fail")),
+            ". DDP overhead: %s ms." % report.fmt(ddp_over)))
         if m == "mlp" and single is not None:
-            eff, target = single / s["fuseopt"]["step_ms"], REF["targets"]["mlp_efficiency_min"]
-            ddp = single / s["ddp"]["step_ms"] if "ddp" in s else None
-            verdicts.append(eff >= target)
+            eff, target = report.efficiency(s, "fuseopt"), REF["targets"]["mlp_efficiency_min"]
+            ddp = report.efficiency(s, "ddp") if "ddp" in s else None
             targets["mlp_scaling_efficiency"] = {"fuseopt": eff, "target": target,
-                                                 "pass": verdicts[-1], "ddp": ddp}
-            lines.append(
-                "- **%s** target: fuseopt MLP scaling efficiency %.0f%% >= %.0f%% (Horovod "
-                "%.0f%%, DDP reference %.0f%%, DDP here %s) -> **%s**." % (
-                    report.verdict(verdicts[-1]), eff * 100, target * 100, hv["eff"] * 100,
-                    REF["ddp_reference_efficiency"]["mlp"] * 100,
-                    report.fmt(ddp * 100 if ddp is not None else None, "%.0f%%"),
-                    report.verdict(verdicts[-1])))
+                                                 "pass": eff >= target, "ddp": ddp}
+            lines.append(verdicts.line(eff >= target, (
+                "fuseopt MLP scaling efficiency %.0f%% >= %.0f%% (Horovod %.0f%%, DDP reference "
+                "%.0f%%, DDP here %s)" % (eff * 100, target * 100, hv["eff"] * 100,
+                                          REF["ddp_reference_efficiency"]["mlp"] * 100,
+                                          report.fmt(ddp * 100 if ddp is not None else None,
+                                                     "%.0f%%"))), "."))
     if "unconnected" in s and single is not None:
         lines.append("- compute-only ceiling: unconnected efficiency (single / unconnected) "
                      "= %.0f%%." % (100 * single / unc))
     return lines
 
 
+def compression(c):
+    """The compressor a fuseopt contender runs the compress job with, by its public name."""
+    name = c.partition(":")[2]
+    return "Compression." + (name + "()" if name == "ef_sign" else
+                             name if name in COMPRESSORS else "none")
+
+
+COMPRESS_HEAD = ["contender", "median step ms", "overhead vs unconnected (ms)",
+                 "overhead / uncompressed overhead", "validation accuracy", "per-rep step ms",
+                 "paired overhead per rep (ms)"]
+
+
+def compress_rows(s, jobs, contenders):
+    """The compress job's rows: step, overhead against fuseopt's without compression, and
+    validation accuracy."""
+    plain, rows = report.overhead(s, "fuseopt") if "fuseopt" in s else None, []
+    for c in (c for c in contenders if c in s):
+        over = report.overhead(s, c)
+        rows.append(["%s (%s)" % (c, compression(c)) if c.startswith("fuseopt") else c,
+                     "%.2f" % s[c]["step_ms"],
+                     report.fmt(over), report.fmt(over / plain if over is not None and plain
+                                                  else None, "%.2fx"),
+                     "%.3f" % s[c]["val_accuracy"], *rep_cells(s, jobs, c, "compress")])
+    return rows
+
+
+def compress_targets(s, targets, verdicts):
+    """The compress job's verdicts: bf16's overhead against none's, every compressor's
+    accuracy against none's."""
+    lines, ref = [], REF["targets"]
+    plain = report.overhead(s, "fuseopt") if "fuseopt" in s else None
+    bf16 = report.overhead(s, "fuseopt:bf16") if "fuseopt:bf16" in s else None
+    if plain and bf16 is not None:
+        ratio, limit = bf16 / plain, ref["compress_bf16_overhead_max"]
+        targets["compress_bf16_overhead"] = {"bf16_overhead_ms": bf16, "ratio": ratio,
+                                             "uncompressed_overhead_ms": plain,
+                                             "target": limit, "pass": ratio <= limit}
+        lines.append(verdicts.line(ratio <= limit, (
+            "Compression.bf16 overhead / uncompressed overhead %.2fx <= %.1fx (%.2f ms vs "
+            "%.2f ms over unconnected)" % (ratio, limit, bf16, plain)), "."))
+    for name in COMPRESSORS if "fuseopt" in s else ():
+        c = "fuseopt:" + name
+        if c not in s:
+            continue
+        acc, acc0 = s[c]["val_accuracy"], s["fuseopt"]["val_accuracy"]
+        limit = ref["compress_accuracy_drop_max"]
+        ok = abs(acc - acc0) <= limit + 1e-9
+        targets["compress_accuracy_" + name] = {"accuracy": acc, "uncompressed": acc0,
+                                                "target": limit, "pass": ok}
+        lines.append(verdicts.line(ok, (
+            "%s validation accuracy %.1f%% within %.0f point of uncompressed %.1f%% (%+.1f "
+            "points)" % (compression(c), 100 * acc, 100 * limit, 100 * acc0, 100 * (acc - acc0))),
+            "."))
+    return lines
+
+
 def build_report(summary, jobs, contenders, models, quick):
-    lines, verdicts, targets = [], [], {}
+    lines, verdicts, targets = [], report.Verdicts(), {}
     for m in models:
         warm, timed = steps_for(m, quick)
         lines.append("### %s (%s; batch %d/rank; %d warm-up + %d timed steps)\n"
                      % (m, TITLES[m][0], BATCH, warm, timed))
-        lines += TABLE_HEAD + model_rows(summary[m], jobs, contenders, m) + [""]
+        if m == "compress":
+            lines += report.table(COMPRESS_HEAD, "lrrrrll", compress_rows(
+                summary[m], jobs, contenders)) + [""]
+            lines += compress_targets(summary[m], targets, verdicts) + [""]
+            continue
+        lines += report.table(HEAD, "lrrrrrllll", model_rows(summary[m], jobs, contenders, m))
+        lines.append("")
         lines += model_targets(summary[m], jobs, m, targets, verdicts) + [""]
     return "\n".join(lines), verdicts, targets
 
 
 def plot(summary, contenders, models, path):
     plt = report.pyplot()
-    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8))
-    for ax, m in zip(axes if len(models) > 1 else [axes], models):
-        s = summary[m]
+    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        s, unc = summary[m], report.steps(summary[m])[1]
         names = [c for c in contenders if c in s]
-        top = report.step_bars(ax, names + ["horovod\n(ref)"],
-                               [s[c]["step_ms"] for c in names] + [HOROVOD[m]["step"]], "ddp",
-                               [s[c]["per_rep_ms"] for c in names],
-                               [s[c]["per_rep_noisy"] for c in names])
+        if m == "compress":  # no reference bar; bars labelled with their accuracy
+            plain = report.overhead(s, "fuseopt") if "fuseopt" in s else None
+            tgt = plain and unc + REF["targets"]["compress_bf16_overhead_max"] * plain
+            refs, labels = [], ["%s\nacc %.3f" % (c, s[c]["val_accuracy"]) for c in names]
+        else:
+            tgt = unc and unc + overhead_target(m, unc)[1]
+            refs, labels = [("horovod\n(ref)", HOROVOD[m]["step"])], None
+        lines = [] if unc is None else [(unc, "gray", ":", "unconnected (%.1f ms)" % unc)]
+        if tgt:
+            lines.insert(0, (tgt, "green", "--", "%s target (%.1f ms)" % (
+                "bf16" if m == "compress" else "fuseopt", tgt)))
+        top = report.step_bars(
+            ax, names + [n for n, _ in refs], [s[c]["step_ms"] for c in names]
+            + [v for _, v in refs], "ddp", [s[c]["per_rep_ms"] for c in names],
+            [s[c]["per_rep_noisy"] for c in names], lines, labels, rotation=20, loc="lower right")
         ax.set_ylim(0, top * 1.25)
-        if "unconnected" in s:
-            unc = s["unconnected"]["step_ms"]
-            tgt = unc + overhead_target(m, unc)[1]
-            ax.axhline(tgt, color="green", ls="--", lw=1, label="fuseopt target (%.1f ms)" % tgt)
-            ax.axhline(unc, color="gray", ls=":", lw=1, label="unconnected (%.1f ms)" % unc)
-            ax.legend(fontsize=8, loc="lower right")
-        ax.set_xticklabels(names + ["horovod\n(ref)"], rotation=20, fontsize=8)
         ax.set_title("%s (%s)" % TITLES[m])
     fig.suptitle("Training step time, batch %d/rank, 2 ranks (dots: repetitions; x: noisy, "
                  "left out)" % BATCH)
     report.save(plt, fig, path, 110)
 
 
-def run_measured_job(c, mpiexec, args, rep, attempt):
-    """One job plus how much CPU other processes used meanwhile (in cores)."""
-    idle, waited = harness.settle(args.settle) if args.settle > 0 else (None, 0.0)
-    load = os.getloadavg()[0]
-    sys.stderr.write("[rep %d/%d] %-14s (load %.2f, idle %s after %.0f s) ... " % (
-        rep + 1, args.reps, c, load, report.fmt(idle and 100 * idle, "%.0f%%", "?"), waited))
-    sys.stderr.flush()
-    meter = harness.ForeignCpu()
-    head = {"rep": rep, "attempt": attempt, "contender": c}
-    try:
+def run_contender(c, rep, pos, mpiexec, args, discarded):
+    """One kept job of c (harness.measured_job): a noisy one (Note [settle]) is rerun up to
+    --retry-noisy times and goes to discarded. A failed job ends the run unless --keep-going."""
+    models = models_of(c, args.models)
+
+    def job():
         results, stderr = run_job(c, args, mpiexec)
-        values = {m: job_value(c, results, m) for m in args.models}
-        checks = {m: verify(c, results, m) for m in args.models}
-    except harness.JobFailed as e:
-        wall, foreign = meter.cores()
-        sys.stderr.write("\nBENCHMARK JOB FAILED (other processes used %s cores meanwhile)\n%s\n"
-                         % (report.fmt(foreign, "%.2f", "?"), e))
-        if not args.keep_going:
-            raise SystemExit(2)
-        return dict(head, failed=True, error=str(e)[-8000:], wall_s=round(wall, 2),
-                    env=args.variants.get(c, {}), foreign_cores=foreign)
-    wall, foreign = meter.cores()
-    sys.stderr.write("%.1f s, foreign CPU %s cores: %s\n" % (
-        wall, report.fmt(foreign, "%.2f", "?"),
-        ", ".join("%s %.2f ms" % (m, values[m]["step_ms"]) for m in args.models)))
-    if args.verbose and stderr.strip():
-        sys.stderr.write(stderr + "\n")
-    return dict(head, quick=args.quick, env=args.variants.get(c, {}), wall_s=round(wall, 2),
-                loadavg_1m_before=load, idle_before=idle, settle_wait_s=round(waited, 1),
-                foreign_cores=None if foreign is None else round(foreign, 3),
-                loadavg_1m_after=os.getloadavg()[0], values=values, checksums=checks,
-                results=results, stderr_tail=stderr[-4000:])
+        return dict(quick=args.quick, values={m: job_value(c, results, m) for m in models},
+                    checksums={m: None if c in harness.BASELINES else harness.same_weights(
+                        "%s/%s" % (c, m), [r["models"][m]["checksum"] for r in results])
+                        for m in models},
+                    results=results, stderr_tail=stderr[-4000:]), stderr
 
-
-def run_contender(c, pos, mpiexec, args, rep, discarded):
-    """One kept job of c: a noisy one (Note [settle]) is rerun up to --retry-noisy times
-    and goes to discarded. A failed job comes back with "failed" set."""
     for attempt in range(args.retry_noisy + 1):
-        job = run_measured_job(c, mpiexec, args, rep, attempt)
-        job["position"] = pos
-        if job.get("failed"):
-            return job
-        noisy = job["foreign_cores"] is not None and job["foreign_cores"] > args.max_foreign
-        if not noisy or attempt == args.retry_noisy:
-            job["noisy"] = noisy
-            return job
-        discarded.append(job)
-        sys.stderr.write("    (other processes used %.2f cores during the job: rerun)\n"
-                         % job["foreign_cores"])
+        rec = harness.measured_job(args, c, rep, pos, job, lambda rec: ", ".join(
+            "%s %.2f ms" % (m, rec["values"][m]["step_ms"]) for m in models))
+        rec.update(attempt=attempt, env=args.variants.get(c, {}))
+        if rec.get("failed") and not args.keep_going:
+            raise SystemExit(2)
+        noisy = rec["foreign_cores"] is not None and rec["foreign_cores"] > args.max_foreign
+        if rec.get("failed") or not noisy or attempt == args.retry_noisy:
+            return rec if rec.get("failed") else dict(rec, noisy=noisy)
+        discarded.append(rec)
+        harness.log("    (other processes used %.2f cores during the job: rerun)\n"
+                    % rec["foreign_cores"])
 
 
 def notes(args, jobs, discarded, failed):
@@ -486,12 +564,17 @@ def notes(args, jobs, discarded, failed):
             for j in jobs)),
     ]
     for m in args.models:
-        f, d = ([j["checksums"][m] for j in jobs if j["contender"] == c and j["checksums"][m]]
-                for c in ("fuseopt", "ddp"))
+        f, d = ([j["checksums"][m] for j in jobs if j["contender"] == c
+                 and j["checksums"].get(m)] for c in ("fuseopt", "ddp"))
         if f and d:
             rel = abs(f[0][1] - d[0][1]) / max(1e-12, abs(d[0][1]))
             out.append("%s: ranks agree in every 2-rank job; final sum(p^2) fuseopt vs DDP "
                        "differ by %.1e (relative)." % (m, rel))
+    if "compress" in args.models:
+        out.append("compress: SGD lr %g, momentum %g; every process trains on its shard of the "
+                   "%d digits not held out, %d per step; validation accuracy on the %d held "
+                   "out after all its warm-up and timed steps (unconnected: each process alone, "
+                   "mean of the two)." % (LR, MOMENTUM, 1797 - VALIDATION, BATCH, VALIDATION))
     if failed:
         out.insert(0, "**%d JOB(S) FAILED** and are left out (--keep-going): %s. Errors are "
                    "in the JSON (failed_jobs)." % (len(failed), ", ".join(
@@ -501,18 +584,14 @@ def notes(args, jobs, discarded, failed):
 
 
 def driver_main(args):
-    mpiexec = harness.find_mpiexec()
-    os.makedirs(args.out, exist_ok=True)
-    contenders = harness.parse_contenders(args, BASE_CONTENDERS)
-    jobs, discarded, failed = [], [], []
-    started = time.time()
-    sys.stderr.write("mpiexec: %s; %d reps x %s; models %s; quick=%s\n"
-                     % (mpiexec, args.reps, contenders, args.models, args.quick))
-    for rep, pos, c in harness.interleaved(contenders, args.reps, args.seed):
-        job = run_contender(c, pos, mpiexec, args, rep, discarded)
-        (failed if job.get("failed") else jobs).append(job)
+    contenders = [c for c in harness.parse_contenders(args, BASE_CONTENDERS)
+                  if models_of(c, args.models)]
+    mpiexec, started = harness.start(args, contenders, models=args.models)
+    discarded = []
+    jobs, failed = harness.run_jobs(args, contenders, lambda c, rep, pos: run_contender(
+        c, rep, pos, mpiexec, args, discarded))
     if not jobs:
-        sys.stderr.write("\nEVERY JOB FAILED\n")
+        harness.log("\nEVERY JOB FAILED\n")
         return 2
     summary = summarize(jobs, contenders, args.models)
     table, verdicts, targets = build_report(summary, jobs, contenders, args.models, args.quick)
@@ -521,17 +600,16 @@ def driver_main(args):
         args, started, mpiexec, ranks=NRANKS, models=args.models, settle_s=args.settle,
         max_foreign_cores=args.max_foreign, retry_noisy=args.retry_noisy,
         steps={m: steps_for(m, args.quick) for m in args.models}, batch_per_rank=BATCH, lr=LR,
-        variants=args.variants, horovod_reference=HOROVOD)
-    paths = report.write_outputs(
-        args.out, "torch_train", "torch training-step benchmark",
+        variants=args.variants, horovod_reference=HOROVOD, compress_momentum=MOMENTUM)
+    status = report.finish(
+        args, "torch_train", "torch training-step benchmark",
         {"meta": meta, "summary": summary, "targets": targets, "table_markdown": text,
          "jobs": jobs, "discarded_noisy_jobs": discarded, "failed_jobs": failed}, text,
-        lambda path: plot(summary, contenders, args.models, path))
-    fails = report.print_outcome(text, paths, verdicts)
+        lambda path: plot(summary, contenders, args.models, path), verdicts)
     if failed:
         print("%d JOB(S) FAILED (see above and failed_jobs in the JSON)" % len(failed))
         return 2
-    return 1 if (args.strict and fails) else 0
+    return status
 
 
 def main(argv=None):
@@ -544,6 +622,7 @@ def main(argv=None):
                    help="a job during which other processes used more than this many cores "
                         "(on average) is rerun, up to --retry-noisy times")
     p.add_argument("--retry-noisy", type=int, default=2)
+    p.add_argument("--compression", choices=COMPRESSORS, help=argparse.SUPPRESS)
     p.add_argument("--keep-going", action="store_true",
                    help="record a failed or timed-out job and go on (exit status 2 at the "
                         "end) instead of stopping at once")
