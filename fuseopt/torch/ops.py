@@ -31,17 +31,23 @@ Adasum = _np_ops.Adasum
 
 
 
-def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place, process_set=None):
-    """enqueue()'s arguments for one allreduce (in place or into a new tensor)."""
+def _buffers(tensor, name, in_place, process_set):
+    """(source, result, their pointers) of one allreduce: in place, or into
+    a new tensor (for host tensors, a released one of an earlier call)."""
     if tensor.requires_grad:  # e.g. a parameter; gradients themselves do not
         tensor = tensor.detach()
     if in_place:
         src = out = _t.writable(tensor, "allreduce_ tensor")
         src_ptr = out_ptr = _t.ptr(src)
-    else:
-        src = _t.contiguous(tensor)
-        out = torch.empty_like(src)
-        src_ptr, out_ptr = _t.ptr(src), _t.ptr(out)
+        return src, out, src_ptr, out_ptr
+    src = _t.contiguous(tensor)
+    out = _t.new_result(src, name, process_set) if src.is_cpu else torch.empty_like(src)
+    return src, out, _t.ptr(src), _t.ptr(out)
+
+
+def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place, process_set=None):
+    """enqueue()'s arguments for one allreduce (in place or into a new tensor)."""
+    src, out, src_ptr, out_ptr = _buffers(tensor, name, in_place, process_set)
     device, ready = _t.device_of(src)
     return ((_rq.ALLREDUCE, name, _t.dtype_name(src), tuple(src.shape), src_ptr, out_ptr),
             dict(reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
@@ -51,20 +57,12 @@ def allreduce_op(tensor, name, op, prescale_factor, postscale_factor, in_place, 
 
 def _allreduce(tensor, name, op, prescale_factor, postscale_factor, in_place, process_set):
     """Enqueues one allreduce. Horovod-style code calls this once per
-    gradient, every step: host tensors take a lean path."""
+    gradient, every step: host tensors skip allreduce_op's re-packing."""
     if not tensor.is_cpu:
         args, kwargs = allreduce_op(tensor, name, op, prescale_factor, postscale_factor,
                                     in_place, process_set)
         return _rq.enqueue(*args, **kwargs)
-    if tensor.requires_grad:  # e.g. a parameter; gradients themselves do not
-        tensor = tensor.detach()
-    if in_place:
-        src = out = _t.writable(tensor, "allreduce_ tensor")
-        src_ptr = out_ptr = _t.ptr(src)
-    else:
-        src = _t.contiguous(tensor)
-        out = _t.new_result(src, name, process_set)
-        src_ptr, out_ptr = _t.ptr(src), _t.ptr(out)
+    src, out, src_ptr, out_ptr = _buffers(tensor, name, in_place, process_set)
     return _rq.enqueue(_rq.ALLREDUCE, name, _t.dtype_name(src), src.shape, src_ptr, out_ptr,
                        reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
                        keepalive=(src, out), finish=lambda _: out,
