@@ -115,14 +115,7 @@ class _Pending:
                 raise self._error[0](self._error[1])
             return self._result
         try:
-            if timeout is None:  # the common case, without the deadline arithmetic
-                status, raw = self._wait_once(WAIT_SLICE_MS)
-                if status == lib.FUSEOPT_TIMEOUT:
-                    raw = self._wait_in_slices(None)
-                else:
-                    check(status)
-            else:
-                raw = self._wait_in_slices(timeout)
+            raw = self._wait_in_slices(timeout)
         except TimeoutError:
             raise  # still in flight: may be waited on again (no `as`: no cycle via self)
         except FuseoptError as e:

@@ -22,17 +22,28 @@ _pool = {}  # key -> list of results
 _bytes = 0
 
 
-def _refs_when_free():
-    """sys.getrefcount of a result that only the pool holds, as seen in
-    take()'s loop (measured, not assumed: it differs between Python
-    versions)."""
+def _references(obj):
+    return sys.getrefcount(obj)
+
+
+def _references_when_unshared():
+    """What unshared() sees for an object held by one container and one
+    local name of its caller (measured, not assumed: reference counts as
+    seen from Python differ between versions)."""
     kept = [bytearray(1)]
     for result in kept:
-        return sys.getrefcount(result)
+        return _references(result)
     return 0
 
 
-_FREE_REFS = _refs_when_free()
+_UNSHARED_REFS = _references_when_unshared()
+
+
+def unshared(obj):
+    """Whether nothing refers to ``obj`` but one container (a pool, a
+    list of kept results) and one local name of the caller. Views,
+    buffers exported from it and handles still in flight refer to it."""
+    return sys.getrefcount(obj) <= _UNSHARED_REFS
 
 
 def take(key, nbytes, make, storage_free=None):
@@ -46,8 +57,7 @@ def take(key, nbytes, make, storage_free=None):
         kept = _pool.get(key)
         if kept is not None:
             for result in kept:
-                if sys.getrefcount(result) <= _FREE_REFS and (
-                        storage_free is None or storage_free(result)):
+                if unshared(result) and (storage_free is None or storage_free(result)):
                     return result
         if kept is not None and len(kept) >= _DEPTH:
             kept.pop(0)  # the caller still holds it; it is no longer ours to reuse

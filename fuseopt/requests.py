@@ -68,9 +68,7 @@ def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_o
     try:
         check(lib.fuseopt_enqueue_many(ctx, reqs, n, ids))
     finally:
-        if len(_group_templates) >= _MAX_TEMPLATES:
-            _group_templates.clear()
-        _group_templates[key] = template
+        _give_back(_group_templates, key, template)
     return GroupHandle(ctx, ids, n, keepalive, finish)
 
 
@@ -79,6 +77,15 @@ def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_o
 # enqueue itself; a cached one is copied and given this call's buffers.
 _templates = {}
 _MAX_TEMPLATES = 8192
+
+
+def _give_back(cache, key, value):
+    """Returns a request taken out of a cache while a native call used it
+    (the call runs without the GIL); a cache that grew past _MAX_TEMPLATES
+    signatures starts over."""
+    if len(cache) >= _MAX_TEMPLATES:
+        cache.clear()
+    cache[key] = value
 
 
 def _template(collective, name, dtype, shape, reduce_op, root, prescale, postscale):
@@ -160,9 +167,7 @@ def _enqueue_host(ctx, handle, collective, name, dtype, shape, input_ptr, output
     try:
         check(lib.fuseopt_enqueue(ctx, req, handle))
     finally:
-        if len(_ready_requests) >= _MAX_TEMPLATES:
-            _ready_requests.clear()
-        _ready_requests[key] = ready
+        _give_back(_ready_requests, key, ready)
 
 
 class Batch:
@@ -211,8 +216,7 @@ class Batch:
 
 def _context():
     ctx = world.context()
-    if handles._orphans:
-        handles.reap_orphans()
+    handles.reap_orphans()
     return ctx
 
 

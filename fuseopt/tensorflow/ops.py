@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 import contextlib
 import itertools
-import sys
 
 import numpy as np
 import tensorflow as tf
 
 from .. import buckets
 from .. import objects as _objects
+from .. import output_pool
 from .. import ops as _np
 from ..arguments import derived_name
 from ..compression import as_compressor
@@ -41,7 +41,7 @@ class _ResultBuffers:
     page faults: ~10 ms per step for an 8.4M-parameter model here).
     tf.numpy_function copies what the function returns into its output tensor,
     so the array is free again once the op has run; should a TensorFlow version
-    keep a reference instead, the reference count shows it and a new array is
+    keep a reference instead, output_pool.unshared sees it and a new array is
     made."""
 
     def __init__(self, n):
@@ -50,9 +50,9 @@ class _ResultBuffers:
     def take(self, inputs):
         out = []
         for i, x in enumerate(inputs):
-            a = self._arrays[i]
-            # Held only by self._arrays, the name a, and getrefcount's argument.
-            if a is None or a.shape != x.shape or a.dtype != x.dtype or sys.getrefcount(a) > 3:
+            a = self._arrays[i]  # held by self._arrays and the name a, when free
+            if a is None or a.shape != x.shape or a.dtype != x.dtype or \
+                    not output_pool.unshared(a):
                 a = self._arrays[i] = np.empty(x.shape, x.dtype)
             out.append(a)
         return out

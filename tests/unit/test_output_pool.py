@@ -69,3 +69,16 @@ def test_nothing_is_kept_past_the_byte_cap(monkeypatch):
     assert "b" not in output_pool._pool
     del first
     assert take(nbytes=800).__array_interface__["data"][0] == address
+
+
+def test_unshared_sees_a_second_holder():
+    kept = [np.zeros(4)]
+    for result in kept:
+        assert output_pool.unshared(result)
+        other = result
+        assert not output_pool.unshared(result)
+        del other
+        view = result[1:]
+        assert not output_pool.unshared(result)
+        del view
+        assert output_pool.unshared(result)

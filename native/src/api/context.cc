@@ -346,7 +346,6 @@ void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t*
     inbox_.queue.push_back(std::move(entries[i]));
   }
   inbox_.enqueued.fetch_add(count, std::memory_order_relaxed);
-  ++inbox_.calls;
   // A busy loop thread drains the queue on its own; a futex wake per tensor
   // would cost a system call each.
   const bool wake = inbox_.loop_waiting;

@@ -20,7 +20,6 @@ struct Inbox {
   std::condition_variable wake;
   std::deque<Entry> queue;
   std::atomic<uint64_t> enqueued{0};         // count ever queued; read without mu
-  uint64_t calls = 0;                         // enqueue calls ever made (one per batch)
   bool shutdown_requested = false;
   bool loop_waiting = false;                  // enqueue signals only if true
   bool stopped = false;                       // the loop thread has exited
