@@ -29,6 +29,7 @@ from typing import Any
 
 from . import world
 from .ops import Sum
+from .requests import WIRE_AS_IS
 from .errors import InvalidArgumentError, UnsupportedError
 
 # The number of ranks the payloads being compressed are reduced over. The
@@ -170,10 +171,17 @@ class TensorKit(abc.ABC):
 
 class CastCompressor(Compressor):
     """Sends floating-point tensors as ``target`` (a 16-bit float): half the
-    bytes; the core sums in float, rounding once per pairwise step."""
+    bytes; the core sums in float, rounding once per pairwise step.
+
+    The optimizers hand float32 host gradients to the core uncompressed with
+    ``wire`` instead (see on_wire): the core rounds them on their way into
+    its fusion buffer and widens the result on its way out, which gives the
+    bits of compress, allreduce and decompress (NaN payloads aside) without
+    the two extra passes over every gradient."""
 
     kit: TensorKit  # set by each binding's subclass
     target: Any = None  # the framework's 16-bit float dtype
+    wire = WIRE_AS_IS  # the core's fuseopt_wire_t for target
 
     def compress(self, tensor, name=None):
         if self.kit.is_floating(tensor.dtype) and tensor.dtype != self.target:
@@ -182,6 +190,17 @@ class CastCompressor(Compressor):
 
     def decompress(self, payloads, ctx):
         return payloads[0] if ctx is None else self.kit.cast(payloads[0], ctx)
+
+
+def on_wire(compressor):
+    """The fuseopt_wire_t that lets the core do ``compressor``'s work on
+    float32 host tensors: a CastCompressor's (Compression.fp16, .bf16, and
+    subclasses that keep their compress and decompress), else WIRE_AS_IS."""
+    cls = type(compressor)
+    if isinstance(compressor, CastCompressor) and cls.compress is CastCompressor.compress \
+            and cls.decompress is CastCompressor.decompress:
+        return compressor.wire
+    return WIRE_AS_IS
 
 
 class EFSignCompressor(Compressor):

@@ -106,9 +106,10 @@ def allreduce_async_(array: np.ndarray, name: Optional[str] = None, op: Optional
 
 
 def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, outs=None,
-             process_set=None):
+             process_set=None, wire=_rq.WIRE_AS_IS):
     """One native call to submit, one to wait: returns a GroupHandle whose
-    wait() gives the list of results (``outs``, when given, receive them)."""
+    wait() gives the list of results (``outs``, when given, receive them).
+    ``wire``: float32 arrays travel as a 16-bit float (requests.enqueue)."""
     if in_place:
         srcs = outs = [_writable(a, "allreduce_ input") for a in arrays]
         src_ptrs = out_ptrs = [_ptr(a) for a in srcs]
@@ -120,7 +121,8 @@ def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, out
                             [_dtype_name(a) for a in srcs], [a.shape for a in srcs], src_ptrs,
                             out_ptrs, reduce_op=op, prescale=prescale_factor,
                             postscale=postscale_factor, keepalive=(srcs, outs),
-                            finish=lambda _: list(outs), process_set=_ps.id_of(process_set))
+                            finish=lambda _: list(outs), process_set=_ps.id_of(process_set),
+                            wire=wire)
 
 
 def grouped_allreduce_async(arrays: Sequence[np.ndarray], names: Optional[Sequence[str]] = None,

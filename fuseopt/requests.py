@@ -21,6 +21,10 @@ BARRIER = lib.FUSEOPT_BARRIER
 JOIN = lib.FUSEOPT_JOIN
 PROCESS_SET_ADD = lib.FUSEOPT_PROCESS_SET_ADD
 PROCESS_SET_REMOVE = lib.FUSEOPT_PROCESS_SET_REMOVE
+# How a float32 allreduce travels (fuseopt_request_t::wire).
+WIRE_AS_IS = lib.FUSEOPT_WIRE_AS_IS
+WIRE_FLOAT16 = lib.FUSEOPT_WIRE_FLOAT16
+WIRE_BFLOAT16 = lib.FUSEOPT_WIRE_BFLOAT16
 
 _NULL = ffi.NULL
 
@@ -33,20 +37,20 @@ _group_templates = {}
 
 def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_op=lib.FUSEOPT_SUM,
                  prescale=1.0, postscale=1.0, keepalive=None, finish=None, key=None, phase=0,
-                 process_set=0):
+                 process_set=0, wire=0):
     """Enqueues a list of host-memory operations of one kind in one native
     call (all or none) and returns a GroupHandle. names, dtypes (names),
     shapes (tuples), inputs and outputs (cffi pointers) are parallel lists.
     ``key``: a hashable that stands for all arguments but the buffers, for
     callers that submit the same group every step (it must change whenever
     they do; hold an object of your own in it so that no other caller's
-    key can equal it). ``phase``, ``process_set`` (an id): see
-    fuseopt_request_t."""
+    key can equal it). ``phase``, ``process_set`` (an id), ``wire`` (a
+    fuseopt_wire_t, for float32 allreduces): see fuseopt_request_t."""
     ctx = _context()
     n = len(names)
     if key is None:
         key = (collective, tuple(names), tuple(dtypes), tuple(shapes), reduce_op, prescale,
-               postscale, phase, process_set)
+               postscale, phase, process_set, wire)
     template = _group_templates.pop(key, None)
     if template is None:
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
@@ -57,6 +61,7 @@ def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_o
             reqs[i] = one[0][0]
             reqs[i].phase = phase
             reqs[i].process_set = process_set
+            reqs[i].wire = wire
             keep.append(one)
         template = (reqs, keep)
     reqs = template[0]
@@ -116,7 +121,7 @@ def _template(collective, name, dtype, shape, reduce_op, root, prescale, postsca
 
 def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *,
             reduce_op=lib.FUSEOPT_SUM, root=0, prescale=1.0, postscale=1.0, splits=None,
-            keepalive=None, finish=None, device=None, process_set=0):
+            keepalive=None, finish=None, device=None, process_set=0, wire=WIRE_AS_IS):
     """Submits one operation on raw buffers and returns its Handle.
 
     dtype is a name ("float32"); shape a sequence of ints; pointers are cffi
@@ -124,11 +129,12 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
     the handle's result; raw is a RuntimeOutput for allgather/alltoall.
     ``device`` (a :class:`fuseopt.devices.Device`) says the pointers are
     device memory; None means host memory. ``process_set``: the set's id
-    (:func:`fuseopt.process_sets.id_of`).
+    (:func:`fuseopt.process_sets.id_of`). ``wire``: how a float32 allreduce
+    travels (WIRE_FLOAT16, WIRE_BFLOAT16: rounded by the core on its copies).
     """
     ctx = _context()
     handle = ffi.new("int64_t*")
-    if device is None and splits is None:
+    if device is None and splits is None and wire == WIRE_AS_IS:
         _enqueue_host(ctx, handle, collective, name, dtype, shape, input_ptr, output_ptr,
                       reduce_op, root, prescale, postscale, process_set)
     else:
@@ -136,6 +142,7 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
         c_splits = _fill(req, 0, collective, name, dtype, shape, input_ptr, output_ptr,
                          reduce_op, root, prescale, postscale, splits, device,
                          process_set=process_set)
+        req[0].wire = wire
         check(lib.fuseopt_enqueue(ctx, req, handle))
         del c_splits  # the core has copied them
     return Handle(ctx, handle[0], keepalive, finish,

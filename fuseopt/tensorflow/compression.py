@@ -4,6 +4,7 @@ sides. Residuals are tf.Variables, so that updates persist inside tf.function.""
 import tensorflow as tf
 
 from .. import compression as _neutral
+from .. import requests as _rq
 from ..compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
 
 
@@ -42,11 +43,11 @@ _TF = _TensorFlowKit()
 
 
 class FP16Compressor(_neutral.CastCompressor):
-    kit, target = _TF, tf.float16
+    kit, target, wire = _TF, tf.float16, _rq.WIRE_FLOAT16
 
 
 class BF16Compressor(_neutral.CastCompressor):
-    kit, target = _TF, tf.bfloat16
+    kit, target, wire = _TF, tf.bfloat16, _rq.WIRE_BFLOAT16
 
 
 class EFSignCompressor(_neutral.EFSignCompressor):

@@ -18,7 +18,8 @@ from .. import objects as _objects
 from .. import output_pool
 from .. import ops as _np
 from ..arguments import derived_name
-from ..compression import as_compressor
+from ..compression import as_compressor, on_wire
+from ..requests import WIRE_AS_IS
 from .. import world
 from ..errors import FuseoptError, InvalidArgumentError
 from . import _tensors as _t
@@ -79,7 +80,7 @@ def _finish_abandoned(token):
 
 
 def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter,
-                       process_set=None):
+                       process_set=None, wire=WIRE_AS_IS):
     """Graph mode with overlap: the list is cut into buckets of about
     ``bucket_cap`` bytes in the order backward produces gradients (the
     reverse of the variables'), one op per bucket only *starts* its
@@ -102,7 +103,7 @@ def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, mete
             if last:
                 _finish_abandoned(last.pop())
             handle = _np._grouped(list(arrays), bucket_names, op, prescale, postscale, False,
-                                  outputs.take(arrays), process_set)
+                                  outputs.take(arrays), process_set, wire)
             token = next(_tokens)
             _in_flight[token] = handle
             last.append(token)
@@ -125,18 +126,19 @@ def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, mete
 
 
 def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
-                           bucket_cap=None, process_set=None):
+                           bucket_cap=None, process_set=None, wire=WIRE_AS_IS):
     """One numpy call for the whole list: all enqueued, then all waited
     (inside ``meter.waiting()`` when given: the train step blocks on it).
     In a graph with ``bucket_cap`` (bytes), buckets start as soon as their
-    tensors exist instead (_started_allreduce)."""
+    tensors exist instead (_started_allreduce). ``wire``: float32 tensors
+    travel as a 16-bit float (compression.on_wire)."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     dtypes = [t.dtype for t in tensors]
     for t in tensors:
         _t.dtype_name(t)
     if bucket_cap is not None and tensors and not tf.executing_eagerly():
         outs = _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter,
-                                  process_set)
+                                  process_set, wire)
         for o, t in zip(outs, tensors):
             o.set_shape(t.shape)
         return outs
@@ -147,7 +149,8 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
     def fn(*arrays):
         with meter.waiting() if meter is not None else contextlib.nullcontext():
             return _np._grouped(list(arrays), names, op, prescale, postscale, False,
-                                outputs.take(arrays) if outputs else None, process_set).wait()
+                                outputs.take(arrays) if outputs else None, process_set,
+                                wire).wait()
 
     outs = _t.run(fn, tensors, dtypes, "allreduce")
     for o, t in zip(outs, tensors):
@@ -189,6 +192,12 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
         compression = as_compressor(compression)
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
+    wire = WIRE_AS_IS
+    if compression is not None and on_wire(compression) \
+            and all(tf.as_dtype(t.dtype) == tf.float32 for t in tensors):
+        # The core casts on its copies: the bits of compress and decompress
+        # without their two passes over every tensor.
+        wire, compression = on_wire(compression), None
     if compression is not None and not isinstance(compression, NoneCompressor):
         # Compressors that sum divide by the ranks reduced over: the set's
         # (read in compress, carried to decompress in ctx).
@@ -208,12 +217,12 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
     @tf.custom_gradient
     def reduce(*xs):
         outs = _grouped_allreduce_raw(xs, names, op, prescale_factor, postscale_factor, meter,
-                                      bucket_cap, process_set)
+                                      bucket_cap, process_set, wire)
 
         def grad(*dys):
             grad_names = [None if n is None else n + ".grad" for n in names]
             return _grouped_allreduce_raw(dys, grad_names, op, prescale_factor, postscale_factor,
-                                          process_set=process_set)
+                                          process_set=process_set, wire=wire)
         return outs, grad
 
     return list(reduce(*tensors))

@@ -10,7 +10,7 @@ import torch
 
 from .. import buckets, naming, optimizer_args, overlap
 from .. import requests as _rq
-from ..compression import reducing_over
+from ..compression import on_wire, reducing_over
 from . import _tensors as _t
 from . import ops, row_ops
 from .compression import Compression
@@ -51,7 +51,7 @@ class GradientReducer:
         # Bucket sizes from the parameters (a gradient has its parameter's
         # size), not read from tensors in every hook.
         self._nbytes = [p.numel() * p.element_size() for p in params]
-        self._plans = {}  # (indices, op, scales, phase) -> submit_plain's request fields
+        self._plans = {}  # (indices, op, scales, phase, wire) -> submit_plain's request fields
         self._plan_token = object()  # this optimizer's part of the request-cache key
         self._in_place_buckets = []  # handles whose results land in p.grad itself
         # index -> (bucket handle, first, count, compression ctx), _IN_PLACE or _Sparse
@@ -87,11 +87,14 @@ class GradientReducer:
         """Starts the allreduces of these parameters in one native call."""
         op = self._compression.reduce_op if self._compression.reduce_op is not None else self._op
         scales = optimizer_args.scales(op, self._predivide)
-        if self._compression is Compression.none and not self._perms:
+        # In place from a plan: uncompressed, or cast to 16 bits by the core
+        # on its copies (on_wire), which float32 host gradients allow.
+        wire = on_wire(self._compression)
+        if (wire or self._compression is Compression.none) and not self._perms:
             grads = [self.params[i].grad for i in indices]
             if all(g is not None and g.is_cpu and not g.is_sparse and g.is_contiguous()
-                   for g in grads):
-                return self._submit_plain(indices, grads, op, scales)
+                   and (not wire or g.dtype is torch.float32) for g in grads):
+                return self._submit_plain(indices, grads, op, scales, wire)
         batch = _rq.Batch()
         started = []
         for i in indices:
@@ -134,11 +137,12 @@ class GradientReducer:
         with reducing_over(self._set_size):
             return self._compression.compress(grad, self.names[i])
 
-    def _submit_plain(self, indices, grads, op, scales):
-        """The common case (host gradients in place, no compression or shared
-        layout) from a plan made once per bucket: a step checks each
-        gradient's shape and dtype against it and passes one pointer each."""
-        plan_key = (tuple(indices), op, scales, self.phase)
+    def _submit_plain(self, indices, grads, op, scales, wire):
+        """The common case (host gradients in place, no compression but the
+        core's casts, no shared layout) from a plan made once per bucket: a
+        step checks each gradient's shape and dtype against it and passes
+        one pointer each."""
+        plan_key = (tuple(indices), op, scales, self.phase, wire)
         plan = self._plans.get(plan_key)
         if plan is None or any(g.shape != shape or g.dtype != dtype
                                for g, shape, dtype in zip(grads, plan[3], plan[4])):
@@ -150,7 +154,7 @@ class GradientReducer:
         bucket = _rq.submit_group(_rq.ALLREDUCE, names, dtype_names, shapes, ptrs, ptrs,
                                   reduce_op=op, prescale=scales[0], postscale=scales[1],
                                   keepalive=grads, key=key, phase=self.phase,
-                                  process_set=self._set_id)
+                                  process_set=self._set_id, wire=wire)
         self._in_place_buckets.append(bucket)
         for i in indices:
             self.in_flight[i] = _IN_PLACE

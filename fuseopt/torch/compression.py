@@ -3,6 +3,7 @@ fuseopt.compression (which also says how to write your own) on torch tensors."""
 import torch
 
 from .. import compression as _neutral
+from .. import requests as _rq
 from ..compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
 
 
@@ -44,12 +45,12 @@ _TORCH = _TorchKit()
 class FP16Compressor(_neutral.CastCompressor):
     """Half the bytes: sends float16 (the core sums in float, rounding once
     per pairwise step)."""
-    kit, target = _TORCH, torch.float16
+    kit, target, wire = _TORCH, torch.float16, _rq.WIRE_FLOAT16
 
 
 class BF16Compressor(_neutral.CastCompressor):
     """Half the bytes: sends bfloat16 (float32's range, 8 bits of mantissa)."""
-    kit, target = _TORCH, torch.bfloat16
+    kit, target, wire = _TORCH, torch.bfloat16, _rq.WIRE_BFLOAT16
 
 
 class EFSignCompressor(_neutral.EFSignCompressor):

@@ -311,6 +311,67 @@ static void test_half16_kernels() {
   }
 }
 
+// float32 values of every class: random bits, and values right at and next
+// to the 16-bit types' rounding edges (halfway cases, the subnormal range,
+// overflow to infinity), with NaNs and infinities.
+static std::vector<float> bits32(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<uint32_t> edges = {0x00000000, 0x80000000, 0x00000001, 0x33000000, 0x33000001,
+                                       0x387fe000, 0x38800000, 0x477fefff, 0x477ff000, 0x7f7fffff,
+                                       0x7f800000, 0xff800000, 0x7f800001, 0x7fc00000, 0x3f801000,
+                                       0x3f803000, 0x3f808000, 0x3f818000, 0x00800000, 0xff7fffff};
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    uint32_t b = rng();
+    const int pick = rng() % 4;
+    if (pick == 0) b = edges[rng() % edges.size()];
+    if (pick == 1) b = (b & 0x8fffe000u) | 0x38000000u | (rng() % 2 ? 0x1000u : 0u);  // near fp16
+    std::memcpy(&x, &b, 4);
+  }
+  return v;
+}
+
+// Narrowing float32 into a 16-bit type and widening back (compression on
+// the fusion buffer's copies): the vector kernels give the scalar bits, and
+// both equal a cast followed by scale16.
+static void test_narrow_widen_kernels() {
+  for (fuseopt_dtype_t dtype : {FUSEOPT_FLOAT16, FUSEOPT_BFLOAT16}) {
+    const bool half = dtype == FUSEOPT_FLOAT16;
+    for (size_t n : {size_t(1), size_t(9), size_t(37), size_t(1) << 16}) {
+      const std::vector<float> src = bits32(n, 5 + n);
+      const std::vector<uint16_t> src16 = bits16(half, n, 6 + n);
+      for (float factor : {1.0f, 0.5f, 1.0f / 3.0f, 6e4f}) {
+        std::vector<uint16_t> cast(n), reference(n);
+        for (size_t i = 0; i < n; ++i) cast[i] = half ? float_to_half(src[i]) : float_to_bfloat(src[i]);
+        scale16(dtype, cast.data(), reference.data(), n, factor, Kernels16::kScalar);
+        for (Kernels16 k : {Kernels16::kScalar, Kernels16::kAvx2}) {
+          std::vector<uint16_t> narrowed(n);
+          narrow16(dtype, src.data(), narrowed.data(), n, factor, k);
+          CHECK(narrowed == reference);
+          std::vector<uint16_t> scaled = src16;  // scale_copy leaves factor 1 alone
+          if (factor != 1.0f)
+            scale16(dtype, src16.data(), scaled.data(), n, factor, Kernels16::kScalar);
+          std::vector<float> widened(n);
+          widen16(dtype, src16.data(), widened.data(), n, factor, k);
+          bool same = true;
+          for (size_t i = 0; i < n; ++i) {
+            const float expect = half ? half_to_float(scaled[i]) : bfloat_to_float(scaled[i]);
+            same = same && std::memcmp(&expect, &widened[i], 4) == 0;
+          }
+          CHECK(same);
+        }
+      }
+    }
+  }
+  // Through convert_copy, as the executor calls it.
+  const float x[3] = {1.0f, -2.5f, 65520.0f};
+  uint16_t h[3];
+  float back[3];
+  convert_copy(FUSEOPT_FLOAT32, x, FUSEOPT_FLOAT16, h, 3, 1.0);
+  convert_copy(FUSEOPT_FLOAT16, h, FUSEOPT_FLOAT32, back, 3, 2.0);
+  CHECK(back[0] == 2.0f && back[1] == -5.0f && std::isinf(back[2]));
+}
+
 // A synthetic job whose throughput peaks at a 16 MiB threshold and a 500 us
 // cycle time: the tuner must try each candidate once, end on that pair, and
 // hold it afterwards.
@@ -349,6 +410,7 @@ int main() {
   test_wire();
   test_half();
   test_half16_kernels();
+  test_narrow_widen_kernels();
   std::printf("%d failures\n", g_failures);
   return g_failures ? 1 : 0;
 }

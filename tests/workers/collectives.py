@@ -3,10 +3,13 @@
 Usage: collectives.py FUSION_THRESHOLD_BYTES"""
 import sys
 
+import ml_dtypes
 import numpy as np
 
 import fuseopt
+import fuseopt.requests
 import harness
+from fuseopt._native import ffi
 from data import DTYPES, assert_close, reduce_expected, values
 
 OPS = {"sum": fuseopt.Sum, "average": fuseopt.Average, "min": fuseopt.Min,
@@ -94,6 +97,69 @@ def check_bucket_spanning_several_shared_memory_chunks():
         out = fuseopt.allreduce(values(name, fuseopt.rank(), (n,), dtype, op_name), name=name,
                                 op=OPS[op_name])
         assert_close(out, reduce_expected(everyone(name, (n,), dtype, op_name), op_name), name)
+
+
+def _allreduce_on_wire(x, name, op, wire, **kwargs):
+    """A float32 allreduce that travels as a 16-bit float (fuseopt_request_t::wire)."""
+    out = np.empty_like(x)
+    return fuseopt.requests.enqueue(
+        fuseopt.requests.ALLREDUCE, name, "float32", x.shape, ffi.from_buffer(x),
+        ffi.from_buffer(out), reduce_op=op, wire=wire, keepalive=(x, out),
+        finish=lambda _: out, **kwargs)
+
+
+def check_float32_travelling_as_16_bits():
+    # The core's rounding on its copies gives the bits of a cast, a 16-bit
+    # allreduce and a cast back, for every op, with scaling, through the
+    # fusion buffer (small) and shared memory (over one 16 MiB slot).
+    rq = fuseopt.requests
+    r = fuseopt.rank()
+    for wire, half in ((rq.WIRE_FLOAT16, np.float16), (rq.WIRE_BFLOAT16, ml_dtypes.bfloat16)):
+        for op_name, op in OPS.items():
+            for n, scales in ((37, (1.0, 1.0)), (1000, (0.5, 3.0)), (9000001, (1.0, 0.25))):
+                if n > 1000 and op_name not in ("sum", "average"):
+                    continue
+                name = "wire.%d.%s.%d" % (wire, op_name, n)
+                rng = np.random.default_rng([r, wire, n, list(OPS).index(op_name)])
+                x = (rng.standard_normal(n) * 300).astype(np.float32)
+                if op_name == "product":
+                    x = np.abs(x) / 200 + 0.5
+                # One after the other, each alone in its bucket: over more
+                # than 2 ranks, which rank reduces an element (and so the
+                # order of its sum) depends on its place in the bucket.
+                got = _allreduce_on_wire(x, name, op, wire, prescale=scales[0],
+                                         postscale=scales[1]).wait()
+                ref = fuseopt.allreduce(x.astype(half), name=name + ".ref", op=op,
+                                        prescale_factor=scales[0], postscale_factor=scales[1])
+                assert got.dtype == np.float32
+                assert np.array_equal(got, ref.astype(np.float32)), (name, got[:4], ref[:4])
+    # One rank's float16 tensor and another's float32 sent as float16 reduce together.
+    x = np.arange(5, dtype=np.float32) + 0.1 * r
+    if r % 2:
+        got = _allreduce_on_wire(x, "wire.mixed", fuseopt.Sum, rq.WIRE_FLOAT16).wait()
+    else:
+        got = fuseopt.allreduce(x.astype(np.float16), name="wire.mixed", op=fuseopt.Sum)
+    gathered = fuseopt.allgather(got.astype(np.float32)[None], name="wire.mixed.all")
+    assert (gathered == gathered[0]).all(), gathered
+    # What may not travel as 16 bits is refused on the rank that asks.
+    bad = [("int32", np.zeros(3, np.int32), rq.ALLREDUCE, rq.WIRE_FLOAT16, "float32 tensor"),
+           ("broadcast", np.zeros(3, np.float32), rq.BROADCAST, rq.WIRE_FLOAT16, "allreduce"),
+           ("code", np.zeros(3, np.float32), rq.ALLREDUCE, 7, "unknown wire type")]
+    for name, arr, collective, wire, words in bad:
+        try:
+            rq.enqueue(collective, "wire.bad." + name, arr.dtype.name, arr.shape,
+                       ffi.from_buffer(arr), ffi.from_buffer(arr), wire=wire)
+        except fuseopt.InvalidArgumentError as e:
+            assert words in str(e), (name, str(e))
+        else:
+            raise AssertionError("wire %s accepted for %s" % (wire, name))
+    try:
+        _allreduce_on_wire(np.zeros(3, np.float32), "wire.bad.adasum", fuseopt.Adasum,
+                           rq.WIRE_BFLOAT16)
+    except fuseopt.InvalidArgumentError as e:
+        assert "Adasum" in str(e), str(e)
+    else:
+        raise AssertionError("Adasum accepted on a 16-bit wire")
 
 
 def check_repeated_steps_hit_cache():
@@ -187,6 +253,7 @@ if __name__ == "__main__":
     threshold = int(sys.argv[1]) if len(sys.argv) > 1 else None
     harness.run([check_allreduce_every_dtype_op_shape, check_allreduce_in_place_and_scaling,
                  check_scaling_edge_cases,
+                 check_float32_travelling_as_16_bits,
                  check_fused_many_and_large, check_bucket_spanning_several_shared_memory_chunks,
                  check_repeated_steps_hit_cache, check_allgather,
                  check_broadcast_every_root, check_alltoall, check_reducescatter,

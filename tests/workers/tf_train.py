@@ -125,6 +125,48 @@ def check_ef_sign_in_tf_function_and_fit():
     weights_equal_across_ranks(model, "ef_sign fit")
 
 
+def check_cast_compression_runs_in_the_core():
+    # float32 gradients under Compression.fp16 / bf16 reach the core
+    # uncompressed and are rounded on its copies: no TensorFlow cast runs,
+    # and the result has the bits of a cast, a 16-bit allreduce and a cast
+    # back, eager and in tf.function, with and without predivision.
+    rng = np.random.default_rng(11 + hvd.rank())
+    v = tf.Variable(tf.zeros([300, 7], tf.float32))
+    for comp, half in ((hvd.Compression.fp16, tf.float16), (hvd.Compression.bf16, tf.bfloat16)):
+        casts = []
+
+        class CountingKit(type(comp.kit)):
+            def cast(self, tensor, dtype):
+                casts.append(dtype)
+                return super().cast(tensor, dtype)
+
+        comp.kit = CountingKit()
+        try:
+            for predivide in (1.0, 2.0):
+                def reduced(g):
+                    with tf.GradientTape() as tape:
+                        loss = tf.reduce_sum(v * g)
+                    tape = hvd.DistributedGradientTape(tape, compression=comp,
+                                                       gradient_predivide_factor=predivide)
+                    return tape.gradient(loss, [v])[0]
+
+                for mode, fn in (("eager", reduced), ("graph", tf.function(reduced))):
+                    g = tf.constant(rng.standard_normal((300, 7)) * 300, tf.float32)
+                    got = fn(g)
+                    assert got.dtype == tf.float32 and casts == [], (mode, casts)
+                    ref = hvd.allreduce(tf.cast(g, half), prescale_factor=1.0 / predivide,
+                                        postscale_factor=predivide,
+                                        name="cast.ref.%s.%s.%s" % (comp.wire, predivide, mode))
+                    want = tf.cast(ref, tf.float32).numpy()
+                    # As in torch_train's check: bits over 2 ranks, else close.
+                    tol = 0 if hvd.size() == 2 else 2.0 ** -6 * np.abs(want).max()
+                    assert np.abs(got.numpy() - want).max() <= tol, (mode, np.abs(got - want).max())
+                    assert not np.array_equal(want, hvd.allreduce(
+                        g, name="cast.f32.%s.%s.%s" % (comp.wire, predivide, mode)).numpy())
+        finally:
+            del comp.kit  # back to the class's
+
+
 def check_compression_and_sparse_gradients():
     for comp, tol in ((hvd.Compression.fp16, 3e-3), (hvd.Compression.bf16, 3e-2)):
         model, ref = fit_pair(lambda: keras.optimizers.SGD(0.1), compression=comp)
@@ -397,7 +439,8 @@ if __name__ == "__main__":
     harness.run([check_fit_equals_single_process_sgd_adam,
                  check_accumulation_equals_concatenated_batch,
                  check_custom_loop_tape_and_apply_gradients,
-                 check_compression_and_sparse_gradients, check_ef_sign_in_tf_function_and_fit,
+                 check_compression_and_sparse_gradients, check_cast_compression_runs_in_the_core,
+                 check_ef_sign_in_tf_function_and_fit,
                  check_loss_scale_optimizer_and_mixed_precision, check_callbacks,
                  check_local_sgd_callback, check_save_and_load_model,
                  check_partial_distributed_optimizer_keeps_local_layers_local,

@@ -156,6 +156,55 @@ def check_compression_within_tolerance():
         assert_equal_across_ranks(model, "compressed")
 
 
+def check_cast_compression_runs_in_the_core():
+    # float32 host gradients under Compression.fp16 / bf16 reach the core
+    # uncompressed and are rounded on its copies: no torch cast runs, and
+    # the result has the bits of an explicit cast, a 16-bit allreduce and a
+    # cast back (hvd.allreduce with compression= still casts in torch).
+    for comp in (hvd.Compression.fp16, hvd.Compression.bf16):
+        casts = []
+
+        class CountingKit(type(comp.kit)):
+            def cast(self, tensor, dtype):
+                casts.append(dtype)
+                return super().cast(tensor, dtype)
+
+        comp.kit = CountingKit()
+        try:
+            for predivide in (1.0, 2.0):
+                # The 400x400 weight's bucket takes the shared-memory path
+                # (over FUSEOPT_SHM_MIN_BYTES even at 2 bytes an element),
+                # the small ones the fusion buffer's.
+                model, local = (nn.Sequential(nn.Linear(8, 400), nn.Tanh(), nn.Linear(400, 400),
+                                              nn.Tanh(), nn.Linear(400, 3)) for _ in range(2))
+                local.load_state_dict(model.state_dict())
+                opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                               model.named_parameters(), compression=comp,
+                                               gradient_predivide_factor=predivide)
+                x, y = global_batch(700, hvd.size())
+                # Large logits: gradients that 16 bits round visibly.
+                F.cross_entropy(model(my_slice(x)) * 37.0, my_slice(y)).backward()
+                opt.synchronize()
+                assert casts == [], "the optimizer cast %d tensors itself" % len(casts)
+                F.cross_entropy(local(my_slice(x)) * 37.0, my_slice(y)).backward()
+                for (name, p), q in zip(model.named_parameters(), local.parameters()):
+                    ref = hvd.allreduce(q.grad, name="ref.%s.%s.%s" % (comp.wire, predivide, name),
+                                        compression=comp, prescale_factor=1.0 / predivide,
+                                        postscale_factor=predivide)
+                    assert p.grad.dtype == torch.float32
+                    # Over 2 ranks the same bits; beyond, the order of a sum
+                    # depends on the bucket an element shares (and with it
+                    # the rounding): within a few 16-bit steps.
+                    tol = 0 if hvd.size() == 2 else 2.0 ** -6 * ref.abs().max().item()
+                    assert (p.grad - ref).abs().max() <= tol, (name, (p.grad - ref).abs().max())
+                    assert not torch.equal(p.grad, hvd.allreduce(q.grad, name="f32." + name))
+                assert casts, "the explicit reference did not cast"
+                casts.clear()
+                opt.remove_hooks()
+        finally:
+            del comp.kit  # back to the class's
+
+
 def check_error_feedback_keeps_digits_mlp_accuracy():
     # A deeper MLP with SGD momentum 0.9: the setting where the sign-only
     # ef_sign (one scale mean|c| per tensor) diverged (seed 4, 2 ranks:
@@ -351,7 +400,8 @@ def check_join_with_uneven_batches():
 
 CHECKS = [check_equivalence_sgd_momentum_and_adam, check_bucket_caps_change_timing_not_results,
           check_parameter_reshaped_between_steps, check_gradient_accumulation,
-          check_compression_within_tolerance, check_error_feedback_keeps_digits_mlp_accuracy,
+          check_compression_within_tolerance, check_cast_compression_runs_in_the_core,
+          check_error_feedback_keeps_digits_mlp_accuracy,
           check_unused_parameters_do_not_deadlock,
           check_optimizer_api_scheduler_scaler_state_dict,
           check_broadcast_parameters_and_optimizer_state, check_local_sgd_and_adaptive,

@@ -199,7 +199,21 @@ typedef struct {
    * and fused apart from every other set's. Only members may submit to it.
    * root stays a global rank. Host memory only (not yet for device tensors). */
   int32_t process_set;
+  /* Added later still; shorter structs get 0 (FUSEOPT_WIRE_AS_IS). A float32
+   * host allreduce may travel as a 16-bit float: each element is rounded on
+   * its way into the fusion buffer (or shared window), reduced as that type,
+   * and widened on its way out, with no pass of its own. The result is
+   * bit for bit what casting the tensor, allreducing the 16-bit tensor and
+   * casting back gives (NaN payloads aside). Ranks negotiate the wire type:
+   * this request matches another rank's float16 tensor of the same name. */
+  int32_t wire;                   /* fuseopt_wire_t                              */
 } fuseopt_request_t;
+
+typedef enum {
+  FUSEOPT_WIRE_AS_IS = 0,
+  FUSEOPT_WIRE_FLOAT16 = 1,
+  FUSEOPT_WIRE_BFLOAT16 = 2
+} fuseopt_wire_t;
 
 /* A result whose size is decided by the other ranks (allgather, alltoall) is
  * allocated by the runtime. fuseopt_wait_output hands it over: the caller owns

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <future>
 #include <sstream>
 
@@ -245,6 +246,27 @@ void check_host_only(const Entry& e) {
                                               "tensor to the CPU (NCCL/HCCL Adasum is not built)");
 }
 
+// A float32 allreduce that travels as a 16-bit float (fuseopt_request_t::wire):
+// spec.dtype becomes the wire type, which is what the ranks negotiate.
+void take_wire(const fuseopt_request_t& q, Entry* e) {
+  constexpr size_t kWireEnd = offsetof(fuseopt_request_t, wire) + sizeof(int32_t);
+  if (q.struct_size < kWireEnd || q.wire == FUSEOPT_WIRE_AS_IS) return;
+  TensorSpec& s = e->spec;
+  REQUIRE(q.wire == FUSEOPT_WIRE_FLOAT16 || q.wire == FUSEOPT_WIRE_BFLOAT16,
+          who(s) + ": unknown wire type " + std::to_string(q.wire));
+  REQUIRE(s.collective == FUSEOPT_ALLREDUCE,
+          who(s) + ": only an allreduce may travel as a 16-bit float");
+  REQUIRE(s.dtype == FUSEOPT_FLOAT32, who(s) + ": only a float32 tensor may travel as a 16-bit "
+                                               "float, not " + fuseopt_dtype_name(s.dtype));
+  REQUIRE(s.reduce_op != FUSEOPT_ADASUM,
+          who(s) + ": Adasum does not reduce tensors that travel as 16-bit floats");
+  if (s.device != FUSEOPT_DEVICE_HOST)
+    throw Error(FUSEOPT_UNSUPPORTED, who(s) + ": only host tensors travel as 16-bit floats; "
+                                              "cast a device tensor before the allreduce");
+  s.dtype = q.wire == FUSEOPT_WIRE_FLOAT16 ? FUSEOPT_FLOAT16 : FUSEOPT_BFLOAT16;
+  e->narrowed = true;
+}
+
 }  // namespace
 
 Entry Context::validate(const fuseopt_request_t& q) {
@@ -279,6 +301,7 @@ Entry Context::validate(const fuseopt_request_t& q) {
   e.output = q.output;
   take_device(q, &e);  // device_request.cc
   check_host_only(e);
+  take_wire(q, &e);
   if (!q.name) auto_name(e.process_set, q.collective, true);
   return e;
 }

@@ -116,6 +116,18 @@ void scale_copy(fuseopt_dtype_t dtype, const void* src, void* dst, int64_t count
   }
 }
 
+void convert_copy(fuseopt_dtype_t from, const void* src, fuseopt_dtype_t to, void* dst,
+                  int64_t count, double factor) {
+  if (from == to) return scale_copy(from, src, dst, count, factor);
+  if (from == FUSEOPT_FLOAT32 && is_16bit_float(to))
+    return narrow16(to, static_cast<const float*>(src), static_cast<uint16_t*>(dst), count,
+                    static_cast<float>(factor));
+  if (is_16bit_float(from) && to == FUSEOPT_FLOAT32)
+    return widen16(from, static_cast<const uint16_t*>(src), static_cast<float*>(dst), count,
+                   static_cast<float>(factor));
+  throw Error(FUSEOPT_INTERNAL, "convert_copy: unsupported conversion");
+}
+
 void fill_identity(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, void* buf, int64_t count) {
   switch (dtype) {
     case FUSEOPT_UINT8: return fill_typed<uint8_t>(buf, count, identity_of<uint8_t>(op));

@@ -20,6 +20,16 @@ bool is_floating(fuseopt_dtype_t dtype);
 void scale_copy(fuseopt_dtype_t dtype, const void* src, void* dst, int64_t count,
                 double factor);
 
+inline bool is_16bit_float(fuseopt_dtype_t dtype) {
+  return dtype == FUSEOPT_FLOAT16 || dtype == FUSEOPT_BFLOAT16;
+}
+
+// scale_copy from one element type into another: the same type, or float32
+// to and from a 16-bit float (narrow16 / widen16 in half16.h, whose bits
+// equal a cast followed by scale_copy in the 16-bit type).
+void convert_copy(fuseopt_dtype_t from, const void* src, fuseopt_dtype_t to, void* dst,
+                  int64_t count, double factor);
+
 // buf[i] /= divisor for integer dtypes (exact integer division, truncating
 // toward zero: used for Average, where multiplying by 1/size could land just
 // below an exact quotient).

@@ -116,6 +116,24 @@ void scale_scalar(const uint16_t* src, uint16_t* dst, int64_t n, float factor) {
   for (int64_t i = 0; i < n; ++i) dst[i] = narrow<kHalf>(widen<kHalf>(src[i]) * factor);
 }
 
+template <bool kHalf>
+void narrow_scalar(const float* src, uint16_t* dst, int64_t n, float factor) {
+  if (factor == 1.0f) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = narrow<kHalf>(src[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = narrow<kHalf>(widen<kHalf>(narrow<kHalf>(src[i])) * factor);
+}
+
+template <bool kHalf>
+void widen_scalar(const uint16_t* src, float* dst, int64_t n, float factor) {
+  if (factor == 1.0f) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = widen<kHalf>(src[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = widen<kHalf>(narrow<kHalf>(widen<kHalf>(src[i]) * factor));
+}
+
 #ifdef FUSEOPT_HAVE_AVX2_KERNELS
 #define FUSEOPT_AVX2 __attribute__((target("avx2,f16c")))
 
@@ -177,6 +195,37 @@ FUSEOPT_AVX2 void scale_avx2(const uint16_t* src, uint16_t* dst, int64_t n, floa
   _mm256_zeroupper();  // as in combine_avx2
   scale_scalar<kHalf>(src + i, dst + i, n - i, factor);
 }
+
+template <bool kHalf>
+FUSEOPT_AVX2 void narrow_avx2(const float* src, uint16_t* dst, int64_t n, float factor) {
+  const __m256 f = _mm256_set1_ps(factor);
+  const bool scaled = factor != 1.0f;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    narrow8<kHalf>(_mm256_loadu_ps(src + i), dst + i);
+    if (scaled) narrow8<kHalf>(_mm256_mul_ps(widen8<kHalf>(dst + i), f), dst + i);
+  }
+  _mm256_zeroupper();  // as in combine_avx2
+  narrow_scalar<kHalf>(src + i, dst + i, n - i, factor);
+}
+
+template <bool kHalf>
+FUSEOPT_AVX2 void widen_avx2(const uint16_t* src, float* dst, int64_t n, float factor) {
+  const __m256 f = _mm256_set1_ps(factor);
+  const bool scaled = factor != 1.0f;
+  alignas(16) uint16_t rounded[8];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = widen8<kHalf>(src + i);
+    if (scaled) {
+      narrow8<kHalf>(_mm256_mul_ps(v, f), rounded);
+      v = widen8<kHalf>(rounded);
+    }
+    _mm256_storeu_ps(dst + i, v);
+  }
+  _mm256_zeroupper();  // as in combine_avx2
+  widen_scalar<kHalf>(src + i, dst + i, n - i, factor);
+}
 #endif
 
 using CombineFn = void (*)(const uint16_t*, uint16_t*, int64_t);
@@ -220,9 +269,17 @@ Kernels16 best_kernels16() {
 
 const char* kernels16_name(Kernels16 k) { return k == Kernels16::kAvx2 ? "f16c+avx2" : "scalar"; }
 
+namespace {
+// Whether to run the vector kernels: asked for (tests compare both), and
+// present on this CPU.
+bool vectorised(Kernels16 k) {
+  return k == Kernels16::kAvx2 && best_kernels16() == Kernels16::kAvx2;
+}
+}  // namespace
+
 void combine16(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, const uint16_t* in,
                uint16_t* inout, int64_t n, Kernels16 k) {
-  const bool vector = k == Kernels16::kAvx2 && best_kernels16() == Kernels16::kAvx2;
+  const bool vector = vectorised(k);
   const CombineFn fn = dtype == FUSEOPT_FLOAT16 ? combine_for<true>(op, vector)
                                                 : combine_for<false>(op, vector);
   fn(in, inout, n);
@@ -232,12 +289,30 @@ void scale16(fuseopt_dtype_t dtype, const uint16_t* src, uint16_t* dst, int64_t 
              Kernels16 k) {
   const bool half = dtype == FUSEOPT_FLOAT16;
 #ifdef FUSEOPT_HAVE_AVX2_KERNELS
-  if (k == Kernels16::kAvx2 && best_kernels16() == Kernels16::kAvx2)
+  if (vectorised(k))
     return half ? scale_avx2<true>(src, dst, n, factor) : scale_avx2<false>(src, dst, n, factor);
-#else
-  (void)k;
 #endif
   half ? scale_scalar<true>(src, dst, n, factor) : scale_scalar<false>(src, dst, n, factor);
+}
+
+void narrow16(fuseopt_dtype_t dtype, const float* src, uint16_t* dst, int64_t n, float factor,
+              Kernels16 k) {
+  const bool half = dtype == FUSEOPT_FLOAT16;
+#ifdef FUSEOPT_HAVE_AVX2_KERNELS
+  if (vectorised(k))
+    return half ? narrow_avx2<true>(src, dst, n, factor) : narrow_avx2<false>(src, dst, n, factor);
+#endif
+  half ? narrow_scalar<true>(src, dst, n, factor) : narrow_scalar<false>(src, dst, n, factor);
+}
+
+void widen16(fuseopt_dtype_t dtype, const uint16_t* src, float* dst, int64_t n, float factor,
+             Kernels16 k) {
+  const bool half = dtype == FUSEOPT_FLOAT16;
+#ifdef FUSEOPT_HAVE_AVX2_KERNELS
+  if (vectorised(k))
+    return half ? widen_avx2<true>(src, dst, n, factor) : widen_avx2<false>(src, dst, n, factor);
+#endif
+  half ? widen_scalar<true>(src, dst, n, factor) : widen_scalar<false>(src, dst, n, factor);
 }
 
 }  // namespace fuseopt

@@ -40,4 +40,14 @@ void combine16(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, const uint16_t* in
 void scale16(fuseopt_dtype_t dtype, const uint16_t* src, uint16_t* dst, int64_t n, float factor,
              Kernels16 k = best_kernels16());
 
+// Compression on the way into and out of a fusion buffer (a float32 tensor
+// that travels as `dtype`, FLOAT16 or BFLOAT16). The same bits as casting
+// first and scaling the 16-bit values with scale16 afterwards:
+//   narrow16: dst[i] = round(round(src[i]) * factor)   (one rounding if factor is 1)
+//   widen16:  dst[i] = widen(round(widen(src[i]) * factor))
+void narrow16(fuseopt_dtype_t dtype, const float* src, uint16_t* dst, int64_t n, float factor,
+              Kernels16 k = best_kernels16());
+void widen16(fuseopt_dtype_t dtype, const uint16_t* src, float* dst, int64_t n, float factor,
+             Kernels16 k = best_kernels16());
+
 }  // namespace fuseopt

@@ -15,6 +15,9 @@ struct Entry {
   TensorSpec spec;
   const void* input = nullptr;
   void* output = nullptr;
+  // A float32 tensor that travels as spec.dtype, a 16-bit float
+  // (fuseopt_request_t::wire): the executor converts on its copies.
+  bool narrowed = false;
   std::vector<int64_t> splits;  // alltoall rows per destination rank
   int32_t process_set = 0;      // its set's id (process_set.h); 0: every rank
 
@@ -34,6 +37,9 @@ struct Entry {
   int32_t device_id = 0;
   void* stream = nullptr;
   void* ready_event = nullptr;
+
+  // The element type of input and output (spec.dtype is what travels).
+  fuseopt_dtype_t memory_dtype() const { return narrowed ? FUSEOPT_FLOAT32 : spec.dtype; }
 };
 
 }  // namespace fuseopt

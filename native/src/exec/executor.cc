@@ -218,9 +218,12 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
   const double post = postscale_of(s);
   std::vector<Segment> segments;
   segments.reserve(bucket.size());
-  for (Work* w : bucket)  // an identity value stays the identity: no prescale
+  bool narrowed = false;
+  for (Work* w : bucket) {  // an identity value stays the identity: no prescale
     segments.push_back({w->entry->input, w->entry->output, w->response.spec.num_elements(),
-                        w->entry->stand_in ? 1.0 : s.prescale});
+                        w->entry->stand_in ? 1.0 : s.prescale, w->entry->memory_dtype()});
+    narrowed = narrowed || w->entry->narrowed;
+  }
   if (backend_.allreduce_segments(segments, s.dtype, s.reduce_op, post)) {
     for (Work* w : bucket) {
       finish_average(s, w->entry->output, w->response.spec.num_elements());
@@ -228,7 +231,7 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
     }
     return;
   }
-  if (bucket.size() == 1) {
+  if (bucket.size() == 1 && !narrowed) {
     // No fusion buffer: reduce straight into the caller's output.
     Entry& e = *bucket.front()->entry;
     const int64_t n = s.num_elements();
@@ -242,18 +245,21 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
     finish_average(s, e.output, n);
     return complete(*bucket.front());
   }
+  // The fusion buffer holds what travels: a narrowed tensor is rounded on
+  // its way in and widened on its way out.
   char* buf = fusion_buffer(bucket_bytes(bucket));
   const int64_t total = lay_out(bucket, [&](Work& w, int64_t at) {
     const TensorSpec& t = w.response.spec;
-    scale_copy(t.dtype, w.entry->input, buf + at, t.num_elements(),
-               w.entry->stand_in ? 1.0 : t.prescale);
+    convert_copy(w.entry->memory_dtype(), w.entry->input, t.dtype, buf + at, t.num_elements(),
+                 w.entry->stand_in ? 1.0 : t.prescale);
   });
   mark_copied_in();
   backend_.allreduce(buf, buf, total / dtype_size(s.dtype), s.dtype, s.reduce_op);
   mark_reduced();
   lay_out(bucket, [&](Work& w, int64_t at) {
     const TensorSpec& t = w.response.spec;
-    scale_copy(t.dtype, buf + at, w.entry->output, t.num_elements(), post);
+    convert_copy(t.dtype, buf + at, w.entry->memory_dtype(), w.entry->output, t.num_elements(),
+                 post);
     finish_average(t, w.entry->output, t.num_elements());
     complete(w);
   });

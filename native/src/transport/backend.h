@@ -19,12 +19,14 @@ namespace fuseopt {
 
 // One tensor of a fused allreduce: `count` elements read from `in`, scaled by
 // `prescale` on the way in; the result, scaled by the bucket's postscale, lands
-// in `out` (which may equal `in`).
+// in `out` (which may equal `in`). Both hold `memory_dtype`, which may be
+// float32 where the bucket reduces a 16-bit float: convert_copy on the copies.
 struct Segment {
   const void* in;
   void* out;
   int64_t count;
   double prescale;
+  fuseopt_dtype_t memory_dtype;
 };
 
 class Backend {

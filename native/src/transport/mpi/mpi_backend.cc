@@ -66,7 +66,7 @@ MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierar
 void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                            fuseopt_reduce_op_t op) {
   const size_t esize = dtype_size(dtype);
-  if (allreduce_segments({{send, recv, count, 1.0}}, dtype, op, 1.0)) return;
+  if (allreduce_segments({{send, recv, count, 1.0, dtype}}, dtype, op, 1.0)) return;
   for (int64_t done = 0; done < count; done += kChunkElements) {
     int n = static_cast<int>(std::min(kChunkElements, count - done));
     char* r = static_cast<char*>(recv) + done * esize;

@@ -16,6 +16,7 @@ namespace {
 // per step instead of 8 (steps of 74-84 ms instead of 53-57), which 16 MiB
 // slots never did in the same runs.
 constexpr int64_t kSlotBytes = int64_t(16) << 20;
+}  // namespace
 
 // Walks a bucket's segments as one stream of elements, front to back.
 class SegmentCursor {
@@ -43,8 +44,6 @@ class SegmentCursor {
   size_t index_ = 0;
   int64_t offset_ = 0;
 };
-
-}  // namespace
 
 ShmAllreduce::ShmAllreduce(const MpiWorld& world) {
   const int world_size = world.info().size;
@@ -90,9 +89,25 @@ void ShmAllreduce::allreduce(const std::vector<Segment>& segments, fuseopt_dtype
                              fuseopt_reduce_op_t op, double postscale) {
   if (win_ == MPI_WIN_NULL) attach();
   const bool sum = op == FUSEOPT_SUM || op == FUSEOPT_AVERAGE;
-  if (sum && dtype == FUSEOPT_FLOAT32) return direct<float>(segments, postscale);
-  if (sum && dtype == FUSEOPT_FLOAT64) return direct<double>(segments, postscale);
+  bool as_is = true, narrowed = true;
+  for (const Segment& s : segments) {
+    as_is = as_is && s.memory_dtype == dtype;
+    narrowed = narrowed && s.memory_dtype == FUSEOPT_FLOAT32;
+  }
+  if (as_is && sum && dtype == FUSEOPT_FLOAT32) return direct<float>(segments, postscale);
+  if (as_is && sum && dtype == FUSEOPT_FLOAT64) return direct<double>(segments, postscale);
+  if (narrowed && is_16bit_float(dtype)) return direct16(segments, dtype, op, postscale);
   staged(segments, dtype, op, postscale);
+}
+
+template <typename Piece>
+void ShmAllreduce::walk(SegmentCursor& c, int64_t n, bool own, Piece piece) {
+  for (int r = 0; r < size_; ++r) {
+    const int64_t first = n * r / size_, last = n * (r + 1) / size_;
+    c.take(last - first, [&](const Segment& s, int64_t at, int64_t from, int64_t len) {
+      if ((r == rank_) == own) piece(r, first + from, s, at, len);
+    });
+  }
 }
 
 namespace {
@@ -136,34 +151,68 @@ void ShmAllreduce::direct(const std::vector<Segment>& segments, double postscale
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<T*>(slots_[r] + base) + element;
     };
-    // Walks the chunk with cursor c, rank r's range after rank r-1's, calling
-    // piece(r, element in the chunk, segment, element in it, length) for this
-    // rank's own range (own) or for everyone else's (!own).
-    auto walk = [&](SegmentCursor& c, bool own, auto piece) {
-      for (int r = 0; r < size_; ++r) {
-        const int64_t first = n * r / size_, last = n * (r + 1) / size_;
-        c.take(last - first, [&](const Segment& s, int64_t at, int64_t from, int64_t len) {
-          if ((r == rank_) == own) piece(r, first + from, s, at, len);
-        });
-      }
-    };
     // 1. Publish the elements the other ranks reduce.
-    walk(in, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+    walk(in, n, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       scale_copy(esize == 4 ? FUSEOPT_FLOAT32 : FUSEOPT_FLOAT64, static_cast<const T*>(s.in) + at,
                  slot(rank_, e), len, s.prescale);
     });
     sync();
     // 2. Reduce this rank's range straight from its own tensors and the
     //    others' slots into its outputs, and publish the result.
-    walk(own, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+    walk(own, n, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       for (int k = 1; k < size_; ++k) others[k - 1] = slot((rank_ + k) % size_, e);
       reduce_and_publish(static_cast<const T*>(s.in) + at, s.prescale, others,
                          static_cast<T*>(s.out) + at, slot(rank_, e), postscale, len);
     });
     sync();
     // 3. Fetch the other ranges, already scaled, from the ranks that reduced them.
-    walk(out, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
+    walk(out, n, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
       std::memcpy(static_cast<T*>(s.out) + at, slot(r, e), len * esize);
+    });
+  }
+}
+
+void ShmAllreduce::direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                            fuseopt_reduce_op_t op, double postscale) {
+  // direct<T>'s three steps for float32 tensors that travel as 16-bit floats:
+  // the slots hold half the bytes, and the rounding happens on the copies.
+  // Rank r's range is reduced in blocks that stay in L1, in staged()'s order
+  // (the others' slots one after another into the rounded own values), so
+  // the bits match a cast, the 16-bit allreduce and a cast back.
+  constexpr int64_t kBlock = 2048;
+  const int64_t per_chunk = kSlotBytes / 2;
+  const float post = static_cast<float>(postscale);
+  int64_t count = 0;
+  for (const Segment& s : segments) count += s.count;
+  SegmentCursor in(segments), own(segments), out(segments);
+  uint16_t block[kBlock];
+  for (int64_t done = 0; done < count; done += per_chunk) {
+    const int64_t n = std::min(per_chunk, count - done);
+    const int64_t base = turn_ * kSlotBytes;
+    turn_ ^= 1;
+    auto slot = [&](int r, int64_t element) {
+      return reinterpret_cast<uint16_t*>(slots_[r] + base) + element;
+    };
+    walk(in, n, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+      narrow16(dtype, static_cast<const float*>(s.in) + at, slot(rank_, e), len,
+               static_cast<float>(s.prescale));
+    });
+    sync();
+    walk(own, n, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+      for (int64_t i = 0; i < len; i += kBlock) {
+        const int64_t m = std::min(kBlock, len - i);
+        narrow16(dtype, static_cast<const float*>(s.in) + at + i, block, m,
+                 static_cast<float>(s.prescale));
+        for (int k = 1; k < size_; ++k)
+          combine16(dtype, op, slot((rank_ + k) % size_, e + i), block, m);
+        if (post != 1.0f) scale16(dtype, block, block, m, post);
+        std::memcpy(slot(rank_, e + i), block, m * 2);
+        widen16(dtype, block, static_cast<float*>(s.out) + at + i, m, 1.0f);
+      }
+    });
+    sync();
+    walk(out, n, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
+      widen16(dtype, slot(r, e), static_cast<float*>(s.out) + at, len, 1.0f);
     });
   }
 }
@@ -183,8 +232,8 @@ void ShmAllreduce::staged(const std::vector<Segment>& segments, fuseopt_dtype_t 
     turn_ ^= 1;
     char* const mine_slot = slots_[rank_] + base;
     in.take(n, [&](const Segment& s, int64_t at, int64_t to, int64_t len) {
-      scale_copy(dtype, static_cast<const char*>(s.in) + at * esize, mine_slot + to * esize, len,
-                 s.prescale);
+      convert_copy(s.memory_dtype, static_cast<const char*>(s.in) + at * dtype_size(s.memory_dtype),
+                   dtype, mine_slot + to * esize, len, s.prescale);
     });
     sync();
     // Range r of the chunk is reduced by rank r, into its own slot.
@@ -204,8 +253,8 @@ void ShmAllreduce::staged(const std::vector<Segment>& segments, fuseopt_dtype_t 
       const char* reduced = slots_[r] + base + part.first * esize;
       out.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
                                              int64_t len) {
-        scale_copy(dtype, reduced + from * esize, static_cast<char*>(s.out) + at * esize, len,
-                   postscale);
+        convert_copy(dtype, reduced + from * esize, s.memory_dtype,
+                     static_cast<char*>(s.out) + at * dtype_size(s.memory_dtype), len, postscale);
       });
     }
   }

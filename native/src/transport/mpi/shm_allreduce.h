@@ -24,6 +24,8 @@
 
 namespace fuseopt {
 
+class SegmentCursor;  // shm_allreduce.cc
+
 class ShmAllreduce {
  public:
   // Collective over the world. usable() is the same on every rank.
@@ -45,9 +47,17 @@ class ShmAllreduce {
   // than staging everything, which matters when ranks share memory bandwidth.
   template <typename T>
   void direct(const std::vector<Segment>& segments, double postscale);
+  // direct's steps for float32 tensors that travel as a 16-bit dtype, any op.
+  void direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                fuseopt_reduce_op_t op, double postscale);
   // Every dtype and op: stage all, reduce in the slots, copy all out.
   void staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
               fuseopt_reduce_op_t op, double postscale);
+  // Walks a chunk of n elements with cursor c, rank r's range after rank
+  // r-1's, calling piece(r, element in the chunk, segment, element in it,
+  // length) for this rank's own range (own) or for everyone else's (!own).
+  template <typename Piece>
+  void walk(SegmentCursor& c, int64_t n, bool own, Piece piece);
   void attach();  // allocates the segment on first use (collective)
   void sync();
 
