@@ -342,7 +342,8 @@ static void test_narrow_widen_kernels() {
       const std::vector<uint16_t> src16 = bits16(half, n, 6 + n);
       for (float factor : {1.0f, 0.5f, 1.0f / 3.0f, 6e4f}) {
         std::vector<uint16_t> cast(n), reference(n);
-        for (size_t i = 0; i < n; ++i) cast[i] = half ? float_to_half(src[i]) : float_to_bfloat(src[i]);
+        for (size_t i = 0; i < n; ++i)
+          cast[i] = half ? float_to_half(src[i]) : float_to_bfloat(src[i]);
         scale16(dtype, cast.data(), reference.data(), n, factor, Kernels16::kScalar);
         for (Kernels16 k : {Kernels16::kScalar, Kernels16::kAvx2}) {
           std::vector<uint16_t> narrowed(n);

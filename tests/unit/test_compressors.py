@@ -104,3 +104,24 @@ def test_overlap_efficiency_and_rates():
     assert (r["mean_bucket_bytes"], r["cache_hit_rate"]) == (25.0, 0.75)
     r = add_rates({"bytes": 0, "collectives": 0, "cache_hits": 0, "cache_misses": 0}, None)
     assert (r["mean_bucket_bytes"], r["cache_hit_rate"]) == (0.0, None)
+
+
+def test_only_unchanged_cast_compressors_run_on_the_core_wire():
+    # The optimizers skip compress/decompress for these (the core casts), so
+    # a subclass with its own compress must keep going through it.
+    from fuseopt import requests
+    from fuseopt.compression import on_wire
+    from fuseopt.torch.compression import FP16Compressor
+
+    class Scaled(FP16Compressor):
+        def compress(self, tensor, name=None):
+            return super().compress(tensor * 2, name)
+
+    class Renamed(FP16Compressor):
+        pass
+
+    assert on_wire(Compression.fp16) == requests.WIRE_FLOAT16
+    assert on_wire(Compression.bf16) == requests.WIRE_BFLOAT16
+    assert on_wire(Renamed()) == requests.WIRE_FLOAT16
+    for other in (Scaled(), Compression.none, Compression.ef_sign()):
+        assert on_wire(other) == requests.WIRE_AS_IS, other

@@ -4,6 +4,7 @@ Each check is a function; failures are collected (so one failure does not
 hide the rest), printed with the rank, and turn into exit code 1. A check
 that leaves ranks out of step would hang the others, so checks that can fail
 on one rank only must still run their collectives to completion."""
+import contextlib
 import sys
 import traceback
 
@@ -35,3 +36,21 @@ def expect_error(error_type, fn, *contains):
             assert text in str(e), "%r not in error message %r" % (text, str(e))
         return e
     raise AssertionError("expected %s, nothing raised" % error_type.__name__)
+
+
+@contextlib.contextmanager
+def counting_casts(compressor):
+    """Yields the list of dtypes ``compressor`` casts tensors to (through its
+    kit) while the block runs; the compressor keeps its class's kit after."""
+    casts = []
+
+    class CountingKit(type(compressor.kit)):
+        def cast(self, tensor, dtype):
+            casts.append(dtype)
+            return super().cast(tensor, dtype)
+
+    compressor.kit = CountingKit()
+    try:
+        yield casts
+    finally:
+        del compressor.kit

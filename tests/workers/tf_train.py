@@ -133,15 +133,7 @@ def check_cast_compression_runs_in_the_core():
     rng = np.random.default_rng(11 + hvd.rank())
     v = tf.Variable(tf.zeros([300, 7], tf.float32))
     for comp, half in ((hvd.Compression.fp16, tf.float16), (hvd.Compression.bf16, tf.bfloat16)):
-        casts = []
-
-        class CountingKit(type(comp.kit)):
-            def cast(self, tensor, dtype):
-                casts.append(dtype)
-                return super().cast(tensor, dtype)
-
-        comp.kit = CountingKit()
-        try:
+        with harness.counting_casts(comp) as casts:
             for predivide in (1.0, 2.0):
                 def reduced(g):
                     with tf.GradientTape() as tape:
@@ -160,11 +152,10 @@ def check_cast_compression_runs_in_the_core():
                     want = tf.cast(ref, tf.float32).numpy()
                     # As in torch_train's check: bits over 2 ranks, else close.
                     tol = 0 if hvd.size() == 2 else 2.0 ** -6 * np.abs(want).max()
-                    assert np.abs(got.numpy() - want).max() <= tol, (mode, np.abs(got - want).max())
+                    err = np.abs(got.numpy() - want).max()
+                    assert err <= tol, (mode, err)
                     assert not np.array_equal(want, hvd.allreduce(
                         g, name="cast.f32.%s.%s.%s" % (comp.wire, predivide, mode)).numpy())
-        finally:
-            del comp.kit  # back to the class's
 
 
 def check_compression_and_sparse_gradients():

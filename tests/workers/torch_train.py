@@ -162,15 +162,7 @@ def check_cast_compression_runs_in_the_core():
     # the result has the bits of an explicit cast, a 16-bit allreduce and a
     # cast back (hvd.allreduce with compression= still casts in torch).
     for comp in (hvd.Compression.fp16, hvd.Compression.bf16):
-        casts = []
-
-        class CountingKit(type(comp.kit)):
-            def cast(self, tensor, dtype):
-                casts.append(dtype)
-                return super().cast(tensor, dtype)
-
-        comp.kit = CountingKit()
-        try:
+        with harness.counting_casts(comp) as casts:
             for predivide in (1.0, 2.0):
                 # The 400x400 weight's bucket takes the shared-memory path
                 # (over FUSEOPT_SHM_MIN_BYTES even at 2 bytes an element),
@@ -201,8 +193,6 @@ def check_cast_compression_runs_in_the_core():
                 assert casts, "the explicit reference did not cast"
                 casts.clear()
                 opt.remove_hooks()
-        finally:
-            del comp.kit  # back to the class's
 
 
 def check_error_feedback_keeps_digits_mlp_accuracy():

@@ -122,7 +122,8 @@ void narrow_scalar(const float* src, uint16_t* dst, int64_t n, float factor) {
     for (int64_t i = 0; i < n; ++i) dst[i] = narrow<kHalf>(src[i]);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) dst[i] = narrow<kHalf>(widen<kHalf>(narrow<kHalf>(src[i])) * factor);
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = narrow<kHalf>(widen<kHalf>(narrow<kHalf>(src[i])) * factor);
 }
 
 template <bool kHalf>
@@ -131,7 +132,8 @@ void widen_scalar(const uint16_t* src, float* dst, int64_t n, float factor) {
     for (int64_t i = 0; i < n; ++i) dst[i] = widen<kHalf>(src[i]);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) dst[i] = widen<kHalf>(narrow<kHalf>(widen<kHalf>(src[i]) * factor));
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = widen<kHalf>(narrow<kHalf>(widen<kHalf>(src[i]) * factor));
 }
 
 #ifdef FUSEOPT_HAVE_AVX2_KERNELS
