@@ -13,6 +13,7 @@ training script (an exit code other than RESET_EXIT_CODE) ends the run.
 """
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -20,6 +21,7 @@ import time
 from .. import elastic_protocol as _proto
 from ..launch_records import ended_badly, read_records
 from . import discovery, failure_summary
+from .failure_summary import CLOSE_S, first_failures_first
 from . import hosts as _hosts
 from .usage import UsageError
 
@@ -80,9 +82,9 @@ def classify(ends, starts, notes, total):
         return bool(note) and (note["status"] == "RANK_FAILED" or (
             note["status"] == "SHUT_DOWN" and " by rank" in note["message"]))
 
-    failed = sorted((r for r in ends.values() if ended_badly(r) and not follower(r["rank"])
-                     and r.get("exit_code") != _proto.RESET_EXIT_CODE),
-                    key=lambda r: r["end_time"])
+    failed = first_failures_first(
+        r for r in ends.values() if ended_badly(r) and not follower(r["rank"])
+        and r.get("exit_code") != _proto.RESET_EXIT_CODE)
     vanished = sorted(set(starts) - set(ends))
     if not failed and not vanished:
         if len(ends) == total and all(not ended_badly(r) for r in ends.values()):
@@ -90,7 +92,14 @@ def classify(ends, starts, notes, total):
         return "reset", []  # every rank ended for a reset: the hosts changed
     if failed and not failed[0].get("signal"):
         return "error", failed[0]  # the script failed first: restarting would repeat it
-    return "reset", sorted([r["rank"] for r in failed if r.get("signal")] + vanished)
+    lost = [r for r in failed if r.get("signal")]
+    if failed and failed[0].get("signal") == signal.SIGKILL:
+        # A rank that crashed within CLOSE_S of an external SIGKILL crashed
+        # on the broken connection (Note [Deaths too close to order]): its
+        # host is fine, and blacklisting it would shrink the job for nothing.
+        lost = [r for r in lost if r["signal"] == signal.SIGKILL
+                or r["end_time"] - failed[0]["end_time"] > CLOSE_S]
+    return "reset", sorted([r["rank"] for r in lost] + vanished)
 
 
 class ElasticDriver:

@@ -80,6 +80,14 @@ def test_what_ended_the_job():
     assert classify({0: _end(0, 75), 1: _end(1, 75)}, starts, {}, 4) == ("reset", [2, 3])
     # Every rank ended for a reset: the hosts changed.
     assert classify({r: _end(r, 75) for r in range(4)}, starts, {}, 4) == ("reset", [])
+    # Host 1's rank SIGKILLed from outside; rank 0's MPICH crashed on the broken
+    # connection right after, and its wrapper was stamped first: only host 1 is lost.
+    ends = {0: _end(0, sig=11, t=1.0), 1: _end(1, 75, t=2), 2: _end(2, sig=9, t=1.2),
+            3: _end(3, 75, t=2)}
+    assert classify(ends, starts, {}, 4) == ("reset", [2])
+    # A crash well after the kill is a loss of its own.
+    ends[0] = _end(0, sig=11, t=3.0)
+    assert classify(ends, starts, {}, 4) == ("reset", [0, 2])
     # The script failed first: no restart, whatever mpiexec did to the others afterwards.
     ends = {0: _end(0, 1, t=1), 1: _end(1, sig=15, t=2), 2: _end(2, 75, t=2), 3: _end(3, 75, t=2)}
     notes = {1: {"status": "RANK_FAILED", "message": "rank 0 was lost"}}
