@@ -283,6 +283,10 @@ def _job_parts(args, extra_parts, host_list, from_slurm):
     return parts
 
 
+# Notices already printed: an elastic job launches once per reset.
+_noticed = set()
+
+
 def _checked_environment(args, total, host_list):
     """The ranks' environment, every knob in it read as init() would (a bad
     value: one line here, not a traceback per rank), and the notices printed
@@ -292,7 +296,9 @@ def _checked_environment(args, total, host_list):
     env = rank_environment(args, total, host_list, os.environ, horovod_settings)
     _config.check_environment(env)
     for line in horovod_flags.notices(args) + horovod_notices:
-        print("fuseoptrun: %s" % line, file=sys.stderr)
+        if line not in _noticed:
+            _noticed.add(line)
+            print("fuseoptrun: %s" % line, file=sys.stderr)
     return env
 
 

@@ -101,3 +101,12 @@ def test_elastic_flags_start_the_first_job_on_discovered_hosts(capsys):
         cli.run(["--dry-run", "--min-np", "1", "python", "a.py", ":", "-np", "1", "python", "b.py"])
     with pytest.raises(cli._hosts.HostError, match="more than --max-np"):
         cli.run(["--dry-run", "--min-np", "3", "--max-np", "2", "python", "t.py"])
+
+
+def test_notices_are_printed_once_per_job_not_per_elastic_launch(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_noticed", set())
+    args = cli.build_parser().parse_args(["--mpi", "-np", "2", "python", "t.py"])
+    for _ in range(3):  # an elastic job launches again after every reset
+        cli._checked_environment(args, 2, [("localhost", 2)])
+    err = capsys.readouterr().err
+    assert err.count("--mpi: fuseoptrun always launches with MPI") == 1, err
