@@ -1,22 +1,31 @@
-"""Builds and runs native/tests/policy_test.cc: the pure policy of the core
-(fusion planner, response cache, coordinator table, wire format, reducescatter
-row split, float16 and bfloat16 conversion and kernels (vector against scalar,
-bit for bit), autotune search) tested without MPI or ranks."""
+"""Builds and runs the core's native unit tests, without MPI or ranks:
+native/tests/policy_test.cc, the pure policy (fusion planner, response cache,
+coordinator table, wire format, reducescatter row split, autotune search),
+and native/tests/dtype_test.cc, the element-wise work on the host (scaling,
+float16 and bfloat16 conversion and kernels: vector against scalar, bit for
+bit)."""
 import os
 import subprocess
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-POLICY_SOURCES = ["policy/autotune", "policy/fusion_planner", "policy/response_cache",
-                  "policy/coordinator", "policy/wire", "policy/row_split", "base/message",
-                  "base/dtype", "base/half16", "base/names"]
+# Each test program with the core sources it links.
+PROGRAMS = {
+    "policy_test": ["policy/autotune", "policy/fusion_planner", "policy/response_cache",
+                    "policy/coordinator", "policy/wire", "policy/row_split", "base/message",
+                    "base/dtype", "base/half16", "base/names"],
+    "dtype_test": ["base/dtype", "base/half16"],
+}
 
 
-def test_native_policy(tmp_path):
-    exe = str(tmp_path / "policy_test")
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_native_unit_tests(tmp_path, program):
+    exe = str(tmp_path / program)
     cmd = ["g++", "-std=c++17", "-O1", "-Wall", "-Werror",
            "-I" + os.path.join(ROOT, "native", "include"), "-I" + os.path.join(ROOT, "native", "src"),
-           os.path.join(ROOT, "native", "tests", "policy_test.cc")]
-    cmd += [os.path.join(ROOT, "native", "src", *s.split("/")) + ".cc" for s in POLICY_SOURCES]
+           os.path.join(ROOT, "native", "tests", program + ".cc")]
+    cmd += [os.path.join(ROOT, "native", "src", *s.split("/")) + ".cc" for s in PROGRAMS[program]]
     build = subprocess.run(cmd + ["-o", exe], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
     run = subprocess.run([exe], capture_output=True, text=True, timeout=60)

@@ -4,7 +4,7 @@
 // rounds once to nearest even, so a reduction rounds once per pairwise step
 // whichever path runs it.
 //
-// Two implementations give the same bits (native/tests/policy_test.cc checks
+// Two implementations give the same bits (native/tests/dtype_test.cc checks
 // them against each other on random data with subnormals, infinities and
 // NaNs): a scalar one, and on x86-64 one with F16C + AVX2 chosen at run time
 // by CPUID. The scalar conversions follow the hardware's NaN rules (a NaN is
