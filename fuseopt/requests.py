@@ -37,7 +37,7 @@ _group_templates = {}
 
 def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_op=lib.FUSEOPT_SUM,
                  prescale=1.0, postscale=1.0, keepalive=None, finish=None, key=None, phase=0,
-                 process_set=0, wire=0):
+                 process_set=0, wire=WIRE_AS_IS):
     """Enqueues a list of host-memory operations of one kind in one native
     call (all or none) and returns a GroupHandle. names, dtypes (names),
     shapes (tuples), inputs and outputs (cffi pointers) are parallel lists.

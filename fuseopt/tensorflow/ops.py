@@ -192,12 +192,13 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
         compression = as_compressor(compression)
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
-    wire = WIRE_AS_IS
-    if compression is not None and on_wire(compression) \
-            and all(tf.as_dtype(t.dtype) == tf.float32 for t in tensors):
+    wire = on_wire(compression) if compression is not None else WIRE_AS_IS
+    if wire and all(tf.as_dtype(t.dtype) == tf.float32 for t in tensors):
         # The core casts on its copies: the bits of compress and decompress
         # without their two passes over every tensor.
-        wire, compression = on_wire(compression), None
+        compression = None
+    else:
+        wire = WIRE_AS_IS
     if compression is not None and not isinstance(compression, NoneCompressor):
         # Compressors that sum divide by the ranks reduced over: the set's
         # (read in compress, carried to decompress in ctx).

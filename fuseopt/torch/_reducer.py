@@ -45,6 +45,9 @@ class GradientReducer:
                 if shared.perm is not None:
                     self._perms[i] = shared
         self._compression = compression
+        # Cast to 16 bits by the core on its copies instead (float32 host
+        # gradients; WIRE_AS_IS for any other compressor).
+        self._wire = on_wire(compression)
         self._op, self._predivide = op, predivide
         self._sparse_as_dense = sparse_as_dense
         self._process_set, self._set_id, self._set_size = process_set, set_id, set_size
@@ -87,9 +90,8 @@ class GradientReducer:
         """Starts the allreduces of these parameters in one native call."""
         op = self._compression.reduce_op if self._compression.reduce_op is not None else self._op
         scales = optimizer_args.scales(op, self._predivide)
-        # In place from a plan: uncompressed, or cast to 16 bits by the core
-        # on its copies (on_wire), which float32 host gradients allow.
-        wire = on_wire(self._compression)
+        # In place from a plan: uncompressed, or cast by the core (_wire).
+        wire = self._wire
         if (wire or self._compression is Compression.none) and not self._perms:
             grads = [self.params[i].grad for i in indices]
             if all(g is not None and g.is_cpu and not g.is_sparse and g.is_contiguous()

@@ -100,6 +100,12 @@ void ShmAllreduce::allreduce(const std::vector<Segment>& segments, fuseopt_dtype
   staged(segments, dtype, op, postscale);
 }
 
+int64_t ShmAllreduce::next_slot_base() {
+  const int64_t base = turn_ * kSlotBytes;
+  turn_ ^= 1;
+  return base;
+}
+
 template <typename Piece>
 void ShmAllreduce::walk(SegmentCursor& c, int64_t n, bool own, Piece piece) {
   for (int r = 0; r < size_; ++r) {
@@ -146,8 +152,7 @@ void ShmAllreduce::direct(const std::vector<Segment>& segments, double postscale
   std::vector<const T*> others(size_ - 1);
   for (int64_t done = 0; done < count; done += per_chunk) {
     const int64_t n = std::min(per_chunk, count - done);
-    const int64_t base = turn_ * kSlotBytes;
-    turn_ ^= 1;
+    const int64_t base = next_slot_base();
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<T*>(slots_[r] + base) + element;
     };
@@ -188,8 +193,7 @@ void ShmAllreduce::direct16(const std::vector<Segment>& segments, fuseopt_dtype_
   uint16_t block[kBlock];
   for (int64_t done = 0; done < count; done += per_chunk) {
     const int64_t n = std::min(per_chunk, count - done);
-    const int64_t base = turn_ * kSlotBytes;
-    turn_ ^= 1;
+    const int64_t base = next_slot_base();
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<uint16_t*>(slots_[r] + base) + element;
     };
@@ -228,8 +232,7 @@ void ShmAllreduce::staged(const std::vector<Segment>& segments, fuseopt_dtype_t 
   SegmentCursor in(segments), out(segments);
   for (int64_t done = 0; done < count; done += per_chunk) {
     const int64_t n = std::min(per_chunk, count - done);
-    const int64_t base = turn_ * kSlotBytes;
-    turn_ ^= 1;
+    const int64_t base = next_slot_base();
     char* const mine_slot = slots_[rank_] + base;
     in.take(n, [&](const Segment& s, int64_t at, int64_t to, int64_t len) {
       convert_copy(s.memory_dtype, static_cast<const char*>(s.in) + at * dtype_size(s.memory_dtype),

@@ -58,6 +58,9 @@ class ShmAllreduce {
   // length) for this rank's own range (own) or for everyone else's (!own).
   template <typename Piece>
   void walk(SegmentCursor& c, int64_t n, bool own, Piece piece);
+  // The byte offset in every rank's slot pair of the slot the next chunk
+  // uses; the pair alternates (see the top of this file).
+  int64_t next_slot_base();
   void attach();  // allocates the segment on first use (collective)
   void sync();
 
