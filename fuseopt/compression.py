@@ -160,6 +160,25 @@ class TensorKit(abc.ABC):
         """Stores ``value`` as name's residual; returns what later results
         must wait for (TensorFlow: the variable's assign op)."""
 
+    # The three steps below touch every element; a kit may do them in place
+    # (torch: a fresh 33 MB result per step costs as much as the arithmetic).
+
+    def accumulated(self, residual, tensor):
+        """``tensor`` as float32, without autograd history, plus ``residual``;
+        may add into the residual's memory and return it, since keep_minus
+        stores the next residual right after."""
+        return self.cast(self.detached(tensor), self.float32) + residual
+
+    def keep_minus(self, residuals, name, base, q, scale):
+        """Stores ``base - scale * q`` as name's residual (``base``: what
+        ``accumulated`` or ``residual`` returned); returns what keep does."""
+        current = self.residual(residuals, name, q)
+        return self.keep(residuals, name, current, base - scale * q)
+
+    def dequantized(self, q, scale):
+        """``q`` (integers) times ``scale`` (shape [1]), as float32."""
+        return self.cast(q, self.float32) * scale
+
     def copy(self, tensor):
         """A copy that an in-place reduction of ``tensor`` leaves alone."""
         return tensor
@@ -237,13 +256,12 @@ class EFSignCompressor(Compressor):
         levels = 127 // n
         kit = self.kit
         name = name if name is not None else "unnamed.%d" % next(self._unnamed)
-        residual = kit.residual(self.residuals, name, tensor)
-        corrected = kit.cast(kit.detached(tensor), kit.float32) + residual
+        corrected = kit.accumulated(kit.residual(self.residuals, name, tensor), tensor)
         step = kit.abs_max(corrected) / float(levels)
         q = kit.rounded(corrected, step, levels)
         # What this rank's own step would express; decompress books the
         # difference once the step all ranks decode with is known.
-        kept = kit.keep(self.residuals, name, residual, corrected - step * q)
+        kept = kit.keep_minus(self.residuals, name, corrected, q, step)
         # n travels in ctx so that decompress divides by what was summed; the
         # step as a copy, since payloads may be summed in place (torch's reducer)
         return (kit.after(kept, [kit.cast(q, kit.int8), step]),
@@ -257,6 +275,6 @@ class EFSignCompressor(Compressor):
         # The others decode this rank's q with the mean step, not its own:
         # keeping the difference makes the residual exactly what they missed.
         residual = kit.residual(self.residuals, name, q)
-        kept = kit.keep(self.residuals, name, residual, residual + (step - mean_step) * q)
-        out = kit.cast(kit.cast(q_sum, kit.float32) * (mean_step / float(n)), dtype)
+        kept = kit.keep_minus(self.residuals, name, residual, q, mean_step - step)
+        out = kit.cast(kit.dequantized(q_sum, mean_step / float(n)), dtype)
         return kit.after(kept, [out])[0]
