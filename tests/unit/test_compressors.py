@@ -85,6 +85,24 @@ def test_ef_sign_feeds_back_what_was_not_sent():
     assert c.residuals["q"].dtype == torch.float32
 
 
+def test_ef_sign_updates_its_residual_in_place():
+    # The torch kit adds, subtracts and books into the residual's own memory
+    # (a new 33 MB residual per step cost as much as the arithmetic), and
+    # still gives the neutral algorithm's numbers (the numpy reference above).
+    c = Compression.ef_sign()
+    reduce_over_ranks([c], [torch.randn(64)], ["w"])
+    residual = c.residuals["w"]
+    ptr = residual.data_ptr()
+    for _ in range(3):
+        reduce_over_ranks([c], [torch.randn(64)], ["w"])
+        assert c.residuals["w"] is residual and residual.data_ptr() == ptr
+    # A float64 gradient adds into the float32 residual and comes back float64.
+    with reducing_over(1):
+        payloads, ctx = c.compress(torch.randn(64, dtype=torch.float64), "w")
+    assert c.decompress(payloads, ctx).dtype == torch.float64
+    assert c.residuals["w"] is residual and residual.dtype == torch.float32
+
+
 def test_casts_halve_floats_and_leave_integers_alone():
     for comp, wire in ((Compression.fp16, torch.float16), (Compression.bf16, torch.bfloat16)):
         payloads, ctx = comp.compress(torch.tensor([1.0, 2.5], dtype=torch.float64))
