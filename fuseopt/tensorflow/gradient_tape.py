@@ -100,6 +100,7 @@ class DistributedGradientTape:
                  name_map: Optional[Union[Dict[str, Any], Any]] = None,
                  bucket_cap_mb: Optional[Union[float, str]] = None) -> None:
         _ps.id_of(process_set)
+        optimizer_args.check(1, op, gradient_predivide_factor)
         self._process_set = process_set
         self._tape = gradtape
         self._bucket_cap = buckets.cap_bytes(bucket_cap_mb)

@@ -21,7 +21,7 @@ from ..arguments import derived_name
 from ..compression import as_compressor, on_wire
 from ..requests import WIRE_AS_IS
 from .. import world
-from ..errors import FuseoptError, InvalidArgumentError
+from ..errors import FuseoptError, InvalidArgumentError, UnsupportedError
 from . import _tensors as _t
 from .. import process_sets as _ps
 from ..compression import reducing_over
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # names used only in annotations
 
 Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
 Adasum = _np.Adasum
+_OP_NAMES = {Min: "Min", Max: "Max", Product: "Product", Adasum: "Adasum"}
 
 
 
@@ -239,6 +240,16 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
     _ps.id_of(process_set)
     if isinstance(tensor, tf.IndexedSlices):
         op = _np.resolve_op(average, op)
+        # Allgathered rows can only be summed (or averaged) and are not
+        # scaled: as Horovod, anything else is refused, not approximated.
+        if op not in (Sum, Average):
+            raise UnsupportedError("allreduce of tf.IndexedSlices supports op=Sum or Average "
+                                   "only, not %s; densify the gradient first (sparse_as_dense="
+                                   "True, or tf.convert_to_tensor)" % _OP_NAMES.get(op, op))
+        if prescale_factor != 1.0 or postscale_factor != 1.0:
+            raise UnsupportedError("allreduce of tf.IndexedSlices does not support "
+                                   "prescale_factor or postscale_factor; densify the gradient "
+                                   "first (sparse_as_dense=True, or tf.convert_to_tensor)")
         values = allgather(tensor.values, name=derived_name(name, ".values"),
                            process_set=process_set)
         indices = allgather(tensor.indices, name=derived_name(name, ".indices"),
@@ -321,40 +332,83 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
              process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False) -> Any:
     """Sends splits[r] rows to rank r (an even split if None). As in Horovod:
     returns the received tensor, and ``(received, received_splits)`` when
-    ``splits`` is given."""
+    ``splits`` is given; differentiable (the rows' gradients go back where
+    the rows came from)."""
     _ps.id_of(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
     name = _names(1, name, "alltoall")[0]
-    inputs = [tensor] + ([tf.convert_to_tensor(splits, dtype=tf.int64)]
-                         if splits is not None else [])
+    splits = None if splits is None else tf.convert_to_tensor(splits, dtype=tf.int64)
 
-    def fn(a, *s):
-        out, recv = _np.alltoall_async(a, splits=s[0] if s else None, name=name,
-                                       process_set=process_set).wait()
-        return [out, recv.astype(np.int32)]
+    def exchange(x, splits, name):
+        def fn(a, *s):
+            out, recv = _np.alltoall_async(a, splits=s[0] if s else None, name=name,
+                                           process_set=process_set).wait()
+            return [out, recv.astype(np.int32)]
 
-    out, recv = _t.run(fn, inputs, [tensor.dtype, tf.int32], "alltoall")
-    out.set_shape([None] + tensor.shape.as_list()[1:])
-    recv.set_shape([_ps.size_of(process_set)])
+        out, recv = _t.run(fn, [x] + ([splits] if splits is not None else []),
+                           [x.dtype, tf.int32], "alltoall")
+        out.set_shape([None] + x.shape.as_list()[1:])
+        recv.set_shape([_ps.size_of(process_set)])
+        return out, recv
+
+    @tf.custom_gradient
+    def send(x):
+        out, recv = exchange(x, splits, name)
+
+        def grad(dy, _d_recv=None):
+            return exchange(dy, tf.cast(recv, tf.int64), derived_name(name, ".grad"))[0]
+        return (out, recv), grad
+
+    out, recv = send(tensor)
     return out if splits is None else (out, recv)
 
 
-def reducescatter(tensor: Any, op: Optional[int] = Average, name: Optional[str] = None,
-                  process_set: Optional[ProcessSet] = None,
-                  ignore_name_scope: bool = False) -> Any:
-    """Reduces across ranks; this rank gets its slice of the first dimension."""
+def reducescatter(tensor: Any, device_dense: str = "", compression: Any = None,
+                  op: Optional[int] = Average, name: Optional[str] = None,
+                  process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Any:
+    """Reduces across ranks; this rank gets its slice of the first dimension
+    (Horovod's argument order). Differentiable as Horovod's: the gradient
+    is the allgathered output gradient, times the ranks for Sum and times
+    the scale factors. ``compression`` must send one payload per tensor
+    (Compression.fp16, .bf16)."""
     _ps.id_of(process_set)
     tensor = tf.convert_to_tensor(tensor)
     _t.dtype_name(tensor)
+    if tensor.shape.rank == 0:
+        raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
     name = _names(1, name, "reducescatter")[0]
+    compression = None if compression is None else as_compressor(compression)
+    if compression is not None and not isinstance(compression, NoneCompressor):
+        with reducing_over(_ps.size_of(process_set)):
+            payloads, ctx = compression.compress(tensor, name)
+        if len(payloads) != 1 or getattr(compression, "reduce_op", None) is not None:
+            raise InvalidArgumentError("%s sends several payloads per tensor or changes the "
+                                       "op; reducescatter takes Compression.fp16 or .bf16"
+                                       % type(compression).__name__)
+        scattered = reducescatter(payloads[0], op=op, name=derived_name(name, ".0"),
+                                  process_set=process_set, prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor)
+        return compression.decompress([scattered], ctx)
+    factor = prescale_factor * postscale_factor * (_ps.size_of(process_set) if op == Sum else 1)
 
-    def fn(a):
-        return [_np.reducescatter_async(a, name=name, op=op, process_set=process_set).wait()]
+    @tf.custom_gradient
+    def scatter(x):
+        def fn(a):
+            return [_np.reducescatter_async(a, name=name, op=op, prescale_factor=prescale_factor,
+                                            postscale_factor=postscale_factor,
+                                            process_set=process_set).wait()]
 
-    out = _t.run(fn, [tensor], [tensor.dtype], "reducescatter")[0]
-    out.set_shape([None] + tensor.shape.as_list()[1:])
-    return out
+        out = _t.run(fn, [x], [x.dtype], "reducescatter")[0]
+        out.set_shape([None] + x.shape.as_list()[1:])
+
+        def grad(dy):
+            return _allgather_raw(dy * factor if factor != 1 else dy,
+                                  derived_name(name, ".grad"), process_set)
+        return out, grad
+
+    return scatter(tensor)
 
 
 def barrier(process_set: Optional[ProcessSet] = None) -> Any:

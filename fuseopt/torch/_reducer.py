@@ -100,7 +100,7 @@ class GradientReducer:
         batch = _rq.Batch()
         started = []
         for i in indices:
-            payloads, ctx = self._payloads(i, op)
+            payloads, ctx = self._payloads(i)
             for k, payload in enumerate(payloads):
                 name = self.names[i] if k == 0 else "%s.%d" % (self.names[i], k)
                 args, kwargs = ops.allreduce_op(payload.contiguous(), name, op, scales[0],
@@ -118,16 +118,17 @@ class GradientReducer:
             self.in_flight[i] = (bucket, first, count, ctx)
             first += count
 
-    def _payloads(self, i, op):
+    def _payloads(self, i):
         """What gradient ``i`` sends, and the compression context to decode
-        it; no payloads when it travels on its own (sparse, allgathered)."""
+        it; no payloads when it travels on its own (sparse, allgathered:
+        uncompressed, so with the optimizer's op, not a compressor's Sum)."""
         p = self.params[i]
         grad = p.grad
         if grad is None:  # unused on this rank: take part with zeros
             grad = p.grad = torch.zeros_like(p)
         if grad.is_sparse and not self._sparse_as_dense:
             self.in_flight[i] = _Sparse(row_ops.sparse_allreduce_async(
-                grad, self.names[i], op, self._process_set))
+                grad, self.names[i], self._op, self._process_set))
             return (), None
         if grad.is_sparse:  # reduced dense, written back sparse
             grad = grad.to_dense()

@@ -21,9 +21,11 @@ def broadcast_parameters(params: Any, root_rank: int = 0, prefix: str = "broadca
                          name_map: Any = None, process_set: Optional[ProcessSet] = None) -> None:
     """Copies root_rank's tensors into everyone's, in place.
 
-    ``params``: a ``state_dict()`` (tensors and buffers) or an iterable of
-    ``(name, tensor)`` such as ``model.named_parameters()``. All broadcasts
-    are submitted at once so they fuse.
+    ``params``: a ``state_dict()`` (tensors and buffers), an iterable of
+    ``(name, tensor)`` such as ``model.named_parameters()``, or of tensors
+    (``list(model.parameters())``, named by position). An entry that is not a
+    tensor is an error, as in Horovod. All broadcasts are submitted at once
+    so they fuse.
 
     ``name_map`` (mixed PyTorch/TensorFlow jobs, see docs/mixed.md): maps
     each name to a shared name or ``fuseopt.Shared(name, perm)``; the tensors
@@ -32,12 +34,20 @@ def broadcast_parameters(params: Any, root_rank: int = 0, prefix: str = "broadca
     The ranks first check together that they agree on every shared tensor.
     ``process_set``: only its members take part (root_rank is a global rank)."""
     _ps.id_of(process_set)
-    items = sorted(params.items()) if isinstance(params, dict) else list(params)
-    if not all(isinstance(item, tuple) and len(item) == 2 for item in items):
-        raise InvalidArgumentError("broadcast_parameters needs a state_dict or (name, tensor) "
-                                   "pairs such as model.named_parameters()")
-    items = [(n, t.data if isinstance(t, torch.nn.Parameter) else t)
-             for n, t in items if torch.is_tensor(t)]
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:  # as Horovod, bare tensors too (model.parameters()): named by position
+        items = [p if isinstance(p, tuple) else ("%d" % i, p) for i, p in enumerate(params)]
+    if not all(len(item) == 2 for item in items):
+        raise InvalidArgumentError("broadcast_parameters needs a state_dict, (name, tensor) "
+                                   "pairs such as model.named_parameters(), or tensors")
+    for n, t in items:
+        if not torch.is_tensor(t):
+            # Skipping it would leave the ranks apart without a word.
+            raise InvalidArgumentError(
+                "broadcast_parameters: %r is a %s, not a tensor; broadcast it with "
+                "broadcast_object, or leave it out" % (n, type(t).__name__))
+    items = [(n, t.data if isinstance(t, torch.nn.Parameter) else t) for n, t in items]
     if name_map is None:
         shared = [naming.Shared(prefix + n) for n, _ in items]
     else:

@@ -53,6 +53,41 @@ def check_gradients_through_collectives():
     close(tape.gradient(c, w), np.full(3, total_of(n) / n if r == 0 else 0.0), "broadcast grad")
 
 
+def check_alltoall_and_reducescatter_gradients():
+    # Horovod registers gradients for both: alltoall's rows go back where
+    # they came from; reducescatter's is the allgathered output gradient,
+    # times the ranks for Sum and times the scale factors.
+    import fuseopt.tensorflow as htf
+    r, n = hvd.rank(), hvd.size()
+    x = tf.Variable(tf.ones([2 * n, 1]))
+    rows_of_rank = np.repeat(np.arange(n) + 1.0, 2).reshape(2 * n, 1)  # row i went to rank i // 2
+
+    def losses(x):
+        sent = tf.reduce_sum(htf.alltoall(x, name="g.a2a") * (r + 1))
+        got, _ = htf.alltoall(x, splits=[2] * n, name="g.a2a.splits")
+        summed = tf.reduce_sum(htf.reducescatter(x, op=htf.Sum, name="g.rs.sum") * (r + 1))
+        scaled = tf.reduce_sum(htf.reducescatter(x, name="g.rs.avg", prescale_factor=3.0,
+                                                 postscale_factor=0.5) * (r + 1))
+        return sent, tf.reduce_sum(got * (r + 1)), summed, scaled
+
+    def gradients(x):
+        with tf.GradientTape(persistent=True) as tape:
+            out = losses(x)
+        return [tape.gradient(loss, x) for loss in out]
+
+    for mode, fn in (("eager", gradients), ("graph", tf.function(gradients))):
+        sent, split, summed, scaled = fn(x)
+        close(sent, rows_of_rank, mode + " alltoall grad")
+        close(split, rows_of_rank, mode + " alltoall grad (splits given)")
+        close(summed, rows_of_rank * n, mode + " reducescatter Sum grad")
+        close(scaled, rows_of_rank * 1.5, mode + " reducescatter Average grad, scaled")
+    # The forward with scale factors and a 16-bit compressor, in Horovod's order.
+    half = htf.reducescatter(tf.ones([2 * n, 2]) * (r + 1), "", htf.Compression.fp16, htf.Sum,
+                             "rs.fp16", postscale_factor=2.0)
+    assert half.dtype == tf.float32
+    close(half, np.full((2, 2), 2.0 * total_of(n)), "reducescatter fp16, postscale 2")
+
+
 def check_keras_module_signatures():
     """horovod.tensorflow.keras's own argument orders and refusals."""
     r, n = hvd.rank(), hvd.size()
@@ -151,6 +186,21 @@ def check_explicit_groups_are_reduced_as_units():
 def check_errors():
     harness.expect_error(hvd.InvalidArgumentError,
                          lambda: hvd.allreduce(tf.constant([True, False])), "bool")
+    # Allgathered sparse rows can only be summed or averaged, unscaled (as
+    # Horovod): the rest is refused, not silently summed.
+    import fuseopt.tensorflow as htf
+    rows = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([0]), tf.constant([3, 2]))
+    for op, word in ((htf.Min, "Min"), (htf.Max, "Max"), (htf.Product, "Product"),
+                     (htf.Adasum, "Adasum")):
+        harness.expect_error(htf.UnsupportedError, lambda: htf.allreduce(rows, op=op), word,
+                             "sparse_as_dense")
+    harness.expect_error(htf.UnsupportedError,
+                         lambda: htf.allreduce(rows, prescale_factor=2.0), "prescale_factor")
+    # As Horovod's tape and both optimizers: a predivide factor needs Average.
+    harness.expect_error(htf.InvalidArgumentError,
+                         lambda: htf.DistributedGradientTape(tf.GradientTape(), op=htf.Sum,
+                                                             gradient_predivide_factor=2.0),
+                         "gradient_predivide_factor")
 
     @tf.function(jit_compile=True)
     def xla(x):
@@ -166,6 +216,6 @@ def check_errors():
 
 if __name__ == "__main__":
     harness.run([check_keras_module_signatures, check_ops_eager_and_graph,
-                 check_gradients_through_collectives,
+                 check_gradients_through_collectives, check_alltoall_and_reducescatter_gradients,
                  check_abandoned_bucket_is_finished_by_the_next_start,
                  check_explicit_groups_are_reduced_as_units, check_errors])

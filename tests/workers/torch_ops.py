@@ -271,6 +271,27 @@ def check_sparse_gradients_stay_sparse():
     close(train(False), ref.weight.detach(), "sparse_as_dense=False")
     close(train(True), ref.weight.detach(), "sparse_as_dense=True")
 
+    # Sparse gradients travel allgathered and uncompressed: averaged with the
+    # optimizer's op even when the compressor of the dense ones sums (ef_sign).
+    emb = torch.nn.Embedding(5, 3, sparse=True)
+    lin = torch.nn.Linear(3, 1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(list(emb.parameters()) + list(lin.parameters()),
+                                                   lr=0.1),
+                                   named_parameters=[("emb.weight", emb.weight)]
+                                   + [("lin." + k, v) for k, v in lin.named_parameters()],
+                                   compression=hvd.Compression.ef_sign())
+    hvd.broadcast_parameters({"emb": emb.weight, "w": lin.weight, "b": lin.bias}, 0,
+                             prefix="sparse.ef.")
+    opt.zero_grad()
+    (lin(emb(ids[r])) * (r + 1)).sum().backward()
+    opt.synchronize()
+    want = torch.zeros(5, 3)
+    for k in range(n):
+        rows = torch.zeros(5, 3)
+        rows.index_add_(0, ids[k], lin.weight.detach().expand(3, 3) * (k + 1))
+        want += rows / n
+    close(emb.weight.grad.to_dense(), want, "sparse gradient next to ef_sign: averaged")
+
 
 class HorovodStyleFP16:
     """A custom compressor as written for Horovod: static methods, one tensor."""

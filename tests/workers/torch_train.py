@@ -324,6 +324,15 @@ def check_broadcast_parameters_and_optimizer_state():
         close(gathered[k], gathered[root], "exp_avg rank %d" % k, 0)
     assert int(opt.state[p0]["step"]) == 2  # Horovod's initialising step, then ours
     hvd.broadcast_parameters(list(model.named_parameters()), 0, prefix="bp2.")
+    # Bare tensors, as Horovod's list(model.parameters()); then a non-tensor
+    # entry is refused on every rank instead of silently left unsynchronised.
+    mine = make_model(seed=hvd.rank())
+    hvd.broadcast_parameters(list(mine.parameters()), root, prefix="bp3.")
+    assert_same_params(mine, make_model(seed=root), "broadcast_parameters of bare tensors", 0)
+    state = dict(mine.state_dict(), extra={"epoch": 3})
+    harness.expect_error(hvd.InvalidArgumentError,
+                         lambda: hvd.broadcast_parameters(state, 0, prefix="bp4."),
+                         "'extra'", "broadcast_object")
 
 
 def check_local_sgd_and_adaptive():
