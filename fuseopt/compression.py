@@ -116,6 +116,23 @@ def as_compressor(compression):
     return HorovodCompressor(compression)
 
 
+def one_payload_each(compression, tensors, names, ranks):
+    """Horovod's compression around a collective other than the optimizer's
+    allreduce: ``(payloads, contexts, restore)`` with one payload per tensor,
+    compressed knowing the ranks reduced over; ``restore(result, context)``
+    decompresses. ``compression`` None sends the tensors as they are."""
+    if compression is None:
+        return list(tensors), [None] * len(tensors), lambda t, ctx: t
+    compression = as_compressor(compression)
+    with reducing_over(ranks):
+        packed = [compression.compress(t, n) for t, n in zip(tensors, names)]
+    if any(len(payloads) != 1 for payloads, _ in packed):
+        raise InvalidArgumentError("%s sends several payloads per tensor; only allreduce and "
+                                   "DistributedOptimizer take it" % type(compression).__name__)
+    return ([payloads[0] for payloads, _ in packed], [ctx for _, ctx in packed],
+            lambda t, ctx: compression.decompress([t], ctx))
+
+
 class NoneCompressor(Compressor):
     """No compression."""
 

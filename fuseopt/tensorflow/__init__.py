@@ -25,8 +25,8 @@ from .compression import Compression, Compressor
 from .functions import broadcast_variables
 from .gradient_tape import DistributedGradientTape
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
-                  alltoall, barrier, broadcast, broadcast_object, grouped_allreduce, join,
-                  reducescatter)
+                  barrier, broadcast, broadcast_object, grouped_allreduce, join)
+from .row_ops import alltoall, reducescatter
 from .optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from ..naming import Shared
 from .sync_batch_norm import SyncBatchNormalization

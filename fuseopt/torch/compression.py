@@ -47,10 +47,8 @@ class _TorchKit(_neutral.TensorKit):
         return residual.add_(tensor.detach())
 
     def keep_minus(self, residuals, name, base, q, scale):
-        if base is residuals.get(name):
-            base.addcmul_(q, scale, value=-1)
-        else:
-            residuals[name] = base - scale * q
+        # base is the stored residual itself (accumulated adds into it)
+        base.addcmul_(q, scale, value=-1)
 
     def dequantized(self, q, scale):
         # to() then mul_: int8 * float32 directly takes a slow promoting loop

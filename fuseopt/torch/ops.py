@@ -12,7 +12,7 @@ import torch
 from .. import ops as _np_ops
 from .. import requests as _rq
 from ..arguments import derived_name
-from ..compression import as_compressor, reducing_over
+from ..compression import as_compressor, one_payload_each, reducing_over
 from .. import world
 from ..errors import InvalidArgumentError
 from .. import process_sets as _ps
@@ -135,19 +135,9 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
 
 
 def _compressed(compression, tensors, name, process_set):
-    """Horovod's compression around a collective: one payload per tensor,
-    compressed knowing the ranks reduced over (reducing_over)."""
-    if compression is None:
-        return list(tensors), [None] * len(tensors), lambda t, ctx: t
-    compression = as_compressor(compression)
-    with reducing_over(_ps.size_of(process_set)):
-        packed = [compression.compress(t, n)
-                  for t, n in zip(tensors, _group_names(tensors, name))]
-    if any(len(payloads) != 1 for payloads, _ in packed):
-        raise InvalidArgumentError("%s sends several payloads per tensor; only allreduce and "
-                                   "DistributedOptimizer take it" % type(compression).__name__)
-    return ([payloads[0] for payloads, _ in packed], [ctx for _, ctx in packed],
-            lambda t, ctx: compression.decompress([t], ctx))
+    """one_payload_each for a group negotiated under ``name``."""
+    return one_payload_each(compression, tensors, _group_names(tensors, name),
+                            _ps.size_of(process_set))
 
 
 def _group_names(tensors, name):
