@@ -169,6 +169,17 @@ def _names(n, name, kind):
     return [base] if n == 1 else ["%s.%d" % (base, i) for i in range(n)]
 
 
+def _operand(tensor, name, kind, process_set, rows=False):
+    """A single-tensor collective's tensor and negotiation name, after the
+    checks each makes first (set, dtype; ``rows``: at least one dimension)."""
+    _ps.id_of(process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    _t.dtype_name(tensor)
+    if rows and tensor.shape.rank == 0:
+        raise InvalidArgumentError("%s needs a tensor with at least one dimension" % kind)
+    return tensor, _names(1, name, kind)[0]
+
+
 def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
                       compression: Any = None, op: Optional[int] = None,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -273,12 +284,7 @@ def _allgather_raw(tensor, name, process_set=None):
 def allgather(tensor: Any, name: Optional[str] = None, process_set: Optional[ProcessSet] = None,
               ignore_name_scope: bool = False) -> Any:
     """Concatenates every rank's tensor along the first dimension."""
-    _ps.id_of(process_set)
-    tensor = tf.convert_to_tensor(tensor)
-    _t.dtype_name(tensor)
-    if tensor.shape.rank == 0:
-        raise InvalidArgumentError("allgather needs a tensor with at least one dimension")
-    name = _names(1, name, "allgather")[0]
+    tensor, name = _operand(tensor, name, "allgather", process_set, rows=True)
 
     @tf.custom_gradient
     def gather(x):
@@ -310,10 +316,7 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
               process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False) -> Any:
     """Every rank receives root_rank's tensor (differentiable, as Horovod's:
     the root's gradient is the average over ranks, the others' zero)."""
-    _ps.id_of(process_set)
-    tensor = tf.convert_to_tensor(tensor)
-    _t.dtype_name(tensor)
-    name = _names(1, name, "broadcast")[0]
+    tensor, name = _operand(tensor, name, "broadcast", process_set)
 
     @tf.custom_gradient
     def bcast(x):

@@ -14,7 +14,7 @@ from ..arguments import derived_name
 from ..compression import NoneCompressor, as_compressor, one_payload_each
 from ..errors import InvalidArgumentError
 from . import _tensors as _t
-from .ops import Average, Sum, _allgather_raw, _names
+from .ops import Average, Sum, _allgather_raw, _operand
 
 if TYPE_CHECKING:  # names used only in annotations
     from ..process_sets import ProcessSet
@@ -26,10 +26,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
     returns the received tensor, and ``(received, received_splits)`` when
     ``splits`` is given; differentiable (the rows' gradients go back where
     the rows came from)."""
-    _ps.id_of(process_set)
-    tensor = tf.convert_to_tensor(tensor)
-    _t.dtype_name(tensor)
-    name = _names(1, name, "alltoall")[0]
+    tensor, name = _operand(tensor, name, "alltoall", process_set)
     splits = None if splits is None else tf.convert_to_tensor(splits, dtype=tf.int64)
 
     def exchange(x, splits, name):
@@ -66,12 +63,7 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = None,
     the scale factors. ``compression`` must send one payload per tensor
     (Compression.fp16, .bf16); the payload is negotiated under ``name``
     itself, as the PyTorch binding's, so that mixed jobs meet."""
-    _ps.id_of(process_set)
-    tensor = tf.convert_to_tensor(tensor)
-    _t.dtype_name(tensor)
-    if tensor.shape.rank == 0:
-        raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
-    name = _names(1, name, "reducescatter")[0]
+    tensor, name = _operand(tensor, name, "reducescatter", process_set, rows=True)
     size = _ps.size_of(process_set)
     if compression is not None:
         compression = as_compressor(compression)
