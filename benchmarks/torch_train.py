@@ -438,8 +438,9 @@ def compress_rows(s, jobs, contenders):
 
 
 def compress_targets(s, targets, verdicts):
-    """The compress job's verdicts: bf16's overhead against none's, every compressor's
-    accuracy against none's."""
+    """The compress job's verdict: bf16's overhead against none's. Its accuracy column
+    is one seed's, which says little in a chaotic setting: the accuracy claim is judged
+    over seeds and kernel sets by compression_accuracy.py."""
     lines, ref = [], REF["targets"]
     plain = report.overhead(s, "fuseopt") if "fuseopt" in s else None
     bf16 = report.overhead(s, "fuseopt:bf16") if "fuseopt:bf16" in s else None
@@ -451,19 +452,6 @@ def compress_targets(s, targets, verdicts):
         lines.append(verdicts.line(ratio <= limit, (
             "Compression.bf16 overhead / uncompressed overhead %.2fx <= %.1fx (%.2f ms vs "
             "%.2f ms over unconnected)" % (ratio, limit, bf16, plain)), "."))
-    for name in COMPRESSORS if "fuseopt" in s else ():
-        c = "fuseopt:" + name
-        if c not in s:
-            continue
-        acc, acc0 = s[c]["val_accuracy"], s["fuseopt"]["val_accuracy"]
-        limit = ref["compress_accuracy_drop_max"]
-        ok = abs(acc - acc0) <= limit + 1e-9
-        targets["compress_accuracy_" + name] = {"accuracy": acc, "uncompressed": acc0,
-                                                "target": limit, "pass": ok}
-        lines.append(verdicts.line(ok, (
-            "%s validation accuracy %.1f%% within %.0f point of uncompressed %.1f%% (%+.1f "
-            "points)" % (compression(c), 100 * acc, 100 * limit, 100 * acc0, 100 * (acc - acc0))),
-            "."))
     return lines
 
 

@@ -147,19 +147,12 @@ class Checkpoint:
 
 def save_on_root(path, root_rank, write):
     """Collective: the root calls ``write(file)`` through
-    :func:`write_atomically`; its failure is raised on every rank (OSError for
-    the file system, InvalidArgumentError for what cannot be saved), and no
-    rank returns before the file is complete."""
-    failure = None
-    if world.rank() == root_rank:
-        try:
-            write_atomically(path, write)
-        except (OSError, InvalidArgumentError) as e:
-            failure = (isinstance(e, OSError),
-                       "rank %d could not write checkpoint %r: %s" % (root_rank, path, e))
-    failure = objects.broadcast_object(failure, root_rank, name="checkpoint.saved")
-    if failure:
-        raise (OSError if failure[0] else InvalidArgumentError)(failure[1])
+    :func:`write_atomically`; whatever it raises there (OSError for the file
+    system, InvalidArgumentError for what cannot be saved, anything a
+    framework's writer raises) is raised on every rank alike, the previous
+    file stays as it was, and no rank returns before the file is complete."""
+    objects.on_root(lambda: write_atomically(path, write), root_rank, "checkpoint.saved",
+                    "could not write checkpoint %r" % path)
 
 
 def load_on_root(path, root_rank, missing_ok, read):
@@ -170,24 +163,20 @@ def load_on_root(path, root_rank, missing_ok, read):
     fresh start works on every rank alike. Returns ``(found, read() on the
     root / None elsewhere)``; a missing file is ``(False, None)`` with
     ``missing_ok``, FileNotFoundError on every rank otherwise."""
-    found, failure, result = None, None, None
-    if world.rank() == root_rank:
-        found = os.path.exists(path)
-        if found:
-            try:
-                result = read()
-            except Exception as e:  # whatever a hostile file makes the reader raise
-                failure = "cannot load checkpoint %r on rank %d: %s: %s" % (
-                    path, root_rank, type(e).__name__, e)
-    found, failure = objects.broadcast_object((found, failure), root_rank,
-                                              name="checkpoint.loaded")
-    if not found:
+    def work():
+        if not os.path.exists(path):
+            raise FileNotFoundError("no such file")
+        try:
+            return read()
+        except Exception as e:  # whatever a hostile file makes the reader raise
+            raise CheckpointError("%s: %s" % (type(e).__name__, e)) from None
+    try:
+        return True, objects.on_root(work, root_rank, "checkpoint.loaded",
+                                     "cannot load checkpoint %r" % path)
+    except FileNotFoundError:
         if missing_ok:
             return False, None
-        raise FileNotFoundError("no checkpoint at %r on rank %d" % (path, root_rank))
-    if failure:
-        raise CheckpointError(failure)
-    return True, result
+        raise
 
 
 def expect(condition, message):

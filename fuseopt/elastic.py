@@ -118,8 +118,9 @@ class State(abc.ABC):
         try:
             data = _proto.encode_commit(self._generation, self.FORMAT, self._payload())
             _proto.write_commit(path, data)
-        except OSError as e:
-            return "rank %d could not write %s: %s" % (world.rank(), path, e)
+        except Exception as e:  # whatever fails here, every rank must hear it (_check)
+            return "rank %d could not write %s: %s: %s" % (world.rank(), path,
+                                                          type(e).__name__, e)
         return None
 
     def _check(self, failure: Optional[str]) -> None:
@@ -132,9 +133,9 @@ class State(abc.ABC):
         seen = _proto.notice_time(launch_records.directory())
         agreed = ops.allreduce(np.array([seen, world.rank() + 1 if failure else 0], np.float64),
                                name="fuseopt.elastic.check", op=ops.Max)
-        if agreed[1]:
-            raise OSError(failure or "rank %d could not write its host's committed state (see "
-                          "its error)" % (int(agreed[1]) - 1))
+        if agreed[1]:  # the failing rank (the highest, if several) tells its error
+            raise OSError(objects.broadcast_object(failure, int(agreed[1]) - 1,
+                                                   name="fuseopt.elastic.failure"))
         if agreed[0] > self._notice_seen:
             self._notice_seen = float(agreed[0])
             raise HostsUpdatedInterrupt()
@@ -147,7 +148,7 @@ class State(abc.ABC):
         if root is not None and world.local_rank() == 0:
             try:
                 found = _proto.read_commit(_proto.commit_path(root))
-            except _proto.CommitFileError as e:
+            except Exception as e:  # a bad copy is reported, and another host's may do
                 report = (world.rank(), None, "host %s: %s" % (socket.gethostname(), e))
             else:
                 if found is not None:
@@ -178,17 +179,29 @@ class ObjectState(State):
     values are committed (deep copies, so later in-place changes do not alter
     the commit), restored, and synced from rank 0. Committed values must be
     plain data (numbers, strings, lists, dicts; the commit store keeps them
-    as JSON, so a tuple comes back as a list)."""
+    as JSON, so a tuple comes back as a list). That is checked when the state
+    is made, when a value is assigned and at every commit, on every rank and
+    with or without the elastic driver, so that a value the commit store
+    cannot keep fails in a local run, not at the first reset in production."""
 
     FORMAT = "fuseopt.elastic.objects/1"
+    VALUE_TYPES: tuple = ()  # leaf types kept besides plain data (TorchState: tensors)
 
     def __init__(self, **kwargs: Any) -> None:
+        check_plain(kwargs, "elastic state values", self.VALUE_TYPES)
         self._saved_state = copy.deepcopy(kwargs)
         self._set_attrs()
         super().__init__()
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__dict__.get("_saved_state", ()):
+            check_plain(value, "elastic state value %r" % name, self.VALUE_TYPES)
+        super().__setattr__(name, value)
+
     def save(self) -> None:
-        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
+        values = {k: getattr(self, k) for k in self._saved_state}
+        check_plain(values, "elastic state values", self.VALUE_TYPES)  # changed in place?
+        self._saved_state = copy.deepcopy(values)
 
     def restore(self) -> None:
         self._set_attrs()
@@ -203,8 +216,7 @@ class ObjectState(State):
         for attr, value in self._saved_state.items():
             setattr(self, attr, copy.deepcopy(value))
 
-    def _user_values(self, leaf_types: tuple = ()) -> Dict[str, Any]:
-        check_plain(self._saved_state, "elastic state values", leaf_types)
+    def _user_values(self) -> Dict[str, Any]:
         return self._saved_state
 
     def _set_user_values(self, values: Dict[str, Any]) -> None:

@@ -106,3 +106,32 @@ def test_next_save_removes_what_a_killed_writer_left(tmp_path):
     write_atomically(str(path), lambda f: f.write(b"second"))
     assert path.read_bytes() == b"second"
     assert sorted(os.listdir(tmp_path)) == [".other.bin.abc.tmp", "ckpt.bin"]
+
+
+@pytest.fixture
+def full_file_system(tmp_path):
+    """A 1 MiB tmpfs: a small model's checkpoint fits, a 4 MB one does not."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs to fill needs root (CI runs as root)")
+    mount = tmp_path / "full"
+    mount.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip("this container may not mount a tmpfs: %s" % p.stderr.strip())
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("kind", ["torch", "keras"])
+def test_a_failure_on_the_root_reaches_every_rank(run_ranks, tmp_path, kind):
+    r = run_ranks(2, "root_failures.py", tmp_path, kind, timeout=180)
+    assert r.output.count("checks, 0 failed") == 2, r
+
+
+@pytest.mark.parametrize("kind", ["torch", "keras"])
+def test_a_full_disk_fails_the_save_on_every_rank(run_ranks, tmp_path, full_file_system, kind):
+    r = run_ranks(2, "root_failures.py", tmp_path, kind, full_file_system, timeout=180)
+    assert r.output.count("1 checks, 0 failed") == 2, r

@@ -40,10 +40,16 @@ def parse(text, slots_per_host=None, where="--host-discovery-script"):
 def discover(script, slots_per_host=None, timeout=DISCOVERY_TIMEOUT_S):
     """Runs the script (through the shell, as horovodrun does) and parses it."""
     try:
-        p = subprocess.run(script, shell=True, capture_output=True, text=True, timeout=timeout)
+        # errors="replace": bytes that are not text become a parse error
+        # naming the line, not a traceback of the driver
+        p = subprocess.run(script, shell=True, capture_output=True, text=True, timeout=timeout,
+                           errors="replace")
     except subprocess.TimeoutExpired:
         raise DiscoveryError("--host-discovery-script %s did not finish within %.0f s"
                              % (script, timeout)) from None
+    except OSError as e:  # the shell itself could not start
+        raise DiscoveryError("--host-discovery-script %s could not run: %s"
+                             % (script, e)) from None
     if p.returncode != 0:
         raise DiscoveryError("--host-discovery-script %s exited with %d: %s"
                              % (script, p.returncode, p.stderr.strip()[-500:]))

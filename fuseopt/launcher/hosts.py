@@ -1,5 +1,6 @@
 """Host lists: ``-H a:2,b:4`` and hostfiles, and what runs on this machine."""
 import os
+import re
 import socket
 
 
@@ -15,8 +16,13 @@ def _slots(text, where):
     return int(text)
 
 
+# Host names and addresses (RFC 1123 letters, digits, '-' and '.', plus '_'
+# that some clusters use); anything else is a typo or bytes that are not text.
+_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
 def _name(name, where):
-    if not name or any(c.isspace() for c in name):
+    if not _HOST_NAME.fullmatch(name):
         raise HostError("%s: %r is not a host name" % (where, name))
     return name
 

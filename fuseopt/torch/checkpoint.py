@@ -61,9 +61,17 @@ def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0,
 
     def write(f):
         _ckpt.check_plain(extra, "extra", (torch.Tensor,))
-        torch.save({"format": FORMAT, "model": model.state_dict(),
-                    "optimizer": _inner(optimizer).state_dict() if optimizer is not None else None,
-                    "step": step, "extra": extra, "world_size": world.size(), "rng": rng}, f)
+        try:
+            torch.save({"format": FORMAT, "model": model.state_dict(),
+                        "optimizer": _inner(optimizer).state_dict() if optimizer is not None
+                        else None,
+                        "step": step, "extra": extra, "world_size": world.size(), "rng": rng}, f)
+        except RuntimeError as e:
+            # torch's writer reports a failed write (a full disk) as "unexpected
+            # pos"; the file system's own error says what happened.
+            if isinstance(e.__context__, OSError):
+                raise e.__context__ from None
+            raise
 
     _ckpt.save_on_root(path, root_rank, write)
 

@@ -71,20 +71,24 @@ def broadcast_parameters(params: Any, root_rank: int = 0, prefix: str = "broadca
             target.copy_(result if s.perm is None else result.permute(s.inverse))
 
 
+def _torch_dumps(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _torch_loads(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
                      process_set: Optional[ProcessSet] = None) -> Any:
-    """root_rank's picklable object (tensors included) on every rank."""
+    """root_rank's picklable object (tensors included) on every rank; if
+    the root cannot serialize it, its error is raised on every rank."""
     _ps.id_of(process_set)
-    if world.rank() == root_rank:
-        buf = io.BytesIO()
-        torch.save(obj, buf)
-        payload = buf.getvalue()
-    else:
-        payload = None
-    payload = _objects.broadcast_object(payload, root_rank, name=name or "torch.broadcast_object",
-                                        process_set=process_set)
-    return obj if world.rank() == root_rank else torch.load(io.BytesIO(payload),
-                                                              weights_only=False)
+    return _objects.broadcast_object(obj, root_rank, name=name or "torch.broadcast_object",
+                                     process_set=process_set, dumps=_torch_dumps,
+                                     loads=_torch_loads)
 
 
 def allgather_object(obj: Any, name: Optional[str] = None,

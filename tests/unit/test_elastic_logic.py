@@ -1,10 +1,12 @@
 """Elastic training's pure rules, rank-free: which commit copy wins, what a
 corrupt commit file gives, discovery output, placement, what ended a job,
 and how the sampler re-shards the rest of an epoch."""
+import numpy as np
 import pytest
 
 from fuseopt import elastic_protocol as proto
 from fuseopt.checkpoint import CheckpointError
+from fuseopt.errors import InvalidArgumentError
 from fuseopt.elastic import ObjectState, State, remaining_share
 from fuseopt.launcher import cli, discovery
 from fuseopt.launcher.elastic_driver import classify
@@ -53,6 +55,9 @@ def test_discovery_script_failure_is_clear(tmp_path):
     with pytest.raises(discovery.DiscoveryError, match="exited with 3: nope"):
         discovery.discover("echo nope >&2; exit 3")
     assert discovery.discover("printf 'h1:2\\nh2:2\\n'") == [("h1", 2), ("h2", 2)]
+    # Bytes that are not UTF-8 are a parse error naming the line, not a traceback.
+    with pytest.raises(discovery.DiscoveryError, match="line 1"):
+        discovery.discover("printf 'h\\377:2\\n'")
 
 
 def test_placement_and_blacklist():
@@ -125,6 +130,38 @@ def test_object_state_commits_its_values_alone():
         ObjectState(other=1)._load_payload(payload)
     with pytest.raises(CheckpointError, match="not a"):
         fresh._load_payload(b'{"format": "fuseopt.torch.elastic/1", "values": {}}')
+
+
+@pytest.mark.parametrize("value, what", [
+    (np.float32(1), "numpy.float32"), ({1, 2}, "builtins.set"), (object(), "builtins.object"),
+    ({"nested": [1, (2, np.int64(3))]}, "numpy.int64")])
+def test_object_state_values_are_checked_when_made_assigned_and_saved(value, what):
+    """A value the commit store cannot keep fails where it enters, in a
+    local run, not at the first commit under the elastic driver."""
+    with pytest.raises(InvalidArgumentError, match=what):
+        ObjectState(best=value)
+    state = ObjectState(best=0.0, history=[])
+    with pytest.raises(InvalidArgumentError, match=what):
+        state.best = value
+    assert state.best == 0.0
+    state.history.append(value)  # changed in place: caught at the next save (commit)
+    with pytest.raises(InvalidArgumentError, match=what):
+        state.save()
+    state.untracked = value  # not a state value: not committed, not checked
+
+
+def test_torch_state_keeps_tensors_and_checks_the_rest():
+    torch = pytest.importorskip("torch")
+    from fuseopt.torch.elastic import TorchState
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = TorchState(model, opt, best=torch.ones(2), epoch=0)
+    state.best = torch.zeros(3)
+    state.save()
+    with pytest.raises(InvalidArgumentError, match="numpy.float32"):
+        TorchState(model, opt, best=np.float32(1))
+    with pytest.raises(InvalidArgumentError, match="builtins.set"):
+        state.epoch = {1}
 
 
 def test_a_state_missing_a_method_cannot_be_made():

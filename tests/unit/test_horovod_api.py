@@ -212,3 +212,14 @@ def test_horovod_name(hmod, name, entry):
         module, entry, obj, names_only=(hmod, name) in ALLOWED_SIGNATURE_DIFFERENCES)
     assert not problems, "%s differs from Horovod 0.28.1:\n  Horovod: %s%s\n  fuseopt: %s%s\n  - %s" % (
         where, name, _horovod_signature(entry), name, fsig, "\n  - ".join(problems))
+
+
+@pytest.mark.parametrize("module, horovod", [("fuseopt.ray", "horovod.ray"),
+                                             ("fuseopt.spark", "horovod.spark")])
+def test_integrations_not_there_yet_say_so_at_import(module, horovod):
+    """A migrated script's ``import fuseopt.ray`` names what is missing and
+    what to use instead, rather than a bare ModuleNotFoundError."""
+    import importlib
+    from fuseopt.errors import UnsupportedError
+    with pytest.raises(UnsupportedError, match="%s .*fuseoptrun" % horovod.replace(".", r"\.")):
+        importlib.import_module(module)

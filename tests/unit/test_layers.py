@@ -12,7 +12,7 @@ PACKAGE = os.path.join(ROOT, "fuseopt")
 LAYERS = [
     ("base", ["_native", "_version", "_build", "errors", "_launch_notes", "launch_records",
               "log", "metrics_math", "dtypes", "arguments", "config", "horovod_env", "devices",
-              "atomic_file", "elastic_protocol"]),
+              "atomic_file", "elastic_protocol", "portable_errors"]),
     ("world", ["world", "_peer_watch"]),
     ("requests", ["handles", "requests", "process_sets"]),
     ("operations", ["ops", "objects", "naming", "timeline", "overlap", "compression", "buckets",
@@ -20,7 +20,8 @@ LAYERS = [
     ("lifecycle", ["runtime", "elastic"]),
     ("package", ["__init__"]),
     ("bindings", ["torch", "tensorflow"]),
-    ("tools", ["launcher", "cli", "__main__", "timeline_summary", "timeline_plot"]),
+    ("tools", ["launcher", "cli", "__main__", "timeline_summary", "timeline_plot", "ray",
+               "spark"]),
 ]
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 

@@ -423,6 +423,32 @@ def check_metrics_callback():
         assert lines == [], lines
 
 
+def check_momentum_correction_warns_through_the_wrapper():
+    """Keras 3 compiles momentum into its update, so momentum_correction cannot
+    act: the warning must fire for a wrapped optimizer with momentum, not
+    for one without."""
+    import logging
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("fuseopt").addHandler(handler)
+    x, y = global_data(9, STEPS * B)
+    try:
+        for momentum in (0.9, 0.0):
+            model = make_model()
+            model.compile(optimizer=hvd.DistributedOptimizer(
+                keras.optimizers.SGD(0.01, momentum=momentum)),
+                loss="sparse_categorical_crossentropy")
+            model.fit(x, y, batch_size=B, epochs=1, verbose=0, callbacks=[
+                hvd.callbacks.LearningRateWarmupCallback(0.01, warmup_epochs=1,
+                                                         steps_per_epoch=STEPS)])
+            warned = [r for r in records if "momentum_correction" in r.getMessage()]
+            assert len(warned) == (1 if momentum else 0), (momentum, warned)
+            records.clear()
+    finally:
+        logging.getLogger("fuseopt").removeHandler(handler)
+
+
 if __name__ == "__main__":
     # float64: the references are then exact to ~1e-15, so 1e-5 tests semantics,
     # not how much float32 rounding a chaotic 8-step trajectory amplifies.
@@ -437,4 +463,5 @@ if __name__ == "__main__":
                  check_partial_distributed_optimizer_keeps_local_layers_local,
                  check_jit_compile_true_is_a_clear_error,
                  check_sync_batch_normalization_uneven_batches,
-                 check_sync_batch_normalization_in_fit, check_metrics_callback])
+                 check_sync_batch_normalization_in_fit, check_metrics_callback,
+                 check_momentum_correction_warns_through_the_wrapper])

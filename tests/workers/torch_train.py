@@ -195,45 +195,6 @@ def check_cast_compression_runs_in_the_core():
                 opt.remove_hooks()
 
 
-def check_error_feedback_keeps_digits_mlp_accuracy():
-    # A deeper MLP with SGD momentum 0.9: the setting where the sign-only
-    # ef_sign (one scale mean|c| per tensor) diverged (seed 4, 2 ranks:
-    # 0.50 accuracy against 0.92 uncompressed). Both runs train here, so
-    # the reference is measured, not hard-coded.
-    from sklearn.datasets import load_digits
-    x, y = load_digits(return_X_y=True)
-    x = torch.tensor(x / 16.0, dtype=torch.float32)
-    y = torch.tensor(y)
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    x, y = x[perm], y[perm]
-    x_train, y_train, x_test, y_test = x[:1400], y[:1400], x[1400:], y[1400:]
-    shard = slice(hvd.rank(), None, hvd.size())
-    xs, ys = x_train[shard], y_train[shard]
-
-    def run(compression, seed=4, batch=16):
-        torch.manual_seed(seed)
-        model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                              nn.Linear(64, 10))
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                                       model.named_parameters(), compression=compression)
-        for epoch in range(6):
-            for i in range(0, len(xs) - batch + 1, batch):
-                F.cross_entropy(model(xs[i:i + batch]), ys[i:i + batch]).backward()
-                opt.step()
-                opt.zero_grad()
-        opt.remove_hooks()
-        with torch.no_grad():
-            return (model(x_test).argmax(1) == y_test).float().mean().item(), model
-
-    acc_ef, model = run(hvd.Compression.ef_sign())
-    acc_plain, plain = run(hvd.Compression.none)
-    assert (model[0].weight - plain[0].weight).abs().max() > 1e-4, "ef_sign changed nothing?"
-    print("[rank %d] digits MLP accuracy: ef_sign %.3f, uncompressed %.3f"
-          % (hvd.rank(), acc_ef, acc_plain), flush=True)
-    assert abs(acc_ef - acc_plain) <= 0.01, (acc_ef, acc_plain)
-    assert_equal_across_ranks(model, "ef_sign")
-
-
 def check_unused_parameters_do_not_deadlock():
     class Branchy(nn.Module):
         def __init__(self):
@@ -400,7 +361,6 @@ def check_join_with_uneven_batches():
 CHECKS = [check_equivalence_sgd_momentum_and_adam, check_bucket_caps_change_timing_not_results,
           check_parameter_reshaped_between_steps, check_gradient_accumulation,
           check_compression_within_tolerance, check_cast_compression_runs_in_the_core,
-          check_error_feedback_keeps_digits_mlp_accuracy,
           check_unused_parameters_do_not_deadlock,
           check_optimizer_api_scheduler_scaler_state_dict,
           check_broadcast_parameters_and_optimizer_state, check_local_sgd_and_adaptive,

@@ -142,7 +142,8 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if not self.staircase and not self.steps_per_epoch:
             self.steps_per_epoch = self._autodetect_steps_per_epoch()
-        if self.momentum_correction and float(getattr(self.model.optimizer, "momentum", 0) or 0):
+        optimizer = getattr(self.model.optimizer, "inner_optimizer", self.model.optimizer)
+        if self.momentum_correction and float(getattr(optimizer, "momentum", 0) or 0):
             logger.warning("%s: momentum_correction has no effect on Keras 3 optimizers (their "
                            "momentum is compiled into the update)", type(self).__name__)
 

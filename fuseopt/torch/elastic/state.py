@@ -92,6 +92,7 @@ class TorchState(ObjectState):
     replaces what is tracked (and saves it)."""
 
     FORMAT = "fuseopt.torch.elastic/1"
+    VALUE_TYPES = (torch.Tensor,)
 
     def __init__(self, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
         kwargs.update(model=model, optimizer=optimizer)
@@ -126,7 +127,7 @@ class TorchState(ObjectState):
         buffer = io.BytesIO()
         torch.save({"format": self.FORMAT,
                     "handlers": {n: h.saved for n, h in self._handlers.items()},
-                    "values": self._user_values((torch.Tensor,))}, buffer)
+                    "values": self._user_values()}, buffer)
         return buffer.getvalue()
 
     def _load_payload(self, payload: bytes) -> None:

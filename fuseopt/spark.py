@@ -1,0 +1,11 @@
+"""Where Horovod has horovod.spark (run, the Estimators): nothing in fuseopt yet.
+
+Importing this module raises UnsupportedError saying so and what to use
+instead, so a script migrated with ``s/horovod/fuseopt/`` stops at its
+first line with that, not with a bare ModuleNotFoundError."""
+from .errors import UnsupportedError
+
+raise UnsupportedError(
+    "fuseopt.spark: fuseopt has no horovod.spark (run, the Estimators) integration yet. "
+    "Start the ranks with fuseoptrun (mpiexec) or Slurm's srun instead, one process per "
+    "rank; see docs/migration.md ('Spark/Ray integrations')")
