@@ -25,13 +25,23 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     def _moments(self, inputs, mask):
         if mask is not None or world.size() == 1:
             return super()._moments(inputs, mask)
-        x = tf.cast(inputs, tf.float64)
         axes = list(self._reduction_axes)
+        # Each rank's moments in the input's precision (float32 at least),
+        # one vectorized pass; only the per-channel sums are float64: count *
+        # (var + mean^2) is the sum of squares the ranks add up, and the
+        # global variance below is Chan's parallel combination, which loses
+        # no accuracy to cancellation in float64 (fuseopt/torch/sync_batch_norm.py).
+        x = inputs if inputs.dtype in (tf.float32, tf.float64) else tf.cast(inputs, tf.float32)
         count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), tf.float64)
-        local = tf.concat([tf.reshape(count, [1]), tf.reduce_sum(x, axes),
-                           tf.reduce_sum(x * x, axes)], 0)
+        mean, variance = tf.nn.moments(x, axes)
+        mean, variance = tf.cast(mean, tf.float64), tf.cast(variance, tf.float64)
+        has_rows = count > 0  # an empty batch here: its moments are NaN, its sums 0
+        local = tf.concat([tf.reshape(count, [1]),
+                           tf.where(has_rows, mean * count, tf.zeros_like(mean)),
+                           tf.where(has_rows, (variance + mean * mean) * count,
+                                    tf.zeros_like(variance))], 0)
         total = ops.allreduce_named([local], ops._names(1, None, "sync_batch_norm"), ops.Sum)[0]
-        c = tf.shape(local)[0] // 2
+        c = tf.shape(mean)[0]
         n = total[0]
         mean = total[1:c + 1] / n
         variance = tf.maximum(total[c + 1:] / n - mean * mean, 0.0)

@@ -13,10 +13,12 @@ torch.nn.SyncBatchNorm only runs on CUDA; this one runs wherever fuseopt does.
 from __future__ import annotations
 
 from typing import Any, Optional
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from .. import ops as _np_ops
 from .. import world
 from . import ops
 
@@ -25,58 +27,114 @@ def _channel_view(t, ndim):
     return t.reshape((1, -1) + (1,) * (ndim - 2))
 
 
+def _host(t):
+    """A small per-channel tensor as a float64 NumPy array."""
+    return t.detach().cpu().numpy().astype(np.float64)
+
+
+def _like(values, x):
+    """Per-channel values (NumPy) as a tensor of x's dtype and device, shaped to
+    broadcast against x."""
+    return _channel_view(torch.from_numpy(values).to(device=x.device, dtype=x.dtype), x.dim())
+
+
+def _allreduce_sum(values):
+    return _np_ops.allreduce_async_(values, name=None, op=_np_ops.Sum).wait()
+
+
+def _update_running(buffer, value, momentum):
+    """buffer <- (1 - momentum) * buffer + momentum * value, in place."""
+    if buffer.device.type == "cpu":
+        held = buffer.numpy()
+        held *= 1 - momentum
+        held += (momentum * value).astype(held.dtype)
+    else:
+        buffer.lerp_(torch.from_numpy(value).to(buffer), momentum)
+
+
 class _SyncBatchNormFn(torch.autograd.Function):
+    """Normalizes with the global batch's statistics in the input's dtype with
+    torch's own kernels: two reductions and one inference-mode batch_norm pass
+    forward, torch's batch-norm backward reduction and two fused multiply-adds
+    backward. The per-channel arithmetic (2C+1 numbers) is float64 NumPy, where
+    the cross-rank sums need the precision and a small array costs a
+    microsecond per operation instead of a framework dispatch. One allreduce
+    forward, one backward."""
+
     @staticmethod
-    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum):
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, allreduce):
         c = x.shape[1]
-        reduce_dims = [0] + list(range(2, x.dim()))
-        xd = x.detach().double()
         count = x.numel() // c if c else 0
-        local = torch.cat([torch.tensor([float(count)], dtype=torch.float64),
-                           xd.sum(reduce_dims), (xd * xd).sum(reduce_dims)])
-        total = ops.allreduce_async(local, op=ops.Sum, name=None).wait()
-        n = total[0].item()
+        local = np.zeros(1 + 2 * c)
+        if count:
+            # Sums accumulated in float64 without a float64 copy of the
+            # activation (x * x is rounded once per element, in x's dtype);
+            # torch's var_mean over dims (0, 2, ...) is several times slower.
+            dims = [0] + list(range(2, x.dim()))
+            local[0] = count
+            local[1:c + 1] = _host(x.detach().sum(dims, dtype=torch.float64))
+            local[c + 1:] = _host(x.detach().square().sum(dims, dtype=torch.float64))
+        total = allreduce(local)
+        n = float(total[0])
         if n == 0:
             raise ValueError("SyncBatchNorm got an empty batch on every rank")
         mean = total[1:c + 1] / n
-        var = (total[c + 1:] / n - mean * mean).clamp_(min=0)
-        invstd = torch.rsqrt(var + eps)
+        var = np.maximum(total[c + 1:] / n - mean * mean, 0.0)
         if running_mean is not None:
-            unbiased = var * (n / (n - 1)) if n > 1 else var
-            running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
-            running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
-        xhat = (xd - _channel_view(mean, x.dim())) * _channel_view(invstd, x.dim())
-        ctx.save_for_backward(xhat, weight, invstd)
-        ctx.n = n
-        y = xhat
-        if weight is not None:
-            y = y * _channel_view(weight.double(), x.dim()) + _channel_view(bias.double(), x.dim())
-        return y.to(x.dtype)
+            _update_running(running_mean, mean, momentum)
+            _update_running(running_var, var * (n / (n - 1)) if n > 1 else var, momentum)
+        stats = torch.from_numpy(np.stack([mean, var])).to(
+            device=x.device, dtype=x.dtype if x.dtype in (torch.float32, torch.float64)
+            else torch.float32)
+        # Inference-mode batch norm with the global statistics: one fused pass.
+        y = F.batch_norm(x, stats[0], stats[1], weight, bias, False, 0.0, eps)
+        invstd = 1.0 / np.sqrt(var + eps)
+        ctx.save_for_backward(x, weight)
+        ctx.stats = (n, mean, invstd, stats[0], stats[1].add(eps).rsqrt_())
+        ctx.allreduce = allreduce
+        return y
 
     @staticmethod
     def backward(ctx, dy):
-        xhat, weight, invstd = ctx.saved_tensors
-        ndim = xhat.dim()
-        reduce_dims = [0] + list(range(2, ndim))
-        dyd = dy.double()
-        sum_dy = dyd.sum(reduce_dims)
-        sum_dy_xhat = (dyd * xhat).sum(reduce_dims)
-        total = ops.allreduce_async(torch.cat([sum_dy, sum_dy_xhat]), op=ops.Sum).wait()
-        c = sum_dy.numel()
-        g_sum_dy, g_sum_dy_xhat = total[:c] / ctx.n, total[c:] / ctx.n
-        scale = invstd if weight is None else invstd * weight.double()
-        dx = _channel_view(scale, ndim) * (dyd - _channel_view(g_sum_dy, ndim)
-                                           - xhat * _channel_view(g_sum_dy_xhat, ndim))
+        x, weight = ctx.saved_tensors
+        n, mean, invstd, mean_x, invstd_x = ctx.stats
+        c = x.shape[1]
+        dy = dy.contiguous()
+        if x.numel():
+            # sum(dy) and sum(dy * x_hat) per channel, x_hat with the global
+            # statistics: torch's batch-norm backward computes exactly these
+            # as the bias and weight gradients (whatever weight it is given).
+            _, sum_dy_xhat, sum_dy = torch.ops.aten.native_batch_norm_backward(
+                dy, x, torch.ones_like(mean_x), None, None, mean_x, invstd_x, True, 0.0,
+                [False, True, True])
+            local = np.concatenate([_host(sum_dy), _host(sum_dy_xhat)])
+        else:
+            sum_dy = sum_dy_xhat = torch.zeros(c, dtype=x.dtype, device=x.device)
+            local = np.zeros(2 * c)
+        total = ctx.allreduce(local)
+        g_dy, g_dy_xhat = total[:c] / n, total[c:] / n
+        # dx = k * (dy - g_dy - x_hat * g_dy_xhat), x_hat = (x - mean) * invstd,
+        # rearranged per channel to dy * k - x * a - b: two fused passes.
+        k = invstd if weight is None else invstd * _host(weight)
+        a = k * invstd * g_dy_xhat
+        b = k * (g_dy - mean * invstd * g_dy_xhat)
+        dx = torch.addcmul(_like(-b, x), x, _like(-a, x)).addcmul_(dy, _like(k, x))
         dw = sum_dy_xhat.to(weight.dtype) if weight is not None and ctx.needs_input_grad[1] \
             else None
         db = sum_dy.to(weight.dtype) if weight is not None and ctx.needs_input_grad[2] else None
-        return dx.to(dy.dtype), dw, db, None, None, None, None
+        return dx, dw, db, None, None, None, None, None
 
 
 class SyncBatchNorm(_BatchNorm):
     """Drop-in for ``torch.nn.BatchNorm1d/2d/3d`` that normalizes with
     statistics of the batch across all ranks (see the module docstring).
     Every rank must call it the same number of times, in the same order."""
+
+    # How the per-channel sums are summed over the ranks (one call forward,
+    # one backward): fuseopt's allreduce. benchmarks/syncbn.py swaps in raw
+    # MPI to measure the floor.
+    _stats_allreduce = staticmethod(_allreduce_sum)
+    _ranks = staticmethod(world.size)
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1,
                  affine: bool = True, track_running_stats: bool = True,
@@ -98,7 +156,7 @@ class SyncBatchNorm(_BatchNorm):
             if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / float(self.num_batches_tracked)
         use_batch_stats = self.training or self.running_mean is None
-        if not use_batch_stats or world.size() == 1:
+        if not use_batch_stats or self._ranks() == 1:
             return F.batch_norm(input,
                                 self.running_mean if not self.training or self.track_running_stats else None,
                                 self.running_var if not self.training or self.track_running_stats else None,
@@ -106,7 +164,8 @@ class SyncBatchNorm(_BatchNorm):
         track = self.training and self.track_running_stats
         return _SyncBatchNormFn.apply(input, self.weight, self.bias,
                                       self.running_mean if track else None,
-                                      self.running_var if track else None, self.eps, factor)
+                                      self.running_var if track else None, self.eps, factor,
+                                      self._stats_allreduce)
 
     @classmethod
     def convert_sync_batchnorm(cls, module):
