@@ -1,5 +1,4 @@
 """fuseopt's exceptions, and the one place a native status becomes one."""
-from . import _launch_notes
 from ._native import ffi, lib
 
 
@@ -78,8 +77,6 @@ def check(status):
     """Raises the matching FuseoptError unless status is FUSEOPT_OK."""
     if status != lib.FUSEOPT_OK:
         error = error_for(status, ffi.string(lib.fuseopt_last_error()).decode("utf-8", "replace"))
-        if isinstance(error, (ShutDownError, RankFailedError)):
-            _launch_notes.record(error.status, str(error))
         try:
             raise error
         finally:

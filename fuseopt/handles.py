@@ -8,8 +8,21 @@ import time
 from typing import Any, Dict, List, Tuple
 
 from ._native import ffi, lib
-from . import world
-from .errors import FuseoptError, RankFailedError, TimeoutError, check
+from . import _launch_notes, world
+from .errors import FuseoptError, RankFailedError, ShutDownError, TimeoutError, check
+
+
+def check_delivered(status):
+    """errors.check for a failure that reaches the training script (a wait,
+    a poll, an enqueue). The first one saying that the job is going down (shut
+    down by another rank, a peer failed) is noted in the launch directory, so
+    that fuseoptrun's summary can tell the rank that failed first from those
+    that stopped because of it (fuseopt/_launch_notes.py)."""
+    try:
+        check(status)
+    except (ShutDownError, RankFailedError) as e:
+        _launch_notes.record(e.status, str(e))
+        raise
 
 
 class RuntimeOutput:
@@ -101,7 +114,7 @@ class _Pending:
             return True
         done = ffi.new("int*")
         for i in self._ids:
-            check(lib.fuseopt_poll(self._ctx, i, done))
+            check_delivered(lib.fuseopt_poll(self._ctx, i, done))
             if not done[0]:
                 return False
         return True
@@ -147,7 +160,7 @@ class _Pending:
                     continue
                 raise TimeoutError("operation not complete after %g s; wait again for it"
                                    % timeout)
-            check(status)
+            check_delivered(status)
             return raw
 
 

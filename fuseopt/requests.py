@@ -10,7 +10,7 @@ from . import handles, world
 from .dtypes import code_for
 from .arguments import INT32, INT64, c_name_bytes, checked_int, checked_real
 from .errors import check
-from .handles import GroupHandle, Handle
+from .handles import GroupHandle, Handle, check_delivered
 
 ALLREDUCE = lib.FUSEOPT_ALLREDUCE
 ALLGATHER = lib.FUSEOPT_ALLGATHER
@@ -71,7 +71,7 @@ def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_o
         r.output = outputs[i]
     ids = ffi.new("int64_t[]", max(n, 1))
     try:
-        check(lib.fuseopt_enqueue_many(ctx, reqs, n, ids))
+        check_delivered(lib.fuseopt_enqueue_many(ctx, reqs, n, ids))
     finally:
         _give_back(_group_templates, key, template)
     return GroupHandle(ctx, ids, n, keepalive, finish)
@@ -143,7 +143,7 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
                          reduce_op, root, prescale, postscale, splits, device,
                          process_set=process_set)
         req[0].wire = wire
-        check(lib.fuseopt_enqueue(ctx, req, handle))
+        check_delivered(lib.fuseopt_enqueue(ctx, req, handle))
         del c_splits  # the core has copied them
     return Handle(ctx, handle[0], keepalive, finish,
                   _runtime_output(collective, device, process_set))
@@ -172,7 +172,7 @@ def _enqueue_host(ctx, handle, collective, name, dtype, shape, input_ptr, output
     req.input = input_ptr
     req.output = output_ptr
     try:
-        check(lib.fuseopt_enqueue(ctx, req, handle))
+        check_delivered(lib.fuseopt_enqueue(ctx, req, handle))
     finally:
         _give_back(_ready_requests, key, ready)
 
@@ -215,7 +215,7 @@ class Batch:
         c_splits = [_fill(reqs, i, *op[:12], phase=op[14], process_set=op[15])
                     for i, op in enumerate(self._ops)]
         handles = ffi.new("int64_t[]", max(n, 1))
-        check(lib.fuseopt_enqueue_many(ctx, reqs, n, handles))
+        check_delivered(lib.fuseopt_enqueue_many(ctx, reqs, n, handles))
         del c_splits
         ops, self._ops = self._ops, []
         return ctx, handles, ops

@@ -112,3 +112,19 @@ def test_no_import_cycle():
         if v not in index:
             visit(v)
     assert not cycles, cycles
+
+
+def test_errors_is_a_pure_bottom_layer():
+    """fuseopt.errors names the failures; it writes nothing anywhere. The
+    note that tells fuseoptrun why a rank is failing is written where the
+    failure reaches the training script (handles.check_delivered)."""
+    g = graph()
+    reached, todo = set(), ["fuseopt.errors"]
+    while todo:
+        for target in g.get(todo.pop(), ()):
+            if target not in reached:
+                reached.add(target)
+                todo.append(target)
+    launching = {"fuseopt._launch_notes", "fuseopt.launch_records"}
+    assert not reached & launching and not any(m.startswith("fuseopt.launcher") for m in reached), \
+        sorted(reached)
