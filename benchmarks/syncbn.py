@@ -332,10 +332,10 @@ def plot(args, runs, path):
         for b in args.batches:
             labels.append("%s b%d" % (m, b))
             bn = median_of(runs, "torch", "%s/%d/%s" % (m, b, VARIANTS["torch"][0]))
+            keras_bn = median_of(runs, "keras", "%s/%d/%s" % (m, b, VARIANTS["keras"][0]))
             for job, label, base in (("torch", VARIANTS["torch"][1], bn),
                                      ("floor", VARIANTS["floor"][0], bn),
-                                     ("keras", VARIANTS["keras"][1], median_of(
-                                         runs, "keras", "%s/%d/%s" % (m, b, VARIANTS["keras"][0])))):
+                                     ("keras", VARIANTS["keras"][1], keras_bn)):
                 v = median_of(runs, job, "%s/%d/%s" % (m, b, label))
                 series[job].append(base / v if base and v else 0)
     xs = range(len(labels))

@@ -157,8 +157,15 @@ class DistributedKerasOptimizer(_Reducer, keras.optimizers.Optimizer):
                 acc.assign(tf.zeros_like(acc))
             return tf.constant(True)
 
+        def count_pass():
+            # Every backward pass is an iteration, as in Horovod and Keras's own
+            # gradient_accumulation_steps: schedules keyed on `iterations`
+            # advance per pass (the applying pass is counted by apply itself).
+            self.inner_optimizer.iterations.assign_add(1)
+            return tf.constant(False)
+
         # The pass counter is the same on every rank, so all take one branch.
-        tf.cond(tf.equal(self._passes % n, 0), communicate, lambda: tf.constant(False))
+        tf.cond(tf.equal(self._passes % n, 0), communicate, count_pass)
 
     @property
     def learning_rate(self):
@@ -185,9 +192,22 @@ class DistributedKerasOptimizer(_Reducer, keras.optimizers.Optimizer):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
+        config = dict(config)  # the caller's dict stays as it was (as Horovod's)
         inner = keras.saving.deserialize_keras_object(config.pop("inner_optimizer"),
                                                       custom_objects=custom_objects)
         return cls(inner, **config)
+
+    def __getattr__(self, name):
+        # Reached only for names this wrapper lacks: hyper-parameters of the
+        # optimizer it wraps (momentum, beta_1, nesterov, ...) read through,
+        # as Horovod's DistributedOptimizer, a subclass of yours, has them.
+        if name.startswith("_") or name == "inner_optimizer":
+            raise AttributeError(name)
+        try:
+            inner = object.__getattribute__(self, "inner_optimizer")
+        except AttributeError:
+            raise AttributeError(name) from None
+        return getattr(inner, name)
 
 
 @keras.saving.register_keras_serializable(package="fuseopt")

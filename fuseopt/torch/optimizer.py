@@ -15,6 +15,7 @@ be subclassed.
 import contextlib
 import functools
 import inspect
+import warnings
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import torch
@@ -23,7 +24,6 @@ from .. import buckets, optimizer_args
 from .. import process_sets as _ps
 from ..compression import as_compressor
 from ..errors import InvalidArgumentError, MismatchError, UnsupportedError
-from ..log import logger
 from . import ops
 from ._reducer import GradientReducer
 from ._wrapper import OptimizerWrapper
@@ -124,8 +124,11 @@ class DistributedOptimizer(OptimizerWrapper):
         if name_map is not None and named_parameters is None:
             raise InvalidArgumentError("name_map needs named_parameters (its keys are those "
                                        "names)")
+        local_names = _local_names(params, named_parameters)
+        # Horovod's attribute, which scripts and its tests read: parameter -> name.
+        self._parameter_names = dict(zip(params, local_names))
         self._reducer = GradientReducer(
-            params, _local_names(params, named_parameters), name_map, as_compressor(compression),
+            params, local_names, name_map, as_compressor(compression),
             op, gradient_predivide_factor, sparse_as_dense, process_set, set_id,
             _ps.size_of(process_set), bucket_cap_mb)
         self._params = params
@@ -250,8 +253,12 @@ class DistributedOptimizer(OptimizerWrapper):
         backward pass is averaged before the step."""
         if self._should_synchronize:
             if self._synchronized:
-                logger.warning("optimizer.step() after optimizer.synchronize() without "
-                               "optimizer.skip_synchronize(): gradients are reduced twice")
+                # A Python warning, as Horovod's (scripts and tests catch it as one).
+                warnings.warn("optimizer.step() called after optimizer.synchronize() without "
+                              "the optimizer.skip_synchronize() context: the gradients are "
+                              "averaged again, which slows training; wrap step() in "
+                              "optimizer.skip_synchronize() when you call synchronize() "
+                              "yourself", UserWarning, stacklevel=2)
             if closure is None:
                 self.synchronize()
         self._synchronized = False

@@ -223,3 +223,25 @@ def test_integrations_not_there_yet_say_so_at_import(module, horovod):
     from fuseopt.errors import UnsupportedError
     with pytest.raises(UnsupportedError, match="%s .*fuseoptrun" % horovod.replace(".", r"\.")):
         importlib.import_module(module)
+
+
+def test_horovod_import_paths_that_scripts_use():
+    """``sed s/horovod/fuseopt/`` of a script importing these paths imports,
+    and each name is the binding's own object."""
+    import importlib
+    import fuseopt.elastic
+    import fuseopt.tensorflow.keras as tfk
+    import fuseopt.torch as ft
+    mpi_ops = importlib.import_module("fuseopt.torch.mpi_ops")
+    for name in ("allreduce", "allreduce_async_", "synchronize", "poll", "init", "rank", "size",
+                 "broadcast_", "allgather", "join", "Average", "Sum"):
+        assert getattr(mpi_ops, name) is getattr(ft, name), name
+    exceptions = importlib.import_module("fuseopt.common.exceptions")
+    assert issubclass(exceptions.HorovodInternalError, RuntimeError)
+    assert exceptions.HorovodInternalError is ft.HorovodInternalError
+    assert exceptions.HostsUpdatedInterrupt is fuseopt.elastic.HostsUpdatedInterrupt
+    keras_path = importlib.import_module("fuseopt.keras")
+    assert keras_path.DistributedOptimizer is tfk.DistributedOptimizer
+    assert importlib.import_module("fuseopt.keras.callbacks").BroadcastGlobalVariablesCallback \
+        is tfk.callbacks.BroadcastGlobalVariablesCallback
+    assert importlib.import_module("fuseopt.keras.elastic").KerasState is tfk.elastic.KerasState

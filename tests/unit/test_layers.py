@@ -19,7 +19,7 @@ LAYERS = [
                     "local_sgd", "optimizer_args", "checkpoint", "capabilities", "output_pool"]),
     ("lifecycle", ["runtime", "elastic"]),
     ("package", ["__init__"]),
-    ("bindings", ["torch", "tensorflow"]),
+    ("bindings", ["torch", "tensorflow", "keras", "common"]),
     ("tools", ["launcher", "cli", "__main__", "timeline_summary", "timeline_plot", "ray",
                "spark"]),
 ]

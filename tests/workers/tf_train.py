@@ -449,6 +449,38 @@ def check_momentum_correction_warns_through_the_wrapper():
         logging.getLogger("fuseopt").removeHandler(handler)
 
 
+def check_wrapper_reads_through_counts_passes_and_round_trips():
+    """The Keras wrapper behaves like the optimizer it wraps, as Horovod's
+    subclass does: its hyper-parameters read through; get_config/from_config
+    round-trip without consuming the dict; every backward pass counts in
+    `iterations`; KerasState takes an explicit optimizer for a model that was
+    never compiled."""
+    import copy
+    sgd = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True))
+    adam = hvd.DistributedOptimizer(keras.optimizers.Adam(0.01, beta_1=0.8))
+    assert (sgd.momentum, sgd.nesterov, adam.beta_1) == (0.9, True, 0.8)
+    assert not hasattr(sgd, "no_such_setting")
+    cfg = sgd.get_config()
+    kept = copy.deepcopy(cfg)
+    again = type(sgd).from_config(cfg)
+    assert cfg == kept, "from_config consumed its input"
+    assert type(sgd).from_config(cfg).get_config() == again.get_config() == kept
+    x, y = global_data(11, 10 * B)
+    model = make_model()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01), backward_passes_per_step=3)
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+    seen = []
+    for k in range(10):
+        model.train_on_batch(x[k * B:(k + 1) * B], y[k * B:(k + 1) * B])
+        seen.append(int(opt.iterations.numpy()))
+    assert seen == list(range(1, 11)), seen
+    fresh = make_model()  # built, never compiled
+    state = hvd.elastic.KerasState(fresh, optimizer=keras.optimizers.SGD(0.1), epoch=0)
+    state.epoch = 1
+    state.commit()
+    assert state.epoch == 1
+
+
 if __name__ == "__main__":
     # float64: the references are then exact to ~1e-15, so 1e-5 tests semantics,
     # not how much float32 rounding a chaotic 8-step trajectory amplifies.
@@ -464,4 +496,5 @@ if __name__ == "__main__":
                  check_jit_compile_true_is_a_clear_error,
                  check_sync_batch_normalization_uneven_batches,
                  check_sync_batch_normalization_in_fit, check_metrics_callback,
-                 check_momentum_correction_warns_through_the_wrapper])
+                 check_momentum_correction_warns_through_the_wrapper,
+                 check_wrapper_reads_through_counts_passes_and_round_trips])

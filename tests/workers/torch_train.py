@@ -195,6 +195,47 @@ def check_cast_compression_runs_in_the_core():
                 opt.remove_hooks()
 
 
+def check_parameter_names_without_named_parameters():
+    """Horovod's _parameter_names: one distinct name per parameter, in the
+    optimizer's order across its groups, the same on every rank."""
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    sgd = torch.optim.SGD([{"params": model[0].parameters()},
+                           {"params": model[1].parameters(), "lr": 0.5}], lr=0.1)
+    opt = hvd.DistributedOptimizer(sgd)
+    names = opt._parameter_names
+    assert list(names) == list(model.parameters()), "one entry per parameter, in order"
+    assert len(set(names.values())) == 4, names
+    every = hvd.allgather_object(sorted(names.values()))
+    assert all(n == every[0] for n in every), every
+    named = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     model.named_parameters())
+    assert list(named._parameter_names.values()) == [n for n, _ in model.named_parameters()]
+    opt.remove_hooks()
+    named.remove_hooks()
+
+
+def check_step_after_synchronize_warns_outside_skip_synchronize():
+    import warnings
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   model.named_parameters())
+    for skip in (True, False):
+        x, y = global_batch(700, hvd.size())
+        F.cross_entropy(model(my_slice(x)), my_slice(y)).backward()
+        opt.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if skip:
+                with opt.skip_synchronize():
+                    opt.step()
+            else:
+                opt.step()
+        said = [w for w in caught if "skip_synchronize" in str(w.message)]
+        assert len(said) == (0 if skip else 1), (skip, [str(w.message) for w in caught])
+        opt.zero_grad()
+    opt.remove_hooks()
+
+
 def check_unused_parameters_do_not_deadlock():
     class Branchy(nn.Module):
         def __init__(self):
@@ -361,6 +402,8 @@ def check_join_with_uneven_batches():
 CHECKS = [check_equivalence_sgd_momentum_and_adam, check_bucket_caps_change_timing_not_results,
           check_parameter_reshaped_between_steps, check_gradient_accumulation,
           check_compression_within_tolerance, check_cast_compression_runs_in_the_core,
+          check_parameter_names_without_named_parameters,
+          check_step_after_synchronize_warns_outside_skip_synchronize,
           check_unused_parameters_do_not_deadlock,
           check_optimizer_api_scheduler_scaler_state_dict,
           check_broadcast_parameters_and_optimizer_state, check_local_sgd_and_adaptive,

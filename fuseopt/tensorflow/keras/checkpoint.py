@@ -32,7 +32,7 @@ FORMAT = "fuseopt.keras.checkpoint/2"
 
 def _split(model):
     """(shared variables, per-rank seed-generator states, optimizer variables)."""
-    optimizer = model.optimizer
+    optimizer = getattr(model, "optimizer", None)  # None: never compiled
     if optimizer is not None and not optimizer.built:
         optimizer.build(model.trainable_variables)
     seeds = [v for v in model.variables if v.path.endswith("seed_generator_state")]

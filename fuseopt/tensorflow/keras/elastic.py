@@ -57,13 +57,15 @@ class KerasState(ObjectState):
         if not model.built:
             raise ValueError("Model must be built first. Run `model.build(input_shape)`.")
         self.model = model
-        self.optimizer = optimizer or model.optimizer
+        # An explicit optimizer may go with a model that was never compiled.
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         self._save_model()
         super().__init__(**kwargs)
 
     def _variables(self) -> list:
         shared, _seeds, opt_vars = _split(self.model)
-        if self.optimizer is not None and self.optimizer is not self.model.optimizer:
+        if self.optimizer is not None and self.optimizer is not getattr(self.model, "optimizer",
+                                                                           None):
             if not self.optimizer.built:
                 self.optimizer.build(self.model.trainable_variables)
             opt_vars = list(self.optimizer.variables)

@@ -1,0 +1,1 @@
+"""Horovod's ``horovod.common`` import path: ``fuseopt.common.exceptions``."""
