@@ -87,6 +87,22 @@ def time_blocks(steppers, steps, blocks, rank_times):
     return {k: rank_times(v) for k, v in out.items()}
 
 
+def slower_rank(gather):
+    """Per block, the slower rank's figure (Note [slowest rank]), given how to
+    gather a list from every rank."""
+    return lambda per_block: [max(col) for col in zip(*gather(per_block))]
+
+
+def record_steps(args, results, m, b, steppers, rank_times):
+    """Warms each stepper up, then times them in alternating blocks."""
+    for step in steppers.values():
+        for _ in range(3):
+            step()
+    steps, blocks = steps_of(m, args.quick)
+    for label, ms in time_blocks(steppers, steps, blocks, rank_times).items():
+        results["steps"]["%s/%d/%s" % (m, b, label)] = statistics.median(ms)
+
+
 def latencies(allreduce, barrier, quick):
     """Median microseconds of a back-to-back allreduce of each size, a little compute
     (a 32x32 matmul) between two of them."""
@@ -160,10 +176,7 @@ def torch_job(args, floor):
         def allreduce(buf, name):
             fuseopt.allreduce_async_(buf, name=name, op=fuseopt.Sum).wait()
 
-    def rank_times(per_block):
-        every = gather(per_block)
-        return [max(col) for col in zip(*every)]  # the slower rank, block by block
-
+    rank_times = slower_rank(gather)
     results = {"steps": {}}
     for m in args.models:
         for b in args.batches:
@@ -180,12 +193,8 @@ def torch_job(args, floor):
                     opt.zero_grad()
                     F.cross_entropy(model(x), y).backward()
                     finish()
-                for _ in range(3):
-                    step()
                 steppers[label] = step
-            steps, blocks = steps_of(m, args.quick)
-            for label, ms in time_blocks(steppers, steps, blocks, rank_times).items():
-                results["steps"]["%s/%d/%s" % (m, b, label)] = statistics.median(ms)
+            record_steps(args, results, m, b, steppers, rank_times)
     results["latency_us"] = latencies(allreduce, barrier, args.quick)
     results["latency_us"] = dict(zip(results["latency_us"], rank_times(
         list(results["latency_us"].values()))))
@@ -224,10 +233,7 @@ def keras_job(args):
                 x, cin = L.ReLU()(L.Add()([y, skip])), width
         return keras.Model(inp, L.Dense(10)(L.GlobalAveragePooling2D()(x)))
 
-    def rank_times(per_block):
-        every = hvd.allgather_object(per_block)
-        return [max(col) for col in zip(*every)]
-
+    rank_times = slower_rank(hvd.allgather_object)
     results = {"steps": {}}
     for m in args.models:
         for b in args.batches:
@@ -241,13 +247,8 @@ def keras_job(args):
                 model = model_of(m, norm)
                 model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)),
                               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-                step = (lambda model=model: model.train_on_batch(x, y))
-                for _ in range(3):
-                    step()
-                steppers[label] = step
-            steps, blocks = steps_of(m, args.quick)
-            for label, ms in time_blocks(steppers, steps, blocks, rank_times).items():
-                results["steps"]["%s/%d/%s" % (m, b, label)] = statistics.median(ms)
+                steppers[label] = (lambda model=model: model.train_on_batch(x, y))
+            record_steps(args, results, m, b, steppers, rank_times)
     return hvd.rank(), results
 
 
