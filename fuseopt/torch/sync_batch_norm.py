@@ -29,7 +29,7 @@ def _channel_view(t, ndim):
 
 def _host(t):
     """A small per-channel tensor as a float64 NumPy array."""
-    return t.detach().cpu().numpy().astype(np.float64)
+    return t.detach().cpu().double().numpy()
 
 
 def _like(values, x):
@@ -44,7 +44,7 @@ def _allreduce_sum(values):
 
 def _update_running(buffer, value, momentum):
     """buffer <- (1 - momentum) * buffer + momentum * value, in place."""
-    if buffer.device.type == "cpu":
+    if buffer.device.type == "cpu" and buffer.dtype in (torch.float32, torch.float64):
         held = buffer.numpy()
         held *= 1 - momentum
         held += (momentum * value).astype(held.dtype)
@@ -83,23 +83,26 @@ class _SyncBatchNormFn(torch.autograd.Function):
         if running_mean is not None:
             _update_running(running_mean, mean, momentum)
             _update_running(running_var, var * (n / (n - 1)) if n > 1 else var, momentum)
-        stats = torch.from_numpy(np.stack([mean, var])).to(
-            device=x.device, dtype=x.dtype if x.dtype in (torch.float32, torch.float64)
-            else torch.float32)
+        # 16-bit inputs are normalized in float32 (torch's kernel wants one dtype).
+        work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+        xw = x.to(work)
+        stats = torch.from_numpy(np.stack([mean, var])).to(device=x.device, dtype=work)
         # Inference-mode batch norm with the global statistics: one fused pass.
-        y = F.batch_norm(x, stats[0], stats[1], weight, bias, False, 0.0, eps)
+        y = F.batch_norm(xw, stats[0], stats[1], None if weight is None else weight.to(work),
+                         None if bias is None else bias.to(work), False, 0.0, eps).to(x.dtype)
         invstd = 1.0 / np.sqrt(var + eps)
-        ctx.save_for_backward(x, weight)
+        ctx.save_for_backward(xw, weight)
         ctx.stats = (n, mean, invstd, stats[0], stats[1].add(eps).rsqrt_())
         ctx.allreduce = allreduce
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
+        x, weight = ctx.saved_tensors  # x in the working dtype (float32 for 16-bit inputs)
         n, mean, invstd, mean_x, invstd_x = ctx.stats
         c = x.shape[1]
-        dy = dy.contiguous()
+        out_dtype = dy.dtype
+        dy = dy.to(x.dtype).contiguous()
         if x.numel():
             # sum(dy) and sum(dy * x_hat) per channel, x_hat with the global
             # statistics: torch's batch-norm backward computes exactly these
@@ -118,7 +121,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         k = invstd if weight is None else invstd * _host(weight)
         a = k * invstd * g_dy_xhat
         b = k * (g_dy - mean * invstd * g_dy_xhat)
-        dx = torch.addcmul(_like(-b, x), x, _like(-a, x)).addcmul_(dy, _like(k, x))
+        dx = torch.addcmul(_like(-b, x), x, _like(-a, x)).addcmul_(dy, _like(k, x)).to(out_dtype)
         dw = sum_dy_xhat.to(weight.dtype) if weight is not None and ctx.needs_input_grad[1] \
             else None
         db = sum_dy.to(weight.dtype) if weight is not None and ctx.needs_input_grad[2] else None
