@@ -31,19 +31,54 @@ def cap_bytes(bucket_cap_mb=None):
     return bucket_cap_mb * 2 ** 20
 
 
+class OpenBucket:
+    """The bucket being filled: gradient indices in the order they became
+    ready, closed once it holds ``cap`` bytes. The one rule for handing
+    gradients to the core, used as they arrive (the PyTorch reducer) and on
+    a whole list (split, for TensorFlow). The core then fuses what it gets
+    by its own rule: at most the fusion threshold per collective
+    (native/src/policy/fusion_planner.h)."""
+
+    def __init__(self, cap):
+        self.cap = cap
+        self._indices = {}  # an ordered set
+        self._held = 0
+
+    def add(self, index, nbytes):
+        """Adds a ready gradient; returns the closed bucket's indices if this
+        filled it (the bucket is then empty again), else None."""
+        self._indices[index] = None
+        self._held += nbytes
+        return self.take() if self._held >= self.cap else None
+
+    def hold(self, index):
+        """Adds an index the caller flushes with the rest at once (take)."""
+        self._indices[index] = None
+
+    def take(self):
+        """The indices held so far (perhaps none); the bucket is empty after."""
+        out = list(self._indices)
+        self._indices.clear()
+        self._held = 0
+        return out
+
+    def __contains__(self, index):
+        return index in self._indices
+
+    def __bool__(self):
+        return bool(self._indices)
+
+
 def split(sizes, cap):
     """Consecutive runs of ``sizes`` (bytes, in the order gradients become
     ready), each closed once it holds ``cap`` bytes; lists of indices."""
-    buckets, current, held = [], [], 0
+    bucket, out = OpenBucket(cap), []
     for i, n in enumerate(sizes):
-        current.append(i)
-        held += n
-        if held >= cap:
-            buckets.append(current)
-            current, held = [], 0
-    if current:
-        buckets.append(current)
-    return buckets
+        closed = bucket.add(i, n)
+        if closed:
+            out.append(closed)
+    rest = bucket.take()
+    return out + [rest] if rest else out
 
 
 def check_groups(num_groups=0, groups=None):

@@ -59,10 +59,8 @@ class GradientReducer:
         self._in_place_buckets = []  # handles whose results land in p.grad itself
         # index -> (bucket handle, first, count, compression ctx), _IN_PLACE or _Sparse
         self.in_flight = {}
-        # Ready gradients not yet submitted (an ordered set of indices), and their bytes.
-        self.bucket = {}
-        self._bucket_bytes = 0
-        self._bucket_cap = buckets.cap_bytes(bucket_cap_mb)
+        # Ready gradients not yet submitted.
+        self.bucket = buckets.OpenBucket(buckets.cap_bytes(bucket_cap_mb))
         self.phase = 0
 
     def add_param(self, p, name):
@@ -75,16 +73,14 @@ class GradientReducer:
 
     def ready(self, i):
         """Adds gradient ``i`` to the open bucket; submits it once full."""
-        self.bucket[i] = None
-        self._bucket_bytes += self._nbytes[i]
-        if self._bucket_bytes >= self._bucket_cap:
-            self.flush()
+        closed = self.bucket.add(i, self._nbytes[i])
+        if closed:
+            self.submit(closed)
 
     def flush(self):
-        if self.bucket:
-            self.submit(list(self.bucket))
-        self.bucket.clear()
-        self._bucket_bytes = 0
+        indices = self.bucket.take()
+        if indices:
+            self.submit(indices)
 
     def submit(self, indices):
         """Starts the allreduces of these parameters in one native call."""

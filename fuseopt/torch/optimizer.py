@@ -223,7 +223,7 @@ class DistributedOptimizer(OptimizerWrapper):
             reducer.phase = int(any(p.grad is not None for p in self._params))
         for i in range(len(self._params)):  # late ones: unused parameters, incomplete groups
             if i not in reducer.in_flight:
-                reducer.bucket[i] = None
+                reducer.bucket.hold(i)
         self._ready.clear()
         try:
             reducer.flush()

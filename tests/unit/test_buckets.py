@@ -19,6 +19,27 @@ def test_split_closes_a_bucket_once_it_holds_the_cap():
     assert buckets.split([5, 5], 0) == [[0], [1]]
 
 
+def test_the_open_bucket_closes_as_gradients_arrive_with_the_same_rule_as_split():
+    sizes = [3, 3, 3, 10, 1]
+    bucket, closed = buckets.OpenBucket(6), []
+    for i, n in enumerate(sizes):
+        assert i not in bucket
+        out = bucket.add(i, n)
+        if out:
+            closed.append(out)
+            assert not bucket and i not in bucket  # empty again once closed
+        else:
+            assert i in bucket and bucket
+    assert closed + [bucket.take()] == buckets.split(sizes, 6)
+    assert bucket.take() == [] and not bucket
+    bucket.add(7, 1)
+    bucket.add(7, 1)  # a gradient counted again is held once
+    assert bucket.take() == [7]
+    zero = buckets.OpenBucket(0)  # bucket_cap_mb=0: every add closes a bucket
+    zero.hold(3)  # ... but a held index waits for the caller's take
+    assert 3 in zero and zero.take() == [3]
+
+
 @pytest.mark.parametrize("n, k, want", [
     (10, 4, [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]),   # Horovod's split_list: the first n % k longer
     (4, 4, [0, 1, 2, 3]),
