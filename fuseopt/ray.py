@@ -1,11 +1,5 @@
-"""Where Horovod has horovod.ray (RayExecutor, ElasticRayExecutor): nothing in fuseopt yet.
+"""Horovod's horovod.ray (RayExecutor, ElasticRayExecutor): not in fuseopt
+yet; importing this raises UnsupportedError (fuseopt/_not_yet.py)."""
+from ._not_yet import refuse
 
-Importing this module raises UnsupportedError saying so and what to use
-instead, so a script migrated with ``s/horovod/fuseopt/`` stops at its
-first line with that, not with a bare ModuleNotFoundError."""
-from .errors import UnsupportedError
-
-raise UnsupportedError(
-    "fuseopt.ray: fuseopt has no horovod.ray (RayExecutor, ElasticRayExecutor) integration yet. "
-    "Start the ranks with fuseoptrun (mpiexec) or Slurm's srun instead, one process per "
-    "rank; see docs/migration.md ('Spark/Ray integrations')")
+refuse(__name__, "horovod.ray (RayExecutor, ElasticRayExecutor)")

@@ -21,7 +21,7 @@ LAYERS = [
     ("package", ["__init__"]),
     ("bindings", ["torch", "tensorflow", "keras", "common"]),
     ("tools", ["launcher", "cli", "__main__", "timeline_summary", "timeline_plot", "ray",
-               "spark"]),
+               "spark", "_not_yet"]),
 ]
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 
