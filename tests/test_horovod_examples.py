@@ -1,5 +1,6 @@
-"""Horovod's own example scripts (examples/horovod/, adapted only where
-Keras 3 or this machine require, each change marked "fuseopt:") run at 2
+"""The scripts in examples/horovod/ are written here against Horovod's API
+(the same calls, arguments and command-line flags as Horovod's own example
+scripts of those names) and import fuseopt in place of horovod. They run at 2
 ranks for a few steps, with the flags Horovod's users pass."""
 import os
 import re

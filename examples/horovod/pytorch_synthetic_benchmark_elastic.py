@@ -1,144 +1,57 @@
-import argparse
-import torch.backends.cudnn as cudnn
-import torch.nn.functional as F
-import torch.optim as optim
-import torch.utils.data.distributed
-import torchvision_models as models  # fuseopt: torchvision has no CPU wheel here
+"""pytorch_synthetic_benchmark.py under Horovod's elastic API, run here with
+only the import changed: ranks may come and go, and the benchmark resumes
+from the last commit.
+
+What it exercises on top of the plain benchmark: hvd.elastic.TorchState with
+the model, the optimizer and plain values (the rates so far, the iteration,
+the batch, whether warm-up is done), commit() every --num-batches-per-commit
+steps and after each iteration, register_reset_callbacks (the learning rate
+follows size()), and @hvd.elastic.run.
+
+    fuseoptrun -np 2 --min-np 1 --max-np 2 python pytorch_synthetic_benchmark_elastic.py
+"""
 import fuseopt.torch as hvd
-import timeit
-import numpy as np
-
-# Benchmark settings
-parser = argparse.ArgumentParser(description='PyTorch Synthetic Benchmark',
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-parser.add_argument('--fp16-allreduce', action='store_true', default=False,
-                    help='use fp16 compression during allreduce')
-
-parser.add_argument('--model', type=str, default='resnet50',
-                    help='model to benchmark')
-parser.add_argument('--batch-size', type=int, default=32,
-                    help='input batch size')
-
-parser.add_argument('--num-warmup-batches', type=int, default=10,
-                    help='number of warm-up batches that don\'t count towards benchmark')
-parser.add_argument('--num-batches-per-iter', type=int, default=10,
-                    help='number of batches per benchmark iteration')
-parser.add_argument('--num-iters', type=int, default=10,
-                    help='number of benchmark iterations')
-parser.add_argument('--num-batches-per-commit', type=int, default=1,
-                    help='number of batches per commit of the elastic state object')
-
-parser.add_argument('--no-cuda', action='store_true', default=False,
-                    help='disables CUDA training')
-
-parser.add_argument('--use-adasum', action='store_true', default=False,
-                    help='use adasum algorithm to do reduction')
-
-args = parser.parse_args()
-args.cuda = not args.no_cuda and torch.cuda.is_available()
-
-hvd.init()
-
-if args.cuda:
-    # Horovod: pin GPU to local rank.
-    torch.cuda.set_device(hvd.local_rank())
-
-cudnn.benchmark = True
-
-# Set up standard model.
-model = getattr(models, args.model)()
+from pytorch_synthetic_benchmark import parser, rate, report, say, setup
 
 
-# By default, Adasum doesn't need scaling up learning rate.
-def lr_scaler():
-    return hvd.size() if not args.use_adasum else 1
+def main():
+    p = parser("PyTorch synthetic throughput, elastic")
+    p.add_argument("--num-batches-per-commit", type=int, default=1)
+    args = p.parse_args()
+    model, optimizer, plain_step, device = setup(args)
+    state = hvd.elastic.TorchState(model, optimizer, img_secs=[], iter=0, batch=0, warm=False)
+
+    def step():
+        plain_step()
+        state.batch += 1
+        if state.batch == args.num_batches_per_commit:
+            state.batch = 0
+            state.commit()
+
+    def after_reset():
+        for group in optimizer.param_groups:
+            group["lr"] = 0.01 * (1 if args.use_adasum else hvd.size())
+
+    state.register_reset_callbacks([after_reset])
+
+    @hvd.elastic.run
+    def run(state):
+        if not state.warm:
+            for _ in range(args.num_warmup_batches):
+                step()
+            state.warm = True
+            state.commit()
+        for i in range(state.iter, args.num_iters):
+            state.img_secs.append(rate(args, step))
+            say("Iter #%d: %.1f img/sec per %s" % (i, state.img_secs[-1], device))
+            state.iter = i + 1
+            state.commit()
+
+    say("Model: %s, batch size %d per rank, %d %s(s)"
+        % (args.model, args.batch_size, hvd.size(), device))
+    run(state)
+    report(state.img_secs, device)
 
 
-if args.cuda:
-    # Move model to GPU.
-    model.cuda()
-    # If using GPU Adasum allreduce, scale learning rate by local_size.
-    if args.use_adasum and hvd.nccl_built():
-        lr_scaler = hvd.local_size()
-
-lr = 0.01
-optimizer = optim.SGD(model.parameters(), lr=lr * lr_scaler())
-
-# Horovod: (optional) compression algorithm.
-compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-
-# Horovod: wrap optimizer with DistributedOptimizer.
-optimizer = hvd.DistributedOptimizer(optimizer,
-                                     named_parameters=model.named_parameters(),
-                                     compression=compression,
-                                     op=hvd.Adasum if args.use_adasum else hvd.Average)
-
-# Set up fixed fake data
-data = torch.randn(args.batch_size, 3, 224, 224)
-target = torch.LongTensor(args.batch_size).random_() % 1000
-if args.cuda:
-    data, target = data.cuda(), target.cuda()
-
-
-def benchmark_step(state):
-    optimizer.zero_grad()
-    output = model(data)
-    loss = F.cross_entropy(output, target)
-    loss.backward()
-    optimizer.step()
-
-    state.batch += 1
-    if state.batch == args.num_batches_per_commit:
-        state.batch = 0
-        state.commit()
-
-
-def log(s, nl=True):
-    if hvd.rank() != 0:
-        return
-    print(s, end='\n' if nl else '')
-
-
-log('Model: %s' % args.model)
-log('Batch size: %d' % args.batch_size)
-device = 'GPU' if args.cuda else 'CPU'
-log('Number of %ss: %d' % (device, hvd.size()))
-
-
-@hvd.elastic.run
-def run_benchmark(state):
-    # Warm-up
-    if not state.warm:
-        log('Running warmup...')
-        timeit.timeit(lambda: benchmark_step(state), number=args.num_warmup_batches)
-        state.warm = True
-        state.commit()
-
-    # Benchmark
-    if state.iter == 0:
-        log('Running benchmark...')
-    for x in range(state.iter, args.num_iters):
-        time = timeit.timeit(lambda: benchmark_step(state), number=args.num_batches_per_iter)
-        img_sec = args.batch_size * args.num_batches_per_iter / time
-        log('Iter #%d: %.1f img/sec per %s' % (x, img_sec, device))
-        state.img_secs.append(img_sec)
-        state.iter = x
-        state.commit()
-
-
-# adjust learning rate on reset
-def on_state_reset():
-    for param_group in optimizer.param_groups:
-        param_group['lr'] = lr * lr_scaler()
-
-
-state = hvd.elastic.TorchState(model, optimizer, img_secs=[], iter=0, batch=0, warm=False)
-state.register_reset_callbacks([on_state_reset])
-run_benchmark(state)
-
-# Results
-img_sec_mean = np.mean(state.img_secs)
-img_sec_conf = 1.96 * np.std(state.img_secs)
-log('Img/sec per %s: %.1f +-%.1f' % (device, img_sec_mean, img_sec_conf))
-log('Total img/sec on %d %s(s): %.1f +-%.1f' %
-    (hvd.size(), device, hvd.size() * img_sec_mean, hvd.size() * img_sec_conf))
+if __name__ == "__main__":
+    main()
