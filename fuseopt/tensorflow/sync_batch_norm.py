@@ -27,10 +27,11 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
             return super()._moments(inputs, mask)
         axes = list(self._reduction_axes)
         # Each rank's moments in the input's precision (float32 at least),
-        # one vectorized pass; only the per-channel sums are float64: count *
-        # (var + mean^2) is the sum of squares the ranks add up, and the
-        # global variance below is Chan's parallel combination, which loses
-        # no accuracy to cancellation in float64 (fuseopt/torch/sync_batch_norm.py).
+        # without a float64 copy of the activation; only the per-channel sums
+        # are float64. count * (var + mean^2) is this rank's sum of squares,
+        # so the global variance below combines the ranks' means and
+        # variances exactly (Chan's parallel formula), with no cancellation
+        # beyond float64's.
         x = inputs if inputs.dtype in (tf.float32, tf.float64) else tf.cast(inputs, tf.float32)
         count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), tf.float64)
         mean, variance = tf.nn.moments(x, axes)
