@@ -46,13 +46,15 @@ def no_temporary_file(directory):
         assert not [f for f in os.listdir(directory) if f.endswith(".tmp")], os.listdir(directory)
 
 
-def save_failures(save, load_step, injectable, small, big, suffix):
+def save_failures(save, load_step, writer, small, big, suffix):
     """The framework's save, failing on the root in two ways; after each the
-    previous checkpoint still loads (its step) and nothing else is left."""
+    previous checkpoint still loads (its step) and nothing else is left.
+    ``writer``: (module, attribute, which calls) of the function that writes
+    the file, made to raise on the root."""
     def writer_raises_runtime_error():
         path = os.path.join(DIR, "injected" + suffix)
         save(path, small(), 1)
-        module, attribute, when = (injectable + (lambda *a, **k: True,))[:3]
+        module, attribute, when = writer
         with failing_on_rank(0, module, attribute, RuntimeError("injected writer failure"),
                              when):
             harness.expect_error(RuntimeError, lambda: save(path, small(), 2),
@@ -151,7 +153,7 @@ def keras_checks():
     def load_step(path, m):
         return hvd.load_checkpoint(path, m).step
 
-    return save_failures(save, load_step, (np, "savez"), lambda: model(1),
+    return save_failures(save, load_step, (np, "savez", lambda *a, **k: True), lambda: model(1),
                          lambda: model(1000), ".fuseopt")
 
 
