@@ -56,13 +56,16 @@ def test_pytorch_synthetic_benchmark_elastic():
 def test_tensorflow2_keras_mnist_elastic_grows_after_the_first_epoch(tmp_path):
     # Discovery offers a second slot once rank 0's ModelCheckpoint has written
     # epoch 1: the job commits at its next batch and continues on 2 ranks.
+    # Epochs of 240 steps (about 2.5 s on one rank) leave the driver, which
+    # polls every 0.1 s, a margin of more than 20x to see the change before
+    # training ends; at 8 steps a slow spell let the job finish first (CI).
     script = tmp_path / "discover.sh"
     script.write_text("[ -e %s ] && echo localhost:2 || echo localhost:1\n"
                       % (tmp_path / "checkpoint-1.keras"))
-    out = run("tensorflow2_keras_mnist_elastic.py", "--epochs", "3", "--steps", "8", cwd=tmp_path,
+    out = run("tensorflow2_keras_mnist_elastic.py", "--epochs", "3", "--steps", "240", cwd=tmp_path,
               launcher_args=("-np", "1", "--min-np", "1", "--max-np", "2",
                              "--host-discovery-script", "sh %s" % script),
-              env={"FUSEOPT_ELASTIC_DISCOVERY_INTERVAL_S": "0.2"})
+              env={"FUSEOPT_ELASTIC_DISCOVERY_INTERVAL_S": "0.1"})
     assert "starting 1 ranks on localhost:1" in out and "starting 2 ranks on localhost:2" in out, out
     assert "reset 1: the hosts changed" in out, out
     assert (tmp_path / "checkpoint-2.keras").exists(), out
