@@ -14,7 +14,8 @@ unclean and exits 1, so that the job fails and says which rank it was.
 When the command failed, the wrapper lingers a moment before exiting: mpiexec
 kills the whole job as soon as one rank's process is gone, and the other ranks
 need that moment to read the record and raise an error naming this rank
-(fuseopt/_peer_watch.py) rather than die silently.
+(fuseopt/_peer_watch.py) rather than die silently. After a clean exit it
+waits for the other ranks started on its host to record theirs (_linger).
 """
 import ctypes
 import os
@@ -79,16 +80,28 @@ def main(argv=None):
         print("fuseoptrun: rank %d %s" % (rank, launch_records.describe_exit(record)),
               file=sys.stderr, flush=True)
         code = UNCLEAN_EXIT_CODE
-    if code != 0 and error is None:
-        _linger(status_dir, launch_records.env_size())
+    if error is None:
+        _linger(status_dir, launch_records.env_size() if code != 0 else None)
     return code if code >= 0 else 128 - code
 
 
 def _linger(status_dir, size):
-    """Waits until every rank has a record, or LINGER_S."""
+    """Waits, at most LINGER_S, until every rank has an exit record (``size``
+    of them), or for a clean exit until every rank started here has one.
+
+    The clean case matters after fuseopt skipped MPI_Finalize (its loop
+    stopped on an error the script caught): mpiexec takes the first of those
+    processes to end for a bad termination and kills the others' wrappers,
+    so a rank still exiting would vanish without a record and fail the job.
+    The wrapper holds the rank's PMI connection too, so mpiexec sees the
+    process end only when the wrapper does."""
     deadline = time.time() + LINGER_S
     while time.time() < deadline:
-        if size and len(launch_records.read_records(status_dir, "rank-")) >= size:
+        ended = launch_records.read_records(status_dir, "rank-")
+        if size is not None:
+            if size and len(ended) >= size:
+                return
+        elif set(launch_records.read_records(status_dir, "start-")) <= set(ended):
             return
         time.sleep(0.05)
 

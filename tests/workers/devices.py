@@ -5,12 +5,14 @@ Usage: devices.py nccl|hccl [SCENARIO]
   all       (default) every collective, dtype and op, fused buckets, scaling
   mismatch  rank 0 submits host memory, rank 1 device memory: both fail
   async     the shim injects an asynchronous error on one rank
+  async-slow-exit  the same; rank 1 then takes 2 s more to exit than rank 0
   missing   the backend's library cannot be loaded
   nosymbol  the backend's library lacks a symbol the backend needs
   bogus     FUSEOPT_CUDA_BACKEND / FUSEOPT_NPU_BACKEND name no backend
   abi       requests of the first ABI's struct size (host memory)
 """
 import sys
+import time
 
 import ml_dtypes
 import numpy as np
@@ -363,19 +365,22 @@ def scenario_async():
     arr, d = device_input("dev.fails", (8,), np.float32)
     h = allreduce_async("dev.fails", arr, arr, d, fuseopt.Sum)
     harness.expect_error(fuseopt.BackendError, h.wait, word, "asynchronous error")
-    print("[rank %d] async error raised as expected" % fuseopt.rank(), flush=True)
+    rank = fuseopt.rank()
+    print("[rank %d] async error raised as expected" % rank, flush=True)
     # The loop has stopped on this rank with an error, so fuseopt skips
     # MPI_Finalize at exit (MPI may still hold the failed collective's
     # requests): a plain exit is clean. os._exit(0) here would now be reported
     # as a rank that left while fuseopt still ran in it.
     fuseopt.shutdown()
+    if SCENARIO == "async-slow-exit" and rank == 1:
+        time.sleep(2.0)  # rank 0's process is gone by now: this one must not be killed
 
 
 def main():
     global api, producer
     api = CudaApi() if BACKEND == "nccl" else AclApi()
     producer = api.stream()
-    if SCENARIO == "async":
+    if SCENARIO.startswith("async"):
         return scenario_async()
     harness.run({"all": ALL, "mismatch": [check_mismatch],
                  "missing": [check_missing_library], "bogus": [check_unknown_backend_name],
