@@ -126,6 +126,41 @@ def test_sigterm_stops_every_rank(tmp_path):
             os.kill(pid, 0)
 
 
+def test_a_killed_launcher_takes_mpiexec_and_the_ranks_with_it(tmp_path):
+    # kill -9 of fuseoptrun (the OOM killer, a harness's timeout) used to leave
+    # mpiexec, in a session of its own, and both ranks running, holding the
+    # job's output pipe open.
+    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "-np", "2", sys.executable, PROBE,
+           "sleep", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while len(list(tmp_path.glob("pid.*"))) < 2:
+            assert time.time() < deadline, "ranks did not start"
+            time.sleep(0.1)
+        pids = [int(p.read_text()) for p in tmp_path.glob("pid.*")]
+        proc.kill()
+        proc.wait(10)
+        deadline = time.time() + 30
+        alive = pids
+        while alive and time.time() < deadline:
+            time.sleep(0.2)
+            alive = [pid for pid in pids if _running(pid)]
+        assert not alive, "ranks %s outlived the launcher" % alive
+    finally:
+        for pid in [int(p.read_text()) for p in tmp_path.glob("pid.*")]:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
 def test_export_flag_gives_ranks_variables(capsys, monkeypatch):
     monkeypatch.setenv("FROM_HERE", "7")
     cmd = _dry_run(["-np", "2", "-x", "FROM_HERE", "-x", "GIVEN=a=b", "python", "a.py"], capsys)

@@ -26,7 +26,7 @@ from .. import config as _config
 from .. import horovod_env
 from .._version import version as _version
 from ..errors import InvalidArgumentError
-from . import elastic_driver, failure_summary, horovod_flags
+from . import elastic_driver, failure_summary, horovod_flags, parent_death
 from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
@@ -351,8 +351,10 @@ def launch(args, parts, host_list, from_slurm, on_end, extra_env=None, watch=Non
             return 0
     shm_before = shm_litter.snapshot()
     started = time.time()
-    # Own process group, so that our signal handling decides how ranks stop.
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    # Own process group, so that our signal handling decides how ranks stop;
+    # SIGTERM to mpiexec (which stops the ranks) if fuseoptrun dies unannounced.
+    proc = subprocess.Popen(cmd, start_new_session=True,
+                            preexec_fn=lambda: parent_death.signal_on_parent_death(signal.SIGTERM))
     stopping = []
 
     def stop(signum, _frame):

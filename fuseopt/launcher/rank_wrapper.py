@@ -17,7 +17,6 @@ need that moment to read the record and raise an error naming this rank
 (fuseopt/_peer_watch.py) rather than die silently. After a clean exit it
 waits for the other ranks started on its host to record theirs (_linger).
 """
-import ctypes
 import os
 import signal
 import socket
@@ -26,7 +25,7 @@ import sys
 import time
 
 from .. import launch_records
-from . import rank_env
+from . import parent_death, rank_env
 
 # Long enough for the survivors' watchers (polling every 0.2 s) to see the
 # record and report; short enough not to hold up the end of a failed job.
@@ -34,14 +33,6 @@ DEFAULT_LINGER_S = 5.0
 LINGER_S = float(os.environ.get("FUSEOPT_LOST_RANK_LINGER_S", DEFAULT_LINGER_S))
 
 UNCLEAN_EXIT_CODE = 1
-
-
-def _die_with_parent():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 def exit_record(rank, pid, code, status_dir):
@@ -54,11 +45,15 @@ def exit_record(rank, pid, code, status_dir):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    # mpiexec's proxy gone (mpiexec killed with fuseoptrun): SIGTERM, which
+    # is forwarded to the command below, so that the rank ends too.
+    parent_death.signal_on_parent_death(signal.SIGTERM)
     rank = launch_records.env_rank()
     status_dir = launch_records.directory()
     env = dict(os.environ, **rank_env.torchrun_variables(os.environ, rank_env.usable_cpus()))
     # close_fds=False: the rank inherits the PMI connection (PMI_FD) from mpiexec.
-    child = subprocess.Popen(argv, preexec_fn=_die_with_parent, close_fds=False, env=env)
+    child = subprocess.Popen(argv, preexec_fn=parent_death.signal_on_parent_death,
+                             close_fds=False, env=env)
     if status_dir:
         launch_records.write_record(status_dir, "start-", rank, {
             "rank": rank, "host": socket.gethostname(), "pid": child.pid})
