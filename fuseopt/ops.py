@@ -233,7 +233,7 @@ def reducescatter_async(array: np.ndarray, name: Optional[str] = None, op: Optio
 
 def _blocking(async_fn: Callable[_P, Handle]) -> Callable[_P, Any]:
     def run(*args: _P.args, **kwargs: _P.kwargs) -> Any:
-        return async_fn(*args, **kwargs).wait()
+        return _rq.run_now(async_fn, *args, **kwargs)
     run.__name__ = async_fn.__name__.replace("_async", "")
     run.__doc__ = "Blocking form of :func:`%s`." % async_fn.__name__
     # help() and inspect show the real parameters, not (*args, **kwargs).
@@ -255,7 +255,8 @@ reducescatter = _blocking(reducescatter_async)
 
 def barrier(process_set: Optional[ProcessSet] = None) -> None:
     """Returns once every rank (of ``process_set``) has called barrier()."""
-    _rq.enqueue(_rq.BARRIER, None, "uint8", (), process_set=_ps.id_of(process_set)).wait()
+    _rq.run_now(_rq.enqueue, _rq.BARRIER, None, "uint8", (),
+                process_set=_ps.id_of(process_set))
 
 
 def join() -> int:
@@ -265,8 +266,8 @@ def join() -> int:
     the rank that joined last (of several joining in the same negotiation
     round, the highest), as Horovod's join does."""
     last = np.full(1, -1, dtype=np.int32)
-    _rq.enqueue(_rq.JOIN, "join", "uint8", (), output_ptr=_rq.ffi.from_buffer(last),
-                keepalive=(last,)).wait()
+    _rq.run_now(_rq.enqueue, _rq.JOIN, "join", "uint8", (), output_ptr=_rq.ffi.from_buffer(last),
+                keepalive=(last,))
     return int(last[0])
 
 

@@ -123,8 +123,9 @@ def add_process_set(process_set: Optional[ProcessSet]) -> ProcessSet:
     if ranks.size == 0:
         raise InvalidArgumentError("a process set needs at least one rank")
     new_id = np.full(1, -1, dtype=np.int32)
-    _rq.enqueue(_rq.PROCESS_SET_ADD, None, "int32", ranks.shape, _rq.ffi.from_buffer(ranks),
-                _rq.ffi.from_buffer(new_id), keepalive=(ranks, new_id)).wait()
+    _rq.run_now(_rq.enqueue, _rq.PROCESS_SET_ADD, None, "int32", ranks.shape,
+                _rq.ffi.from_buffer(ranks), _rq.ffi.from_buffer(new_id),
+                keepalive=(ranks, new_id))
     ps.process_set_id, ps._ctx = int(new_id[0]), world.context()
     return ps
 
@@ -138,8 +139,8 @@ def remove_process_set(process_set: Optional[ProcessSet]) -> bool:
     if process_set.process_set_id == 0 or not process_set._added():
         return False
     ident = np.full(1, process_set.process_set_id, dtype=np.int32)
-    _rq.enqueue(_rq.PROCESS_SET_REMOVE, None, "int32", ident.shape, _rq.ffi.from_buffer(ident),
-                keepalive=(ident,)).wait()
+    _rq.run_now(_rq.enqueue, _rq.PROCESS_SET_REMOVE, None, "int32", ident.shape,
+                _rq.ffi.from_buffer(ident), keepalive=(ident,))
     process_set.process_set_id, process_set._ctx = None, None  # only once it is gone
     return True
 

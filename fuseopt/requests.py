@@ -5,6 +5,8 @@ a dtype name and a shape, and call :func:`enqueue`; they never talk to the
 network. The core copies the metadata at once and uses the buffers until the
 handle's wait returns, so the Handle keeps the tensors alive until then.
 """
+import threading
+
 from ._native import ffi, lib
 from . import handles, world
 from .dtypes import code_for
@@ -27,6 +29,31 @@ WIRE_FLOAT16 = lib.FUSEOPT_WIRE_FLOAT16
 WIRE_BFLOAT16 = lib.FUSEOPT_WIRE_BFLOAT16
 
 _NULL = ffi.NULL
+
+# Whether this thread's submissions are about to be waited on (run_now).
+_submitting = threading.local()
+
+
+def run_now(submit, *args, **kwargs):
+    """``submit(*args, **kwargs).wait()`` for a blocking collective: what it
+    enqueues goes to the core without waking its loop thread, and the wait
+    runs the negotiation round and the collective on this thread
+    (fuseopt_enqueue_for_wait; Note [Turns] in native/src/loop/loop_turns.cc).
+    A small blocking allreduce skips two thread wake-ups per rank."""
+    before = getattr(_submitting, "waited", False)
+    _submitting.waited = True
+    try:
+        handle = submit(*args, **kwargs)
+    finally:
+        _submitting.waited = before
+    return handle.wait()
+
+
+def _native_enqueue(ctx, reqs, n, ids):
+    """The native enqueue of n requests: for_wait inside run_now."""
+    if getattr(_submitting, "waited", False):
+        return lib.fuseopt_enqueue_for_wait(ctx, reqs, n, ids)
+    return lib.fuseopt_enqueue_many(ctx, reqs, n, ids)
 
 
 # Request arrays of grouped operations by signature, filled in once; a call
@@ -71,7 +98,7 @@ def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_o
         r.output = outputs[i]
     ids = ffi.new("int64_t[]", max(n, 1))
     try:
-        check_delivered(lib.fuseopt_enqueue_many(ctx, reqs, n, ids))
+        check_delivered(_native_enqueue(ctx, reqs, n, ids))
     finally:
         _give_back(_group_templates, key, template)
     return GroupHandle(ctx, ids, n, keepalive, finish)
@@ -143,7 +170,7 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
                          reduce_op, root, prescale, postscale, splits, device,
                          process_set=process_set)
         req[0].wire = wire
-        check_delivered(lib.fuseopt_enqueue(ctx, req, handle))
+        check_delivered(_native_enqueue(ctx, req, 1, handle))
         del c_splits  # the core has copied them
     return Handle(ctx, handle[0], keepalive, finish,
                   _runtime_output(collective, device, process_set))
@@ -172,7 +199,7 @@ def _enqueue_host(ctx, handle, collective, name, dtype, shape, input_ptr, output
     req.input = input_ptr
     req.output = output_ptr
     try:
-        check_delivered(lib.fuseopt_enqueue(ctx, req, handle))
+        check_delivered(_native_enqueue(ctx, req, 1, handle))
     finally:
         _give_back(_ready_requests, key, ready)
 
@@ -215,7 +242,7 @@ class Batch:
         c_splits = [_fill(reqs, i, *op[:12], phase=op[14], process_set=op[15])
                     for i, op in enumerate(self._ops)]
         handles = ffi.new("int64_t[]", max(n, 1))
-        check_delivered(lib.fuseopt_enqueue_many(ctx, reqs, n, handles))
+        check_delivered(_native_enqueue(ctx, reqs, n, handles))
         del c_splits
         ops, self._ops = self._ops, []
         return ctx, handles, ops

@@ -24,6 +24,7 @@ from .. import world
 from ..errors import FuseoptError, InvalidArgumentError, UnsupportedError
 from . import _tensors as _t
 from .. import process_sets as _ps
+from .. import requests as _rq
 from ..compression import reducing_over
 from .compression import NoneCompressor
 
@@ -149,9 +150,9 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
 
     def fn(*arrays):
         with meter.waiting() if meter is not None else contextlib.nullcontext():
-            return _np._grouped(list(arrays), names, op, prescale, postscale, False,
-                                outputs.take(arrays) if outputs else None, process_set,
-                                wire).wait()
+            return _rq.run_now(_np._grouped, list(arrays), names, op, prescale, postscale,
+                               False, outputs.take(arrays) if outputs else None, process_set,
+                               wire)
 
     outs = _t.run(fn, tensors, dtypes, "allreduce")
     for o, t in zip(outs, tensors):
@@ -274,7 +275,7 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
 
 def _allgather_raw(tensor, name, process_set=None):
     def fn(a):
-        return [_np.allgather_async(a, name=name, process_set=process_set).wait()]
+        return [_rq.run_now(_np.allgather_async, a, name=name, process_set=process_set)]
 
     out = _t.run(fn, [tensor], [tensor.dtype], "allgather")[0]
     out.set_shape([None] + tensor.shape.as_list()[1:])
@@ -305,7 +306,8 @@ def allgather(tensor: Any, name: Optional[str] = None, process_set: Optional[Pro
 
 def _broadcast_raw(tensor, root_rank, name, process_set=None):
     def fn(a):
-        return [_np.broadcast_async(a, root_rank, name=name, process_set=process_set).wait()]
+        return [_rq.run_now(_np.broadcast_async, a, root_rank, name=name,
+                            process_set=process_set)]
 
     out = _t.run(fn, [tensor], [tensor.dtype], "broadcast")[0]
     out.set_shape(tensor.shape)

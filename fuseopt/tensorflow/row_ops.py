@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from .. import ops as _np
 from .. import process_sets as _ps
+from .. import requests as _rq
 from ..arguments import derived_name
 from ..compression import NoneCompressor, as_compressor, one_payload_each
 from ..errors import InvalidArgumentError
@@ -31,8 +32,8 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
 
     def exchange(x, splits, name):
         def fn(a, *s):
-            out, recv = _np.alltoall_async(a, splits=s[0] if s else None, name=name,
-                                           process_set=process_set).wait()
+            out, recv = _rq.run_now(_np.alltoall_async, a, splits=s[0] if s else None,
+                                    name=name, process_set=process_set)
             return [out, recv.astype(np.int32)]
 
         out, recv = _t.run(fn, [x] + ([splits] if splits is not None else []),
@@ -78,9 +79,9 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = None,
     @tf.custom_gradient
     def scatter(x):
         def fn(a):
-            return [_np.reducescatter_async(a, name=name, op=op, prescale_factor=prescale_factor,
-                                            postscale_factor=postscale_factor,
-                                            process_set=process_set).wait()]
+            return [_rq.run_now(_np.reducescatter_async, a, name=name, op=op,
+                                prescale_factor=prescale_factor,
+                                postscale_factor=postscale_factor, process_set=process_set)]
 
         out = _t.run(fn, [x], [x.dtype], "reducescatter")[0]
         out.set_shape([None] + x.shape.as_list()[1:])

@@ -49,9 +49,8 @@ class AdasumOptimizer(OptimizerWrapper):
         loss = self._optimizer.step(closure)
         with torch.no_grad():
             deltas = [p.detach() - s for p, s in zip(self._params, self._starts)]
-            combined = ops.grouped_allreduce_async(deltas, name="adasum.delta", op=ops.Adasum,
-                                                   process_set=self._process_set).wait() \
-                if deltas else []
+            combined = ops.grouped_allreduce(deltas, name="adasum.delta", op=ops.Adasum,
+                                             process_set=self._process_set) if deltas else []
             for p, s, d in zip(self._params, self._starts, combined):
                 p.copy_(s + d)
                 s.copy_(p)

@@ -94,8 +94,8 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
                postscale_factor: float = 1.0,
                process_set: Optional[ProcessSet] = None) -> torch.Tensor:
     """In-place allreduce; returns ``tensor``."""
-    allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                     process_set).wait()
+    _rq.run_now(allreduce_async_, tensor, average, name, op, prescale_factor, postscale_factor,
+                process_set)
     return tensor
 
 
@@ -104,13 +104,13 @@ class _Allreduce(torch.autograd.Function):
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.op, ctx.scales, ctx.process_set = op, (prescale_factor, postscale_factor), process_set
         ctx.name = derived_name(name, ".grad")
-        return allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
-                               process_set).wait()
+        return _rq.run_now(allreduce_async, tensor, None, name, op, prescale_factor,
+                           postscale_factor, process_set)
 
     @staticmethod
     def backward(ctx, grad):
-        return (allreduce_async(grad, None, ctx.name, ctx.op, *ctx.scales,
-                                process_set=ctx.process_set).wait(),
+        return (_rq.run_now(allreduce_async, grad, None, ctx.name, ctx.op, *ctx.scales,
+                            process_set=ctx.process_set),
                 None, None, None, None, None)
 
 
@@ -201,14 +201,15 @@ class _GroupedAllreduce(torch.autograd.Function):
         ctx.name, ctx.op, ctx.scales = derived_name(name, ".grad"), op, \
             (prescale_factor, postscale_factor)
         ctx.process_set = process_set
-        return tuple(_grouped(tensors, None, name, op, prescale_factor, postscale_factor,
-                              False, process_set).wait())
+        return tuple(_rq.run_now(_grouped, tensors, None, name, op, prescale_factor,
+                                 postscale_factor, False, process_set))
 
     @staticmethod
     def backward(ctx, *grads):
         # As Horovod: the gradient is reduced with the forward's op and scales.
         return (None, None, None, None, None) + tuple(
-            _grouped(grads, None, ctx.name, ctx.op, *ctx.scales, False, ctx.process_set).wait())
+            _rq.run_now(_grouped, grads, None, ctx.name, ctx.op, *ctx.scales, False,
+                        ctx.process_set))
 
 
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -233,8 +234,8 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] 
                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set: Optional[ProcessSet] = None) -> Sequence[torch.Tensor]:
     """In-place allreduce of a list of tensors together; returns the list."""
-    grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                             postscale_factor, process_set).wait()
+    _rq.run_now(grouped_allreduce_async_, tensors, average, name, op, prescale_factor,
+                postscale_factor, process_set)
     return tensors
 
 
@@ -258,16 +259,16 @@ class _Allgather(torch.autograd.Function):
         ctx.rows = tensor.shape[0]
         ctx.name = derived_name(name, ".grad")
         ctx.process_set = process_set
-        out = allgather_async(tensor, name, process_set).wait()
+        out = _rq.run_now(allgather_async, tensor, name, process_set)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         # Horovod's definition: the gradient averaged over ranks, this rank's rows.
         ps = ctx.process_set
-        reduced = allreduce_async(grad, name=ctx.name, op=Average, process_set=ps).wait()
-        rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
-                               derived_name(ctx.name, ".rows"), ps).wait()
+        reduced = _rq.run_now(allreduce_async, grad, name=ctx.name, op=Average, process_set=ps)
+        rows = _rq.run_now(allgather_async, torch.tensor([ctx.rows], dtype=torch.int64),
+                           derived_name(ctx.name, ".rows"), ps)
         offset = int(rows[:_ps.rank_in(ps)].sum())
         return reduced[offset:offset + ctx.rows], None, None
 
@@ -308,7 +309,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set: Optional[ProcessSet] = None) -> torch.Tensor:
     """In-place broadcast of root_rank's ``tensor``; returns ``tensor``."""
-    return broadcast_async_(tensor, root_rank, name, process_set).wait()
+    return _rq.run_now(broadcast_async_, tensor, root_rank, name, process_set)
 
 
 class _Broadcast(torch.autograd.Function):
@@ -316,14 +317,14 @@ class _Broadcast(torch.autograd.Function):
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root, ctx.process_set = root_rank, process_set
         ctx.name = derived_name(name, ".grad")
-        return broadcast_async(tensor, root_rank, name, process_set).wait()
+        return _rq.run_now(broadcast_async, tensor, root_rank, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):
         # Horovod's definition: the gradient averaged over ranks on the root,
         # zero elsewhere (the other ranks' inputs did not matter).
-        reduced = allreduce_async(grad, name=ctx.name, op=Average,
-                                  process_set=ctx.process_set).wait()
+        reduced = _rq.run_now(allreduce_async, grad, name=ctx.name, op=Average,
+                              process_set=ctx.process_set)
         if world.rank() != ctx.root:
             reduced.zero_()
         return reduced, None, None, None

@@ -49,7 +49,7 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         ctx.name, ctx.process_set = derived_name(name, ".grad"), process_set
-        out, received = alltoall_async(tensor, splits, name, process_set).wait()
+        out, received = _rq.run_now(alltoall_async, tensor, splits, name, process_set)
         ctx.received = received
         ctx.mark_non_differentiable(received)
         return out, received
@@ -57,7 +57,7 @@ class _Alltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, _received_grad):
         # The rows go back where they came from.
-        return (alltoall_async(grad, ctx.received, ctx.name, ctx.process_set).wait()[0],
+        return (_rq.run_now(alltoall_async, grad, ctx.received, ctx.name, ctx.process_set)[0],
                 None, None, None)
 
 
@@ -186,15 +186,15 @@ class _GroupedAllgather(torch.autograd.Function):
     def forward(ctx, name, process_set, *tensors):
         ctx.rows = [t.shape[0] for t in tensors]
         ctx.name, ctx.process_set = derived_name(name, ".grad"), process_set
-        return tuple(grouped_allgather_async(tensors, name, process_set).wait())
+        return tuple(_rq.run_now(grouped_allgather_async, tensors, name, process_set))
 
     @staticmethod
     def backward(ctx, *grads):
         # As allgather's, per tensor: averaged, then this rank's rows.
         ps = ctx.process_set
-        reduced = _grouped(grads, None, ctx.name, Average, 1.0, 1.0, False, ps).wait()
-        rows = allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
-                               derived_name(ctx.name, ".rows"), ps).wait()
+        reduced = _rq.run_now(_grouped, grads, None, ctx.name, Average, 1.0, 1.0, False, ps)
+        rows = _rq.run_now(allgather_async, torch.tensor([ctx.rows], dtype=torch.int64),
+                           derived_name(ctx.name, ".rows"), ps)
         offsets = rows[:_ps.rank_in(ps)].sum(dim=0)
         return (None, None) + tuple(r[int(o):int(o) + n]
                                for r, o, n in zip(reduced, offsets, ctx.rows))

@@ -39,7 +39,12 @@ def _like(values, x):
 
 
 def _allreduce_sum(values):
-    return _np_ops.allreduce_async_(values, name=None, op=_np_ops.Sum).wait()
+    # Named by size, not left unnamed: an unnamed op gets a new name per call
+    # ("allreduce.noname.<n>"), which the core negotiates in full every time
+    # and which churns its response cache; a stable name is a cache hit after
+    # the first step. Layers of one size share it safely, one after another:
+    # each waits for its sums before the next layer can submit.
+    return _np_ops.allreduce_(values, name="sync_batch_norm.%d" % values.size, op=_np_ops.Sum)
 
 
 def _update_running(buffer, value, momentum):

@@ -278,6 +278,16 @@ int fuseopt_enqueue(fuseopt_ctx_t* ctx, const fuseopt_request_t* req, int64_t* h
 int fuseopt_enqueue_many(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests, int64_t count,
                          int64_t* handles);
 
+/* As fuseopt_enqueue_many, for a caller that waits on these handles next (a
+ * blocking collective): the runtime's loop thread is not woken for them,
+ * because the wait runs the negotiation round and the collective on the
+ * calling thread when it can (two thread wake-ups fewer per small op). A
+ * wait that cannot (a poll, a device tensor in the process, a cycle time)
+ * wakes the loop thread then; requests never waited on still run, at the
+ * loop thread's next round (within 50 ms). */
+int fuseopt_enqueue_for_wait(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests,
+                             int64_t count, int64_t* handles);
+
 /* *done becomes 1 once the handle has a final status. Does not release it. */
 int fuseopt_poll(fuseopt_ctx_t* ctx, int64_t handle, int* done);
 

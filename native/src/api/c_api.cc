@@ -60,7 +60,7 @@ int failed_wait(fuseopt_ctx* ctx, const fuseopt::Outcome& outcome) {
 int finish_wait(fuseopt_ctx* ctx, int64_t handle, int64_t timeout_ms, fuseopt_output_t* out) {
   fuseopt::Outcome outcome;
   fuseopt::OwnedOutput owned;
-  int rc = guarded([&] { outcome = ctx->context.handles().wait(handle, timeout_ms, out ? &owned : nullptr); });
+  int rc = guarded([&] { outcome = ctx->context.wait(handle, timeout_ms, out ? &owned : nullptr); });
   if (rc != FUSEOPT_OK) return rc;
   if (!outcome.ok()) return failed_wait(ctx, outcome);
   if (out) {
@@ -159,13 +159,25 @@ int fuseopt_enqueue(fuseopt_ctx_t* ctx, const fuseopt_request_t* req, int64_t* h
   return guarded([&] { ctx->context.enqueue(req, 1, handle); });
 }
 
-int fuseopt_enqueue_many(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests, int64_t count,
-                         int64_t* handles) {
+namespace {
+int enqueue_many(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests, int64_t count,
+                 int64_t* handles, bool announce) {
   REQUIRE_CTX(ctx);
   if (count < 0) return fail(FUSEOPT_INVALID_ARG, "count is negative");
   if (count > 0 && (!requests || !handles))
     return fail(FUSEOPT_INVALID_ARG, "requests or handles pointer is NULL");
-  return guarded([&] { ctx->context.enqueue(requests, count, handles); });
+  return guarded([&] { ctx->context.enqueue(requests, count, handles, announce); });
+}
+}  // namespace
+
+int fuseopt_enqueue_many(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests, int64_t count,
+                         int64_t* handles) {
+  return enqueue_many(ctx, requests, count, handles, true);
+}
+
+int fuseopt_enqueue_for_wait(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests,
+                             int64_t count, int64_t* handles) {
+  return enqueue_many(ctx, requests, count, handles, false);
 }
 
 int fuseopt_poll(fuseopt_ctx_t* ctx, int64_t handle, int* done) {
@@ -185,7 +197,7 @@ int fuseopt_wait_all(fuseopt_ctx_t* ctx, const int64_t* handles, int64_t count,
   if (count < 0) return fail(FUSEOPT_INVALID_ARG, "count is negative");
   if (count > 0 && !handles) return fail(FUSEOPT_INVALID_ARG, "handles pointer is NULL");
   fuseopt::Outcome outcome;
-  int rc = guarded([&] { outcome = ctx->context.handles().wait_all(handles, count, timeout_ms); });
+  int rc = guarded([&] { outcome = ctx->context.wait_all(handles, count, timeout_ms); });
   if (rc != FUSEOPT_OK) return rc;
   return outcome.ok() ? FUSEOPT_OK : failed_wait(ctx, outcome);
 }

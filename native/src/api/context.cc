@@ -88,8 +88,46 @@ void Context::note_error_delivered() {
 
 Context::~Context() { shutdown(); }
 
+Outcome Context::wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out) {
+  return handles_.wait(handle, help(&handle, 1, timeout_ms), out);
+}
+
+Outcome Context::wait_all(const int64_t* handles, int64_t count, int64_t timeout_ms) {
+  return handles_.wait_all(handles, count, help(handles, count, timeout_ms));
+}
+
+int64_t Context::help(const int64_t* handles, int64_t count, int64_t timeout_ms) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = timeout_ms < 0 ? clock::time_point::max()
+                                       : clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto done = [&] {
+    try {
+      for (int64_t i = 0; i < count; ++i)
+        if (!handles_.poll(handles[i])) return false;
+    } catch (const Error&) {  // an unknown handle: the wait itself says so
+    }
+    return true;
+  };
+  helpers_.fetch_add(1);
+  if (timeout_ms != 0 && !closing_.load() && loop_) loop_->help(done, deadline);
+  helpers_.fetch_sub(1);
+  // Work queued by fuseopt_enqueue_for_wait that this thread did not finish
+  // itself: the loop thread must now hear of it.
+  bool wake = false;
+  if (!done()) {
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    wake = inbox_.unannounced;
+    inbox_.unannounced = false;
+  }
+  if (wake) inbox_.wake.notify_all();
+  if (timeout_ms < 0) return timeout_ms;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+  return std::max<int64_t>(0, left.count());
+}
+
 void Context::shutdown() {
   std::lock_guard<std::mutex> once(shutdown_mu_);
+  closing_.store(true);
   {
     std::lock_guard<std::mutex> lock(inbox_.mu);
     inbox_.shutdown_requested = true;
@@ -109,6 +147,7 @@ void Context::shutdown() {
     }
   }
   thread_.join();
+  while (helpers_.load() > 0) std::this_thread::yield();  // none can start now
   loop_.reset();  // MPI communicators and buffers; the handle table stays
   timeline_.stop();
 }
@@ -332,7 +371,8 @@ void Context::take_root(const fuseopt_request_t& q, const ProcessSetTable::Set& 
   e->spec.root = q.root;
 }
 
-void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles) {
+void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles,
+                      bool announce) {
   std::unique_lock<std::mutex> lock(inbox_.mu);
   if (inbox_.stopped) {
     const Outcome reason = inbox_.stop_reason;
@@ -370,10 +410,11 @@ void Context::enqueue(const fuseopt_request_t* requests, int64_t count, int64_t*
   }
   inbox_.enqueued.fetch_add(count, std::memory_order_relaxed);
   // A busy loop thread drains the queue on its own; a futex wake per tensor
-  // would cost a system call each.
-  const bool wake = inbox_.loop_waiting;
+  // would cost a system call each. Unannounced work: see help().
+  const bool wake = inbox_.round_waiters > 0 && announce;
+  inbox_.unannounced = inbox_.unannounced || !announce;
   lock.unlock();
-  if (wake) inbox_.wake.notify_one();
+  if (wake) inbox_.wake.notify_all();  // the loop thread, and a framework thread's round
 }
 
 #undef REQUIRE

@@ -46,8 +46,15 @@ class Context {
   void abort(const Outcome& reason);
   const fuseopt_comm_info_t& comm_info() const { return info_; }
   // Queues count requests, all or none (throws Error), one handle each.
-  void enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles);
+  // announce: wake the loop thread if it waits; false when the caller waits
+  // on the handles next (fuseopt_enqueue_for_wait).
+  void enqueue(const fuseopt_request_t* requests, int64_t count, int64_t* handles,
+               bool announce = true);
   HandleTable& handles() { return handles_; }
+  // Waits for handles, running rounds on this thread while the loop thread
+  // is between rounds (Note [Turns], loop_turns.cc). timeout_ms < 0: none.
+  Outcome wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out);
+  Outcome wait_all(const int64_t* handles, int64_t count, int64_t timeout_ms);
   const ProcessSetTable& process_sets() const { return process_sets_; }
   const Metrics& metrics() const { return metrics_; }
   Timeline& timeline() { return timeline_; }
@@ -66,6 +73,8 @@ class Context {
   // structs), and the i-th request of an array at the caller's struct size.
   void take_device(const fuseopt_request_t& request, Entry* entry) const;
   static fuseopt_request_t request_at(const fuseopt_request_t* requests, int64_t i);
+  // The time left of timeout_ms after helping (Loop::help) with handles.
+  int64_t help(const int64_t* handles, int64_t count, int64_t timeout_ms);
   void watch();  // watchdog thread: aborts when a round outlives the peer timeout
   void stop_watchdog();
 
@@ -86,6 +95,11 @@ class Context {
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;
   std::mutex shutdown_mu_;  // shutdown may be called from several threads
+  // Framework threads inside loop_->help, and whether shutdown has begun: the
+  // loop is destroyed only when none is left (seq_cst: a helper counts itself
+  // before it reads closing_, shutdown sets closing_ before it reads helpers_).
+  std::atomic<int> helpers_{0};
+  std::atomic<bool> closing_{false};
   // Names of unnamed requests: "<collective>.noname.<n>" (global set) or
   // "<collective>.noname.set<id>.<n>"; advance only for accepted requests.
   std::string auto_name(int32_t set, int collective, bool advance);

@@ -8,11 +8,16 @@
 
 namespace fuseopt {
 
-void ControlPlane::and_round(std::vector<uint64_t>* words, const PauseFn& pause) {
+MPI_Request ControlPlane::post_and(std::vector<uint64_t>* words) {
   MPI_Request request;
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, words->data(), static_cast<int>(words->size()),
                            MPI_UINT64_T, MPI_BAND, world_.comm(), &request),
             "MPI_Iallreduce(negotiation)");
+  return request;
+}
+
+bool ControlPlane::await_and(MPI_Request* request, std::vector<uint64_t>* words,
+                             const PauseFn& pause) {
   // See Note [Poll schedule].
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
@@ -21,11 +26,12 @@ void ControlPlane::and_round(std::vector<uint64_t>* words, const PauseFn& pause)
   auto active_since = start;
   for (;;) {
     int done = 0;
-    mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test(negotiation)");
-    if (done) return;
+    mpi_check(MPI_Test(request, &done, MPI_STATUS_IGNORE), "MPI_Test(negotiation)");
+    if (done) return true;
     const auto now = clock::now();
     if (now < spin_until) continue;
     const Pause how = pause(sleep);
+    if (how == Pause::kHandOver) return false;
     if (how == Pause::kAbandon) {
       // The request cannot be cancelled portably, and MPI may still write
       // into the buffer later: leak it (moving a vector keeps its storage).

@@ -20,14 +20,23 @@ class ControlPlane {
   explicit ControlPlane(const MpiWorld& world) : world_(world) {}
 
   // How a pause between polls ended.
-  enum class Pause { kTimedOut, kWoken, kAbandon };
+  enum class Pause { kTimedOut, kWoken, kAbandon, kHandOver };
   using PauseFn = std::function<Pause(std::chrono::microseconds)>;
 
-  // Runs one AND-allreduce of words in place. Between polls it calls pause,
+  // Posts one AND-allreduce of words in place; words must stay put until
+  // await_and returns true.
+  MPI_Request post_and(std::vector<uint64_t>* words);
+  // Polls the round until it completes (true). Between polls it calls pause,
   // which waits up to the given time and may end early (kWoken: something
-  // happened locally, so peers are probably active too: poll eagerly again)
-  // or abandon the round (kAbandon: the function throws; stall shutdown).
-  void and_round(std::vector<uint64_t>* words, const PauseFn& pause);
+  // happened locally, so peers are probably active too: poll eagerly again),
+  // abandon the round (kAbandon: the function throws; stall shutdown), or
+  // hand it over (kHandOver: returns false; another thread awaits it later).
+  bool await_and(MPI_Request* request, std::vector<uint64_t>* words, const PauseFn& pause);
+  // Both: one round that is never handed over.
+  void and_round(std::vector<uint64_t>* words, const PauseFn& pause) {
+    MPI_Request request = post_and(words);
+    await_and(&request, words, pause);
+  }
 
   // On the coordinator: every rank's blob, indexed by rank. Elsewhere: empty.
   std::vector<std::vector<char>> gather(const std::vector<char>& mine);

@@ -21,8 +21,11 @@ struct Inbox {
   std::deque<Entry> queue;
   std::atomic<uint64_t> enqueued{0};         // count ever queued; read without mu
   bool shutdown_requested = false;
-  bool loop_waiting = false;                  // enqueue signals only if true
+  int round_waiters = 0;                      // threads that run rounds, waiting on wake;
+                                              // enqueue signals only if any
   bool stopped = false;                       // the loop thread has exited
+  bool unannounced = false;                   // queued without waking the loop thread
+  bool turn_handed_back = false;              // a framework thread ran rounds: see Note [Turns]
   Outcome stop_reason;                        // why enqueue now fails
   std::atomic<bool> aborted{false};           // see Context::abort; read without mu
   // A framework thread was told that the runtime stopped (an enqueue or a

@@ -114,11 +114,17 @@ void Loop::throw_if_aborted() {
 void Loop::and_round(ProcessSet& ps, std::vector<uint64_t>* words) {
   RoundWait wait;
   wait.started_s = now_s();
+  MPI_Request request = ps.control->post_and(words);
+  await_round(ps, &request, words, &wait);
+}
+
+bool Loop::await_round(ProcessSet& ps, MPI_Request* request, std::vector<uint64_t>* words,
+                       RoundWait* wait) {
   busy_what_ = ps.id == 0 ? "negotiating" : "negotiating in a process set";
-  busy_since_s_ = wait.started_s;
+  busy_since_s_ = wait->started_s;
   try {
-    ps.control->and_round(words, [&](std::chrono::microseconds most) {
-      return pause_round(ps, &wait, most);
+    return ps.control->await_and(request, words, [&](std::chrono::microseconds most) {
+      return pause_round(ps, wait, most);
     });
   } catch (const Error& e) {
     if (e.status() != FUSEOPT_RANK_FAILED) throw;
@@ -138,13 +144,15 @@ ControlPlane::Pause Loop::pause_round(ProcessSet& ps, RoundWait* wait,
     warn_slow_round(ps);
   }
   if (!keep_waiting(wait->started_s)) return ControlPlane::Pause::kAbandon;
+  const auto now = std::chrono::steady_clock::now();
+  if (ps.id == 0 && now >= hand_over_at_) return ControlPlane::Pause::kHandOver;
   // See Note [Poll schedule]: hurried pauses, and pausing on the inbox.
-  if (wait->hurry.at(std::chrono::steady_clock::now())) most = std::min(most, kRoundHurriedPause);
+  if (wait->hurry.at(now)) most = std::min(most, kRoundHurriedPause);
   std::unique_lock<std::mutex> lock(inbox_.mu);
   auto news = [&] { return inbox_.queue.size() != wait->seen || inbox_.shutdown_requested; };
-  inbox_.loop_waiting = true;
+  ++inbox_.round_waiters;
   const bool woken = inbox_.wake.wait_for(lock, most, news);
-  inbox_.loop_waiting = false;
+  --inbox_.round_waiters;
   wait->seen = inbox_.queue.size();
   return woken ? ControlPlane::Pause::kWoken : ControlPlane::Pause::kTimedOut;
 }
@@ -161,19 +169,30 @@ void Loop::warn_slow_round(ProcessSet& ps) {
                                   << (names.empty() ? "nothing" : join_names(names, 10)));
 }
 
-bool Loop::round() {
-  const bool shutdown = wait_for_work();
+Loop::Turn Loop::run_round(bool shutdown) {
   throw_if_aborted();
-  std::vector<uint64_t> words = build_round_vector(shutdown);
-  const double started = now_s();
-  if (!(words[0] & kIdle)) timeline_.cycle(started);
-  and_round(global(), &words);
+  posted_.words = build_round_vector(shutdown);
+  posted_.shutdown = shutdown;
+  posted_.wait = RoundWait();
+  posted_.wait.started_s = now_s();
+  if (!(posted_.words[0] & kIdle)) timeline_.cycle(posted_.wait.started_s);
+  posted_.request = global().control->post_and(&posted_.words);
+  posted_.active = true;
+  return finish_round();
+}
+
+Loop::Turn Loop::finish_round() {
+  if (!await_round(global(), &posted_.request, &posted_.words, &posted_.wait))
+    return Turn::kHandedOver;
+  posted_.active = false;
+  const std::vector<uint64_t> words = std::move(posted_.words);
+  const double started = posted_.wait.started_s;
   ++round_number_;
   const uint64_t flags = words[0];
   others_busy_ = !(flags & kIdle);
   if (!(flags & kNoShutdown)) {
-    stop_reason_ = shutdown_reason(shutdown);
-    return false;
+    stop_reason_ = shutdown_reason(posted_.shutdown);
+    return Turn::kShutDown;
   }
   apply_tuned_setting(words);
 
@@ -209,7 +228,7 @@ bool Loop::round() {
     progress = true;
   }
   no_progress_rounds_ = progress ? 0 : no_progress_rounds_ + 1;
-  return true;
+  return Turn::kMore;
 }
 
 void Loop::set_round(ProcessSet& ps) {

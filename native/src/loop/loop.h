@@ -19,16 +19,21 @@
 // then run steps 2-5 among themselves, on the set's communicator, in
 // ascending id order on every rank (so that overlapping sets cannot deadlock).
 //
-// Pacing: see Note [Poll schedule] (poll_schedule.h).
+// Pacing: see Note [Poll schedule] (poll_schedule.h). Who runs a round, the
+// loop thread or a framework thread waiting on a handle: Note [Turns]
+// (loop_turns.cc).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -70,6 +75,14 @@ class Loop {
   // Thread body. Reports MPI start-up (topology or failure) through started.
   void run(std::promise<fuseopt_comm_info_t>* started);
 
+  // Called by a framework thread about to block until done() (a handle it
+  // waits on without a time limit): runs rounds itself while the loop thread
+  // is between rounds, instead of waking it (Note [Turns]). Returns at once
+  // when the loop thread holds the rounds, or after a round without progress.
+  // At deadline it hands a round still waiting for the other ranks over to
+  // the loop thread and returns.
+  void help(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
+
   // Since when (now_s(), 0 between rounds) this rank has been waiting on the
   // other ranks, and for what. Read by the context's watchdog thread.
   struct Busy {
@@ -83,15 +96,30 @@ class Loop {
   // After a stall shutdown that names this rank: ends the process unless
   // its framework thread hears of the failure soon (see loop.cc).
   void end_process_if_stuck(const Outcome& reason);
-  bool round();             // false once every rank agreed to shut down
-  bool wait_for_work();     // returns whether this rank asked to shut down
+  // The loop thread's turn (loop_turns.cc): waits for work, then runs a
+  // round unless a framework thread has already run it. False once every
+  // rank agreed to shut down.
+  bool round();
+  // How a round ended for the thread that ran it.
+  enum class Turn { kMore, kShutDown, kHandedOver };
+  Turn run_round(bool shutdown);  // steps 2-5
+  Turn finish_round();            // of the posted global round, from its AND on
+  // How the loop thread waits before its next turn, decided while it holds
+  // the rounds (the state it reads is theirs).
+  struct WaitPlan {
+    enum Kind { kNone, kIdle, kBackoff } kind = kNone;
+    std::chrono::microseconds backoff{0};
+    int64_t round_number = 0;  // rounds run so far when planned
+    int64_t cycle_time_us = 0;  // config_'s, which autotune may change in a round
+  };
+  WaitPlan plan_wait() const;
+  void wait_for_work(const WaitPlan& plan);  // without holding the rounds
+  bool take_queue();        // step 1; returns whether this rank asked to shut down
   void drain(std::deque<Entry>* incoming);
   void take_burst();        // Note [Burst intake]
   // [flags][ready bit per cache slot][not-invalid bit per cache slot] of ps.
   std::vector<uint64_t> slot_words(ProcessSet& ps, uint64_t flags, bool joined);
   std::vector<uint64_t> build_round_vector(bool shutdown);
-  // One AND-allreduce among ps's members, paced by the inbox (loop.cc).
-  void and_round(ProcessSet& ps, std::vector<uint64_t>* words);
   // What the pauses of one round remember.
   struct RoundWait {
     double started_s = 0;
@@ -99,8 +127,15 @@ class Loop {
     Hurry hurry;
     size_t seen = 0;  // queue length at the last wake-up
   };
+  // One AND-allreduce among ps's members, paced by the inbox (loop.cc).
+  void and_round(ProcessSet& ps, std::vector<uint64_t>* words);
+  // Awaits a posted AND among ps's members; false if handed over (only the
+  // global round may be: Note [Turns]).
+  bool await_round(ProcessSet& ps, MPI_Request* request, std::vector<uint64_t>* words,
+                   RoundWait* wait);
   // Between two polls of a round: warns once if it is slow, abandons it past
-  // the stall shutdown, else waits on the inbox for up to most.
+  // the stall shutdown, hands the global round over past a helping thread's
+  // deadline, else waits on the inbox for up to most.
   ControlPlane::Pause pause_round(ProcessSet& ps, RoundWait* wait, std::chrono::microseconds most);
   void warn_slow_round(ProcessSet& ps);
   // Steps 3-4 of a round for ps: the work its AND (words) and, when asked
@@ -177,6 +212,27 @@ class Loop {
   // Burst detection (loop_intake.cc): enqueue calls taken in so far, and
   // whether the last quiet-gap wait caught another arrival.
   Outcome stop_reason_;
+
+  // Note [Turns]: whoever holds rounds_mu_ runs rounds (and alone calls MPI).
+  std::mutex rounds_mu_;
+  WaitPlan next_wait_;
+  // The global round between its post and its AND's completion: a framework
+  // thread may post it and leave the rest to the loop thread.
+  struct PostedRound {
+    bool active = false;
+    std::vector<uint64_t> words;
+    MPI_Request request;
+    bool shutdown = false;
+    RoundWait wait;
+  };
+  PostedRound posted_;
+  // When the thread running rounds must hand the global round over: a helping
+  // framework thread's deadline; never for the loop thread.
+  std::chrono::steady_clock::time_point hand_over_at_ = std::chrono::steady_clock::time_point::max();
+  bool closed_ = false;             // no more rounds: stopped, or failed
+  std::exception_ptr helper_error_;  // a framework thread's round failed
+  bool helper_saw_shutdown_ = false;  // a framework thread's round agreed to shut down
+  bool device_work_seen_ = false;   // device backends may bind the running thread
 };
 
 }  // namespace fuseopt

@@ -9,37 +9,55 @@
 
 namespace fuseopt {
 
-// The waits here follow Note [Poll schedule].
-bool Loop::wait_for_work() {
+// The waits here follow Note [Poll schedule]. The loop thread does not hold
+// the rounds here (Note [Turns]): it reads only the plan made while it did.
+void Loop::wait_for_work(const WaitPlan& plan) {
+  std::unique_lock<std::mutex> lock(inbox_.mu);
+  auto has_news = [&] {
+    return !inbox_.queue.empty() || inbox_.shutdown_requested || inbox_.turn_handed_back;
+  };
+  ++inbox_.round_waiters;
+  if (plan.kind == WaitPlan::kIdle) {
+    inbox_.wake.wait_for(lock, kIdleTick, has_news);
+  } else if (plan.kind == WaitPlan::kBackoff) {
+    inbox_.wake.wait_for(lock, plan.backoff, has_news);
+  }
+  --inbox_.round_waiters;
+  if (!inbox_.queue.empty() && plan.cycle_time_us > 0) {
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(plan.cycle_time_us));
+  } else if (!inbox_.queue.empty() && !FrameworkBlocked::now()) {
+    // See Note [Burst intake]: nobody waits for results yet, so more
+    // enqueues are probably coming; take them all in one round.
+    lock.unlock();
+    take_burst();
+  }
+}
+
+Loop::WaitPlan Loop::plan_wait() const {
+  WaitPlan plan;
+  plan.round_number = round_number_;
+  plan.cycle_time_us = config_.cycle_time_us;
+  // With process sets, a rank with nothing in flight may still be needed
+  // by the others' rounds (their sets' rounds follow the global one): it
+  // ticks fast while anybody is busy, not every kIdleTick.
+  if (in_flight() == 0 && !joined_ && !(others_busy_ && subsets_ > 0)) {
+    plan.kind = WaitPlan::kIdle;
+  } else if (no_progress_rounds_ > 0) {
+    // Everyone has something in flight but nothing matched last round.
+    plan.kind = WaitPlan::kBackoff;
+    plan.backoff = kNoProgressWait * (1 << std::min(no_progress_rounds_, kNoProgressDoublings));
+  }
+  return plan;
+}
+
+bool Loop::take_queue() {
   std::deque<Entry> incoming;
   bool shutdown;
   {
-    std::unique_lock<std::mutex> lock(inbox_.mu);
-    auto has_news = [&] { return !inbox_.queue.empty() || inbox_.shutdown_requested; };
-    inbox_.loop_waiting = true;
-    // With process sets, a rank with nothing in flight may still be needed
-    // by the others' rounds (their sets' rounds follow the global one): it
-    // ticks fast while anybody is busy, not every kIdleTick.
-    if (in_flight() == 0 && !joined_ && !(others_busy_ && subsets_ > 0)) {
-      inbox_.wake.wait_for(lock, kIdleTick, has_news);
-    } else if (no_progress_rounds_ > 0) {
-      // Everyone has something in flight but nothing matched last round.
-      auto backoff = kNoProgressWait * (1 << std::min(no_progress_rounds_, kNoProgressDoublings));
-      inbox_.wake.wait_for(lock, backoff, has_news);
-    }
-    inbox_.loop_waiting = false;
-    if (!inbox_.queue.empty() && config_.cycle_time_us > 0) {
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(config_.cycle_time_us));
-      lock.lock();
-    } else if (!inbox_.queue.empty() && !FrameworkBlocked::now()) {
-      // See Note [Burst intake]: nobody waits for results yet, so more
-      // enqueues are probably coming; take them all in one round.
-      lock.unlock();
-      take_burst();
-      lock.lock();
-    }
+    std::lock_guard<std::mutex> lock(inbox_.mu);
     incoming.swap(inbox_.queue);
+    inbox_.unannounced = false;
     shutdown = inbox_.shutdown_requested;
   }
   drain(&incoming);
@@ -79,6 +97,7 @@ void Loop::take_burst() {
 
 void Loop::drain(std::deque<Entry>* incoming) {
   for (Entry& e : *incoming) {
+    device_work_seen_ = device_work_seen_ || e.spec.device != FUSEOPT_DEVICE_HOST;
     if (e.spec.collective == FUSEOPT_JOIN) {
       joined_ = true;
       join_handle_ = e.handle;
