@@ -24,7 +24,7 @@ CONTENDERS = ("fuseopt", "mpi4py", "gloo")
 NRANKS = harness.NRANKS
 KIB = 1024
 MIB = 1024 * KIB
-SIZES_FULL = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB, 64 * MIB, 256 * MIB]
+SIZES_FULL = [4 * KIB, 64 * KIB, 256 * KIB, 1 * MIB, 16 * MIB, 64 * MIB, 256 * MIB]
 BATCH_COUNT = 200
 BATCH_BYTES = 16 * KIB
 LONE_BYTES = 4 * KIB
@@ -86,7 +86,8 @@ def fuseopt_contender():
 
     return contender(
         "fuseopt", fo.rank(), fo.size(), barrier=fo.barrier, typed_buffer=typed_buffer,
-        allreduce_=lambda buf, name: fo.allreduce_async_(buf, name=name, op=fo.Sum).wait(),
+        # The blocking call, as mpi4py's Allreduce: its wait runs the round itself.
+        allreduce_=lambda buf, name: fo.allreduce_(buf, name=name, op=fo.Sum),
         batch={"grouped_200": lambda bufs, names, _flat:
                fo.grouped_allreduce_async_(bufs, names, op=fo.Sum).wait(),
                "async_200": async_200},
@@ -440,7 +441,7 @@ def size_and_batch_rows(t, sizes):
                  for x in (t.get(c, key) for c in CONTENDERS)]
         t.ratio("bw_ratio/%d" % n, "allreduce %s" % size_label(n), cells, "fuseopt BW / MPI BW",
                 ("mpi4py", key), ("fuseopt", key), "%.3f", *(
-                    (TARGETS["bw_ratio_min"], "≥ %.2f", operator.ge) if n >= MIB else ()))
+                    (TARGETS["bw_ratio_min"], "≥ %.2f", operator.ge) if n >= 256 * KIB else ()))
     fo, one = t.get("fuseopt", "batch/grouped_200"), t.get("mpi4py", "batch/one_3.2MB")
     sync = t.get("gloo", "batch/sync_200")
     t.row("200 x 16 KiB submitted together", [
