@@ -108,6 +108,7 @@ int64_t Context::help(const int64_t* handles, int64_t count, int64_t timeout_ms)
     }
     return true;
   };
+  if (done()) return timeout_ms;
   helpers_.fetch_add(1);
   if (timeout_ms != 0 && !closing_.load() && loop_) loop_->help(done, deadline);
   helpers_.fetch_sub(1);

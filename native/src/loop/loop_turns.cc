@@ -96,6 +96,7 @@ class LoopTimerSlack {
 
 void Loop::help(const std::function<bool()>& done,
                 std::chrono::steady_clock::time_point deadline) {
+  if (done()) return;  // most waits on a grouped op's handles after the first
   std::unique_lock<std::mutex> hold(rounds_mu_, std::try_to_lock);
   // config_ under the rounds' mutex: autotune changes the cycle time in a round.
   if (!hold.owns_lock() || closed_ || device_work_seen_ || config_.cycle_time_us > 0) return;
