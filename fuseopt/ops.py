@@ -17,6 +17,7 @@ from . import output_pool
 from . import process_sets as _ps
 from . import requests as _rq
 from .errors import InvalidArgumentError
+from .handles import Then
 
 if TYPE_CHECKING:  # names used only in annotations
     from .process_sets import ProcessSet
@@ -166,6 +167,49 @@ def allgather_async(array: np.ndarray, name: Optional[str] = None,
 
     return _rq.enqueue(_rq.ALLGATHER, name, _dtype_name(src), src.shape, _ptr(src),
                        keepalive=(src,), finish=finish, process_set=_ps.id_of(process_set))
+
+
+def grouped_allgather_async(arrays: Sequence[np.ndarray],
+                            names: Optional[Sequence[Optional[str]]] = None,
+                            process_set: Optional[ProcessSet] = None) -> Then:
+    """Allgathers a list of arrays submitted in one native call, so negotiated
+    in one round; ``wait()`` gives the list of results."""
+    set_id = _ps.id_of(process_set)
+    batch = _rq.Batch()
+    for array, name in zip(arrays, names or [None] * len(arrays)):
+        src = _contiguous(array)
+        if src.ndim == 0:
+            raise InvalidArgumentError("allgather needs at least one dimension")
+
+        def finish(raw, src=src):
+            return np.frombuffer(raw.buffer, dtype=src.dtype).reshape(
+                (raw.first_dim,) + src.shape[1:])
+        batch.add(_rq.ALLGATHER, name, _dtype_name(src), src.shape, _ptr(src), keepalive=(src,),
+                  finish=finish, process_set=set_id)
+    return Then(batch.submit(), list)
+
+
+def grouped_reducescatter_async(arrays: Sequence[np.ndarray],
+                                names: Optional[Sequence[Optional[str]]] = None,
+                                op: Optional[int] = Average, prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0,
+                                process_set: Optional[ProcessSet] = None) -> Then:
+    """Reducescatters a list of arrays in one native call (one round, fused);
+    ``wait()`` gives this rank's slice of each."""
+    set_id = _ps.id_of(process_set)
+    rank, size = _ps.rank_in(process_set), _ps.size_of(process_set)
+    batch = _rq.Batch()
+    outs = []
+    for array, name in zip(arrays, names or [None] * len(arrays)):
+        src = _contiguous(array)
+        if src.ndim == 0:
+            raise InvalidArgumentError("reducescatter needs at least one dimension")
+        out = np.empty((reducescatter_rows(src.shape[0], rank, size),) + src.shape[1:], src.dtype)
+        batch.add(_rq.REDUCESCATTER, name, _dtype_name(src), src.shape, _ptr(src), _ptr(out),
+                  reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
+                  keepalive=(src, out), process_set=set_id)
+        outs.append(out)
+    return Then(batch.submit_group(), lambda _: outs)
 
 
 def broadcast_async(array: np.ndarray, root_rank: int, name: Optional[str] = None,

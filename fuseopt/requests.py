@@ -289,11 +289,12 @@ def _runtime_output(collective, device, process_set=0):
     if collective not in _RUNTIME_OUTPUT:
         return None
     kind = device.kind if device is not None else 0
-    return kind, (world.size() if process_set == 0 else set_size(process_set))
+    return kind, (world.size() if process_set == 0 else set_info(process_set)[1])
 
 
-def set_size(process_set):
-    """Ranks in the process set of this id (the core's table)."""
+def set_info(process_set):
+    """(this rank's position or -1, number of ranks) of the process set of
+    this id, from the core's table; InvalidArgumentError for an unknown id."""
     rank, size = ffi.new("int32_t*"), ffi.new("int32_t*")
     check(lib.fuseopt_process_set_info(_context(), process_set, rank, size))
-    return size[0]
+    return rank[0], size[0]

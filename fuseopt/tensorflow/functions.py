@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from .. import naming
 from .. import ops as _np
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, UnsupportedError
 from .. import process_sets as _ps
 from . import ops
 
@@ -20,7 +20,8 @@ def _var_name(v, i):
 
 
 def broadcast_variables(variables: Any, root_rank: int = 0,
-                        process_set: Optional[ProcessSet] = None, name_map: Any = None) -> Any:
+                        process_set: Optional[ProcessSet] = None, inplace: bool = False,
+                        name_map: Any = None) -> Any:
     """Assigns root_rank's values to ``variables`` on every rank (Keras
     variables or tf.Variables). Eagerly, all broadcasts are submitted at once
     so they fuse; inside tf.function they are graph ops.
@@ -30,7 +31,8 @@ def broadcast_variables(variables: Any, root_rank: int = 0,
     PyTorch rank's ``broadcast_parameters(..., name_map=...)`` can be the root
     or a receiver. Eager only; the ranks first check together that they agree
     on every shared tensor. ``process_set``: only its members take part
-    (root_rank is a global rank)."""
+    (root_rank is a global rank). ``inplace`` (Horovod's choice between its
+    two kernels) changes nothing here: the variables are assigned either way."""
     _ps.id_of(process_set)
     variables = list(variables)
     if name_map is not None:
@@ -46,6 +48,31 @@ def broadcast_variables(variables: Any, root_rank: int = 0,
     for v, h in zip(variables, handles):
         v.assign(h.wait())
     return None
+
+
+def broadcast_(variables: Any, root_rank: int, name: Optional[str] = None,
+               process_set: Optional[ProcessSet] = None) -> Any:
+    """Horovod's in-place broadcast: assigns root_rank's values to
+    ``variables`` and returns their new values. ``name`` prefixes the
+    negotiation names (each variable's own name follows)."""
+    variables = list(variables)
+    if name is None:
+        broadcast_variables(variables, root_rank, process_set=process_set)
+    else:
+        broadcast_variables(variables, root_rank, process_set=process_set,
+                            name_map={variable_path(v): "%s.%d" % (name, i)
+                                      for i, v in enumerate(variables)})
+    return [v.read_value() if hasattr(v, "read_value") else tf.convert_to_tensor(v)
+            for v in variables]
+
+
+def broadcast_global_variables(root_rank: int) -> Any:
+    """Horovod's TF1 call. As in Horovod under TF2 (eager), it cannot work:
+    there are no global variables to collect."""
+    raise UnsupportedError(
+        "hvd.broadcast_global_variables() does not support eager execution (TF2); use "
+        "hvd.broadcast_variables(model.variables + optimizer.variables, root_rank) or, with "
+        "Keras, hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
 
 
 def variable_path(v):

@@ -1,9 +1,10 @@
-"""fuseopt.tensorflow's row collectives: alltoall and reducescatter, whose
-results have a different number of rows than their inputs; differentiable
-with Horovod's definitions (ops.py holds the others)."""
+"""fuseopt.tensorflow's row collectives: alltoall, reducescatter and the
+grouped allgather and reducescatter, whose results have a different number
+of rows than their inputs; differentiable with Horovod's definitions (ops.py
+holds the others)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -15,7 +16,7 @@ from ..arguments import derived_name
 from ..compression import NoneCompressor, as_compressor, one_payload_each
 from ..errors import InvalidArgumentError
 from . import _tensors as _t
-from .ops import Average, Sum, _allgather_raw, _operand
+from .ops import Average, Sum, _allgather_raw, _grouped_allreduce_raw, _names, _operand
 
 if TYPE_CHECKING:  # names used only in annotations
     from ..process_sets import ProcessSet
@@ -66,14 +67,8 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = None,
     itself, as the PyTorch binding's, so that mixed jobs meet."""
     tensor, name = _operand(tensor, name, "reducescatter", process_set, rows=True)
     size = _ps.size_of(process_set)
-    if compression is not None:
-        compression = as_compressor(compression)
-        if isinstance(compression, NoneCompressor):
-            compression = None
-        elif compression.reduce_op is not None:
-            raise InvalidArgumentError("%s changes the op; reducescatter takes Compression.fp16 "
-                                       "or .bf16" % type(compression).__name__)
-    (payload,), (ctx,), restore = one_payload_each(compression, [tensor], [name], size)
+    (payload,), (ctx,), restore = one_payload_each(_wire_compression(compression), [tensor],
+                                                   [name], size)
     factor = prescale_factor * postscale_factor * (size if op == Sum else 1)
 
     @tf.custom_gradient
@@ -92,3 +87,95 @@ def reducescatter(tensor: Any, device_dense: str = "", compression: Any = None,
         return out, grad
 
     return restore(scatter(payload), ctx)
+
+
+def _wire_compression(compression):
+    """A reducescatter's compressor: one that only changes the wire dtype."""
+    if compression is None:
+        return None
+    compression = as_compressor(compression)
+    if isinstance(compression, NoneCompressor):
+        return None
+    if compression.reduce_op is not None:
+        raise InvalidArgumentError("%s changes the op; reducescatter takes Compression.fp16 "
+                                   "or .bf16" % type(compression).__name__)
+    return compression
+
+
+def _gathered_rows(xs, name, process_set):
+    """Per tensor of xs, the rows the ranks before this one hold (an
+    allgather of every rank's row counts)."""
+    local = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs])
+    counts = tf.reshape(_allgather_raw(tf.reshape(local, [1, len(xs)]), name, process_set),
+                        [-1, len(xs)])
+    return tf.reduce_sum(counts[:_ps.rank_in(process_set)], axis=0), local
+
+
+def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
+                      ignore_name_scope: bool = False,
+                      process_set: Optional[ProcessSet] = None) -> List[Any]:
+    """allgather of a list of tensors, submitted together and negotiated in
+    one round. Differentiable as Horovod's: each gradient averaged over
+    ranks, then this rank's rows."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    names = _names(len(tensors), name, "grouped_allgather")
+    operands = [_operand(t, n, "allgather", process_set, rows=True)
+                for t, n in zip(tensors, names)]
+    names = [n for _, n in operands]
+
+    @tf.custom_gradient
+    def gather(*xs):
+        def fn(*arrays):
+            return _rq.run_now(_np.grouped_allgather_async, list(arrays), names, process_set)
+
+        outs = _t.run(fn, xs, [x.dtype for x in xs], "grouped_allgather")
+        for out, x in zip(outs, xs):
+            out.set_shape([None] + x.shape.as_list()[1:])
+
+        def grad(*dys):
+            reduced = _grouped_allreduce_raw(list(dys), [derived_name(n, ".grad") for n in names],
+                                             Average, 1.0, 1.0, process_set=process_set)
+            before, rows = _gathered_rows(xs, derived_name(names[0], ".rows"), process_set)
+            return [r[before[i]:before[i] + rows[i]] for i, r in enumerate(reduced)]
+        return outs, grad
+
+    return list(gather(*[x for x, _ in operands]))
+
+
+def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
+                          compression: Any = None, op: Optional[int] = Average,
+                          process_set: Optional[ProcessSet] = None, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[Any]:
+    """reducescatter of a list of tensors, submitted together, negotiated in
+    one round and fused (Horovod's argument order; no name, as Horovod's).
+    Differentiable as reducescatter."""
+    tensors = list(tensors)
+    if not tensors:
+        return tensors
+    names = _names(len(tensors), None, "grouped_reducescatter")
+    operands = [_operand(t, n, "reducescatter", process_set, rows=True)
+                for t, n in zip(tensors, names)]
+    names = [n for _, n in operands]
+    size = _ps.size_of(process_set)
+    payloads, ctxs, restore = one_payload_each(_wire_compression(compression),
+                                               [x for x, _ in operands], names, size)
+    factor = prescale_factor * postscale_factor * (size if op == Sum else 1)
+
+    @tf.custom_gradient
+    def scatter(*xs):
+        def fn(*arrays):
+            return _rq.run_now(_np.grouped_reducescatter_async, list(arrays), names, op,
+                               prescale_factor, postscale_factor, process_set)
+
+        outs = _t.run(fn, xs, [x.dtype for x in xs], "grouped_reducescatter")
+        for out, x in zip(outs, xs):
+            out.set_shape([None] + x.shape.as_list()[1:])
+
+        def grad(*dys):
+            return [_allgather_raw(dy * factor if factor != 1 else dy, derived_name(n, ".grad"),
+                                   process_set) for dy, n in zip(dys, names)]
+        return outs, grad
+
+    return [restore(out, ctx) for out, ctx in zip(scatter(*payloads), ctxs)]

@@ -88,6 +88,71 @@ def check_alltoall_and_reducescatter_gradients():
     close(half, np.full((2, 2), 2.0 * total_of(n)), "reducescatter fp16, postscale 2")
 
 
+def check_grouped_rows_in_place_broadcast_and_value_ops():
+    # horovod.tensorflow's grouped_allgather / grouped_reducescatter,
+    # broadcast_, broadcast_global_variables and the *_op value ops.
+    import fuseopt
+    import fuseopt.tensorflow as htf
+    r, n = hvd.rank(), hvd.size()
+    total = total_of(n)
+
+    def rows(a, b):  # a's rows differ per rank
+        ga, gb = htf.grouped_allgather([a, b], name="gg")
+        s1, s2 = htf.grouped_reducescatter([tf.ones([2 * n, 2]) * (r + 1),
+                                            tf.ones([n, 3], tf.float64) * (r + 1)], op=htf.Sum)
+        (h,) = htf.grouped_reducescatter([tf.ones([n, 2]) * (r + 1)],
+                                         compression=htf.Compression.fp16)
+        return ga, gb, s1, s2, h
+
+    for mode, fn in (("eager", rows), ("graph", tf.function(rows))):
+        ga, gb, s1, s2, h = fn(tf.ones([r + 1, 2]) * (r + 1), tf.fill([1, 3], tf.cast(r, tf.int64)))
+        close(ga, np.concatenate([np.full((k + 1, 2), k + 1.0) for k in range(n)]),
+              mode + " grouped allgather")
+        assert gb.dtype == tf.int64 and gb.numpy().tolist() == [[k] * 3 for k in range(n)], gb
+        close(s1, np.full((2, 2), total), mode + " grouped reducescatter Sum")
+        assert s2.dtype == tf.float64
+        close(s2, np.full((1, 3), total), mode + " grouped reducescatter, second tensor")
+        assert h.dtype == tf.float32
+        close(h, np.full((1, 2), total / n), mode + " grouped reducescatter Average, fp16")
+
+    x = tf.Variable(tf.ones([r + 1, 2]))
+    y = tf.Variable(tf.ones([2 * n, 1]))
+    with tf.GradientTape(persistent=True) as tape:
+        (g,) = htf.grouped_allgather([x], name="gg.grad")
+        weights = tf.reshape(tf.range(tf.shape(g)[0], dtype=tf.float32), [-1, 1])
+        gathered = tf.reduce_sum(g * weights)
+        (s,) = htf.grouped_reducescatter([y], op=htf.Sum)
+        scattered = tf.reduce_sum(s * (r + 1))
+    # d/dg is the row index on every rank; averaged, then this rank's rows.
+    offset = sum(k + 1 for k in range(r))
+    close(tape.gradient(gathered, x),
+          np.repeat(np.arange(offset, offset + r + 1, dtype=np.float32).reshape(-1, 1), 2, 1),
+          "grouped allgather grad")
+    close(tape.gradient(scattered, y), np.repeat(np.arange(n) + 1.0, 2).reshape(2 * n, 1) * n,
+          "grouped reducescatter Sum grad")
+
+    v = tf.Variable([float(r), float(r)])
+    w = tf.Variable([[r + 1]], dtype=tf.int32)
+    out = htf.broadcast_([v, w], root_rank=n - 1)
+    close(v, np.full(2, n - 1.0), "broadcast_ assigns")
+    assert w.numpy().tolist() == [[n]] and out[1].numpy().tolist() == [[n]], (w, out)
+    named = htf.broadcast_([tf.Variable([float(r)])], 0, name="bcast_")
+    close(named[0], [0.0], "broadcast_ with a name")
+    htf.broadcast_variables([v], 0, inplace=True)
+    close(v, np.full(2, n - 1.0), "broadcast_variables inplace")
+    harness.expect_error(RuntimeError, lambda: htf.broadcast_global_variables(0),
+                         "broadcast_variables")
+
+    def values():
+        return (htf.rank_op(), htf.size_op(), htf.local_rank_op(), htf.local_size_op(),
+                htf.process_set_included_op(0), htf.process_set_included_op(12345))
+
+    expected = [r, n, fuseopt.local_rank(), fuseopt.local_size(), 1, -3]
+    for mode, fn in (("eager", values), ("graph", tf.function(values))):
+        got = [int(t.numpy()) for t in fn()]
+        assert got == expected, (mode, got, expected)
+
+
 def check_keras_module_signatures():
     """horovod.tensorflow.keras's own argument orders and refusals."""
     r, n = hvd.rank(), hvd.size()
@@ -216,6 +281,7 @@ def check_errors():
 
 if __name__ == "__main__":
     harness.run([check_keras_module_signatures, check_ops_eager_and_graph,
+                 check_grouped_rows_in_place_broadcast_and_value_ops,
                  check_gradients_through_collectives, check_alltoall_and_reducescatter_gradients,
                  check_abandoned_bucket_is_finished_by_the_next_start,
                  check_explicit_groups_are_reduced_as_units, check_errors])

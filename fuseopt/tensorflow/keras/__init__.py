@@ -65,14 +65,6 @@ def reducescatter(  # type: ignore[no-redef]  # restated: Keras's argument order
     return _tf_row_ops.reducescatter(value, op=op, name=name)
 
 
-def broadcast_global_variables(root_rank: int) -> Any:
-    """Horovod's TF1 call. As in Horovod under TF2 (eager), it cannot work:
-    there are no global variables to collect."""
-    raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution; use "
-                       "hvd.broadcast_variables(model.variables + optimizer.variables, root_rank) "
-                       "or hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
-
-
 def load_model(filepath: str, custom_optimizers: Any = None, custom_objects: Any = None,
                compression: Any = _Compression.none, legacy_opts: bool = False) -> Any:
     """Horovod's: loads a saved Keras model and wraps its optimizer in a
