@@ -10,6 +10,7 @@ from .. import ops as _np
 from ..errors import InvalidArgumentError, UnsupportedError
 from .. import process_sets as _ps
 from . import ops
+from .tf_errors import with_tf_errors
 
 if TYPE_CHECKING:  # names used only in annotations
     from ..process_sets import ProcessSet
@@ -19,6 +20,7 @@ def _var_name(v, i):
     return "broadcast.var.%s" % (getattr(v, "path", None) or getattr(v, "name", "var%d" % i))
 
 
+@with_tf_errors
 def broadcast_variables(variables: Any, root_rank: int = 0,
                         process_set: Optional[ProcessSet] = None, inplace: bool = False,
                         name_map: Any = None) -> Any:
@@ -50,6 +52,7 @@ def broadcast_variables(variables: Any, root_rank: int = 0,
     return None
 
 
+@with_tf_errors
 def broadcast_(variables: Any, root_rank: int, name: Optional[str] = None,
                process_set: Optional[ProcessSet] = None) -> Any:
     """Horovod's in-place broadcast: assigns root_rank's values to

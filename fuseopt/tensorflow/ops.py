@@ -27,6 +27,7 @@ from .. import process_sets as _ps
 from .. import requests as _rq
 from ..compression import reducing_over
 from .compression import NoneCompressor
+from .tf_errors import with_tf_errors
 
 if TYPE_CHECKING:  # names used only in annotations
     from ..process_sets import ProcessSet
@@ -181,6 +182,7 @@ def _operand(tensor, name, kind, process_set, rows=False):
     return tensor, _names(1, name, kind)[0]
 
 
+@with_tf_errors
 def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
                       compression: Any = None, op: Optional[int] = None,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -242,6 +244,7 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
     return list(reduce(*tensors))
 
 
+@with_tf_errors
 def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "",
               device_sparse: str = "", compression: Any = None, op: Optional[int] = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -282,6 +285,7 @@ def _allgather_raw(tensor, name, process_set=None):
     return out
 
 
+@with_tf_errors
 def allgather(tensor: Any, name: Optional[str] = None, process_set: Optional[ProcessSet] = None,
               ignore_name_scope: bool = False) -> Any:
     """Concatenates every rank's tensor along the first dimension."""
@@ -314,6 +318,7 @@ def _broadcast_raw(tensor, root_rank, name, process_set=None):
     return out
 
 
+@with_tf_errors
 def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
               process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False) -> Any:
     """Every rank receives root_rank's tensor (differentiable, as Horovod's:
@@ -333,6 +338,7 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
     return bcast(tensor)
 
 
+@with_tf_errors
 def barrier(process_set: Optional[ProcessSet] = None) -> Any:
     """Returns once every rank (of ``process_set``) has called barrier(); in a
     ``tf.function``, an op that does so when it runs."""
@@ -347,6 +353,7 @@ def barrier(process_set: Optional[ProcessSet] = None) -> Any:
     return _t.run(wait, [], [tf.int32], "barrier")[0]
 
 
+@with_tf_errors
 def join() -> Any:
     """This rank is out of data; it keeps serving the others' collectives
     until every rank has joined. Returns the rank that joined last, as
@@ -356,12 +363,14 @@ def join() -> Any:
     return _t.run(lambda: [np.int32(_np.join())], [], [tf.int32], "join")[0]
 
 
+@with_tf_errors
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
                      process_set: Optional[ProcessSet] = None) -> Any:
     """root_rank's picklable ``obj`` on every rank (of ``process_set``)."""
     return _objects.broadcast_object(obj, root_rank, name=name, process_set=process_set)
 
 
+@with_tf_errors
 def allgather_object(obj: Any, name: Optional[str] = None,
                      process_set: Optional[ProcessSet] = None) -> List[Any]:
     """Every rank's picklable ``obj``, as a list in rank order."""

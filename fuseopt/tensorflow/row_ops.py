@@ -17,11 +17,13 @@ from ..compression import NoneCompressor, as_compressor, one_payload_each
 from ..errors import InvalidArgumentError
 from . import _tensors as _t
 from .ops import Average, Sum, _allgather_raw, _grouped_allreduce_raw, _names, _operand
+from .tf_errors import with_tf_errors
 
 if TYPE_CHECKING:  # names used only in annotations
     from ..process_sets import ProcessSet
 
 
+@with_tf_errors
 def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
              process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False) -> Any:
     """Sends splits[r] rows to rank r (an even split if None). As in Horovod:
@@ -55,6 +57,7 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
     return out if splits is None else (out, recv)
 
 
+@with_tf_errors
 def reducescatter(tensor: Any, device_dense: str = "", compression: Any = None,
                   op: Optional[int] = Average, name: Optional[str] = None,
                   process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False,
@@ -111,6 +114,7 @@ def _gathered_rows(xs, name, process_set):
     return tf.reduce_sum(counts[:_ps.rank_in(process_set)], axis=0), local
 
 
+@with_tf_errors
 def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
                       ignore_name_scope: bool = False,
                       process_set: Optional[ProcessSet] = None) -> List[Any]:
@@ -144,6 +148,7 @@ def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
     return list(gather(*[x for x, _ in operands]))
 
 
+@with_tf_errors
 def grouped_reducescatter(tensors: Sequence[Any], device_dense: str = "",
                           compression: Any = None, op: Optional[int] = Average,
                           process_set: Optional[ProcessSet] = None, prescale_factor: float = 1.0,

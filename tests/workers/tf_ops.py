@@ -251,9 +251,22 @@ def check_explicit_groups_are_reduced_as_units():
 def check_errors():
     harness.expect_error(hvd.InvalidArgumentError,
                          lambda: hvd.allreduce(tf.constant([True, False])), "bool")
+    # As Horovod's TensorFlow ops: tf.errors classes, which are fuseopt's too.
+    import fuseopt.tensorflow as htf
+    r, n = hvd.rank(), hvd.size()
+    bad = harness.expect_error(tf.errors.InvalidArgumentError,
+                               lambda: htf.allreduce(tf.constant([True])), "bool")
+    assert isinstance(bad, htf.InvalidArgumentError), type(bad).__mro__
+    if n > 1:
+        for fn, word in ((lambda: htf.allreduce(tf.ones([r + 1]), name="e.shape"), "shape"),
+                         (lambda: htf.broadcast(tf.ones([1]), root_rank=r, name="e.root"),
+                          "root"),
+                         (lambda: htf.grouped_allgather(
+                             [tf.ones([1, 1 + r])], name="e.gshape"), "shape")):
+            e = harness.expect_error(tf.errors.FailedPreconditionError, fn)
+            assert isinstance(e, htf.MismatchError) and word in str(e), (type(e).__mro__, e)
     # Allgathered sparse rows can only be summed or averaged, unscaled (as
     # Horovod): the rest is refused, not silently summed.
-    import fuseopt.tensorflow as htf
     rows = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([0]), tf.constant([3, 2]))
     for op, word in ((htf.Min, "Min"), (htf.Max, "Max"), (htf.Product, "Product"),
                      (htf.Adasum, "Adasum")):
