@@ -20,8 +20,9 @@ class NotInitializedError(FuseoptError):
     status = "NOT_INITIALIZED"
 
 
-class UnsupportedError(FuseoptError):
-    """A feature this build or device cannot provide."""
+class UnsupportedError(FuseoptError, NotImplementedError):
+    """A feature this build or device cannot provide. Also a
+    NotImplementedError, which Horovod raises for such cases."""
 
     status = "UNSUPPORTED"
 

@@ -171,6 +171,11 @@ def _names(n, name, kind):
     return [base] if n == 1 else ["%s.%d" % (base, i) for i in range(n)]
 
 
+def _is_bool(tensor):
+    return getattr(tensor, "dtype", None) == tf.bool or (
+        isinstance(tensor, (list, tuple, np.ndarray, bool)) and np.asarray(tensor).dtype == bool)
+
+
 def _operand(tensor, name, kind, process_set, rows=False):
     """A single-tensor collective's tensor and negotiation name, after the
     checks each makes first (set, dtype; ``rows``: at least one dimension)."""
@@ -289,6 +294,8 @@ def _allgather_raw(tensor, name, process_set=None):
 def allgather(tensor: Any, name: Optional[str] = None, process_set: Optional[ProcessSet] = None,
               ignore_name_scope: bool = False) -> Any:
     """Concatenates every rank's tensor along the first dimension."""
+    if _is_bool(tensor):  # as Horovod: nothing is reduced, so booleans travel as bytes
+        return tf.cast(allgather(tf.cast(tensor, tf.uint8), name, process_set), tf.bool)
     tensor, name = _operand(tensor, name, "allgather", process_set, rows=True)
 
     @tf.custom_gradient
@@ -323,6 +330,9 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
               process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False) -> Any:
     """Every rank receives root_rank's tensor (differentiable, as Horovod's:
     the root's gradient is the average over ranks, the others' zero)."""
+    if _is_bool(tensor):
+        return tf.cast(broadcast(tf.cast(tensor, tf.uint8), root_rank, name, process_set),
+                       tf.bool)
     tensor, name = _operand(tensor, name, "broadcast", process_set)
 
     @tf.custom_gradient
@@ -332,7 +342,10 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
         def grad(dy):
             reduced = _grouped_allreduce_raw([dy], [derived_name(name, ".grad")],
                                              Average, 1.0, 1.0, process_set=process_set)[0]
-            return reduced if world.rank() == root_rank else tf.zeros_like(reduced)
+            # Off the root, zeros that still depend on the allreduce, as
+            # Horovod's: tf.zeros_like would let a graph prune it on those
+            # ranks, and the root would wait for them forever.
+            return reduced if world.rank() == root_rank else reduced * 0
         return out, grad
 
     return bcast(tensor)

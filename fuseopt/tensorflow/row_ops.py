@@ -31,7 +31,8 @@ def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
     ``splits`` is given; differentiable (the rows' gradients go back where
     the rows came from)."""
     tensor, name = _operand(tensor, name, "alltoall", process_set)
-    splits = None if splits is None else tf.convert_to_tensor(splits, dtype=tf.int64)
+    # Any integer tensor or list, as Horovod's (int32 is common).
+    splits = None if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int64)
 
     def exchange(x, splits, name):
         def fn(a, *s):

@@ -53,6 +53,22 @@ def check_gradients_through_collectives():
     close(tape.gradient(c, w), np.full(3, total_of(n) / n if r == 0 else 0.0), "broadcast grad")
 
 
+def check_broadcast_gradient_in_a_tf1_graph():
+    # Off the root the gradient is zero, but it must still take part in the
+    # allreduce: in a TF1 graph, zeros that do not depend on it let the
+    # session prune it on those ranks, and the root waited forever.
+    import fuseopt.tensorflow as htf
+    r, n = hvd.rank(), hvd.size()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.constant([1.0, 2.0]) * (r + 1)
+        y = htf.broadcast(x, 0, name="tf1.bc")
+        (grad,) = tf.gradients(tf.reduce_sum(y * (r + 1)), [x])
+    with tf.compat.v1.Session(graph=graph) as session:
+        value = session.run(grad)
+    close(value, np.full(2, total_of(n) / n if r == 0 else 0.0), "TF1 broadcast grad")
+
+
 def check_alltoall_and_reducescatter_gradients():
     # Horovod registers gradients for both: alltoall's rows go back where
     # they came from; reducescatter's is the allgathered output gradient,
@@ -130,6 +146,20 @@ def check_grouped_rows_in_place_broadcast_and_value_ops():
           "grouped allgather grad")
     close(tape.gradient(scattered, y), np.repeat(np.arange(n) + 1.0, 2).reshape(2 * n, 1) * n,
           "grouped reducescatter Sum grad")
+
+    # Booleans through allgather and broadcast; int32 splits for alltoall.
+    def booleans(flags):
+        return htf.allgather(flags, name="b.ag"), htf.broadcast(flags, n - 1, name="b.bc")
+
+    for mode, fn in (("eager", booleans), ("graph", tf.function(booleans))):
+        gathered, sent = fn(tf.constant([r % 2 == 0, True]))
+        assert gathered.dtype == tf.bool and sent.dtype == tf.bool, (gathered, sent)
+        assert gathered.numpy().tolist() == [v for k in range(n) for v in (k % 2 == 0, True)]
+        assert sent.numpy().tolist() == [(n - 1) % 2 == 0, True], (mode, sent)
+    got, recv = htf.alltoall(tf.reshape(tf.range(n, dtype=tf.float32), [n, 1]),
+                             splits=tf.ones([n], tf.int32), name="a2a.int32")
+    close(got[:, 0], np.full(n, float(r)), "alltoall with int32 splits")
+    assert recv.numpy().tolist() == [1] * n
 
     v = tf.Variable([float(r), float(r)])
     w = tf.Variable([[r + 1]], dtype=tf.int32)
@@ -274,6 +304,7 @@ def check_errors():
                              "sparse_as_dense")
     harness.expect_error(htf.UnsupportedError,
                          lambda: htf.allreduce(rows, prescale_factor=2.0), "prescale_factor")
+    harness.expect_error(NotImplementedError, lambda: htf.allreduce(rows, op=htf.Min), "Min")
     # As Horovod's tape and both optimizers: a predivide factor needs Average.
     harness.expect_error(htf.InvalidArgumentError,
                          lambda: htf.DistributedGradientTape(tf.GradientTape(), op=htf.Sum,
@@ -295,6 +326,7 @@ def check_errors():
 if __name__ == "__main__":
     harness.run([check_keras_module_signatures, check_ops_eager_and_graph,
                  check_grouped_rows_in_place_broadcast_and_value_ops,
+                 check_broadcast_gradient_in_a_tf1_graph,
                  check_gradients_through_collectives, check_alltoall_and_reducescatter_gradients,
                  check_abandoned_bucket_is_finished_by_the_next_start,
                  check_explicit_groups_are_reduced_as_units, check_errors])
