@@ -1,11 +1,16 @@
 """Gradient compression: the framework-neutral contract.
 
 A compressor turns a gradient into a *payload* that is cheaper to send, and
-back. The optimizer wrappers (torch, TensorFlow) call::
+back. Its interface is Horovod's: ``compress(tensor) -> (payload, ctx)`` and
+``decompress(payload, ctx) -> tensor`` (fuseopt adds an optional ``name``).
+A compressor may also send several tensors for one (int8 signs and a float
+scale): its ``compress`` then returns a list of payloads and its
+``decompress`` takes the list. The optimizer wrappers (torch, TensorFlow) call
+either kind through one adapter::
 
-    payloads, ctx = compressor.compress(tensor, name)     # a list of tensors
+    payloads, ctx = compressor.compress_payloads(tensor, name)   # always a list
     ...allreduce each payload with compressor.reduce_op (or the optimizer's op)...
-    tensor = compressor.decompress(reduced_payloads, ctx)
+    tensor = compressor.decompress_payloads(reduced_payloads, ctx)
 
 Stateless compressors (casts to 16-bit floats) only change the dtype.
 *Error-feedback* compressors are lossy; each keeps, per tensor name, the part
@@ -14,7 +19,8 @@ gradient of that name, so that nothing is lost in the long run (Karimireddy
 et al., "Error Feedback Fixes SignSGD", 2019).
 
 Writing your own: subclass the framework's ``Compressor`` and implement
-``compress``/``decompress``; set ``reduce_op = Sum`` if your payload must be
+``compress``/``decompress`` (one payload, or a list); set ``reduce_op = Sum``
+if your payload must be
 summed (then divide in ``decompress`` by ``reduction_size()`` as it was in
 ``compress``: the ranks of the process set being reduced over).
 A compressor written for Horovod (``compress(tensor) -> (tensor, ctx)``,
@@ -58,37 +64,49 @@ def reducing_over(nranks):
 
 
 class Compressor:
-    """Base class of every compressor: sends the tensor as it is. Payloads are
-    lists so one gradient may travel as several tensors (e.g. int8 signs and a
-    float scale); ``reduce_op`` None means the optimizer's op."""
+    """Base class of every compressor: sends the tensor as it is.
+    ``reduce_op`` None means the optimizer's op."""
 
     reduce_op = None
 
     def compress(self, tensor, name=None):
-        """``(payloads, ctx)``: the tensors to reduce in place of ``tensor``
-        (``name``: the gradient's, for compressors that keep state per tensor),
-        and what ``decompress`` needs to undo it."""
-        return [tensor], None
+        """``(payload, ctx)``: what to reduce in place of ``tensor`` (one
+        tensor, or a list of them), and what ``decompress`` needs to undo it.
+        ``name``: the gradient's, for compressors that keep state per tensor."""
+        return tensor, None
 
-    def decompress(self, payloads, ctx):
-        """The reduced tensor, from the reduced ``payloads`` and ``compress``'s ctx."""
-        return payloads[0]
+    def decompress(self, payload, ctx):
+        """The reduced tensor, from the reduced payload (a list if compress
+        gave one) and ``compress``'s ctx."""
+        return payload
+
+    def compress_payloads(self, tensor, name=None):
+        """``compress`` with the payloads always as a list (what the bindings
+        reduce); its ctx tells decompress_payloads which kind it was."""
+        payload, ctx = self.compress(tensor, name)
+        if isinstance(payload, list):
+            return payload, (True, ctx)
+        return [payload], (False, ctx)
+
+    def decompress_payloads(self, payloads, ctx):
+        """``decompress`` of what compress_payloads gave (reduced)."""
+        listed, ctx = ctx
+        return self.decompress(payloads if listed else payloads[0], ctx)
 
 
 class HorovodCompressor(Compressor):
-    """A compressor written for Horovod: ``compress(tensor) -> (tensor, ctx)``
-    and ``decompress(tensor, ctx) -> tensor``, usually static methods of a
-    class that is passed itself (``compression=MyCompressor``)."""
+    """A compressor written for Horovod that is not a fuseopt Compressor:
+    ``compress(tensor)`` and ``decompress(tensor, ctx)``, usually static
+    methods of a class that is passed itself (``compression=MyCompressor``)."""
 
     def __init__(self, inner):
         self.inner = inner
 
     def compress(self, tensor, name=None):
-        payload, ctx = self.inner.compress(tensor)
-        return [payload], ctx
+        return self.inner.compress(tensor)
 
-    def decompress(self, payloads, ctx):
-        return self.inner.decompress(payloads[0], ctx)
+    def decompress(self, payload, ctx):
+        return self.inner.decompress(payload, ctx)
 
 
 def _takes_a_name(compress):
@@ -125,12 +143,12 @@ def one_payload_each(compression, tensors, names, ranks):
         return list(tensors), [None] * len(tensors), lambda t, ctx: t
     compression = as_compressor(compression)
     with reducing_over(ranks):
-        packed = [compression.compress(t, n) for t, n in zip(tensors, names)]
+        packed = [compression.compress_payloads(t, n) for t, n in zip(tensors, names)]
     if any(len(payloads) != 1 for payloads, _ in packed):
         raise InvalidArgumentError("%s sends several payloads per tensor; only allreduce and "
                                    "DistributedOptimizer take it" % type(compression).__name__)
     return ([payloads[0] for payloads, _ in packed], [ctx for _, ctx in packed],
-            lambda t, ctx: compression.decompress([t], ctx))
+            lambda t, ctx: compression.decompress_payloads([t], ctx))
 
 
 class NoneCompressor(Compressor):
@@ -221,11 +239,11 @@ class CastCompressor(Compressor):
 
     def compress(self, tensor, name=None):
         if self.kit.is_floating(tensor.dtype) and tensor.dtype != self.target:
-            return [self.kit.cast(tensor, self.target)], tensor.dtype
-        return [tensor], None
+            return self.kit.cast(tensor, self.target), tensor.dtype
+        return tensor, None
 
-    def decompress(self, payloads, ctx):
-        return payloads[0] if ctx is None else self.kit.cast(payloads[0], ctx)
+    def decompress(self, payload, ctx):
+        return payload if ctx is None else self.kit.cast(payload, ctx)
 
 
 def on_wire(compressor):
@@ -267,6 +285,7 @@ class EFSignCompressor(Compressor):
         self._unnamed = itertools.count()
 
     def compress(self, tensor, name=None):
+        """([int8 values, step], ctx): two payloads."""
         n = reduction_size()
         if n > 127:
             raise UnsupportedError("EFSignCompressor sums int8 values: at most 127 ranks")

@@ -223,7 +223,7 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
         # Compressors that sum divide by the ranks reduced over: the set's
         # (read in compress, carried to decompress in ctx).
         with reducing_over(_ps.size_of(process_set)):
-            packed = [compression.compress(t, n) for t, n in zip(tensors, names)]
+            packed = [compression.compress_payloads(t, n) for t, n in zip(tensors, names)]
         payloads = [p for ps, _ in packed for p in ps]
         payload_names = [n if (k == 0 or n is None) else "%s.%d" % (n, k)
                          for (ps, _), n in zip(packed, names) for k in range(len(ps))]
@@ -231,7 +231,7 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
                                   postscale_factor, meter, bucket_cap, process_set)
         out, i = [], 0
         for ps, ctx in packed:
-            out.append(compression.decompress(reduced[i:i + len(ps)], ctx))
+            out.append(compression.decompress_payloads(reduced[i:i + len(ps)], ctx))
             i += len(ps)
         return out
 

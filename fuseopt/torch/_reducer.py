@@ -134,7 +134,7 @@ class GradientReducer:
         if self._compression is Compression.none:
             return (grad,), None
         with reducing_over(self._set_size):
-            return self._compression.compress(grad, self.names[i])
+            return self._compression.compress_payloads(grad, self.names[i])
 
     def _submit_plain(self, indices, grads, op, scales, wire):
         """The common case (host gradients in place, no compression but the
@@ -180,7 +180,7 @@ class GradientReducer:
     def _write_back(self, i, bucket, first, count, ctx):
         reduced = bucket.wait()[first:first + count]
         plain = self._compression is Compression.none
-        result = reduced[0] if plain else self._compression.decompress(reduced, ctx)
+        result = reduced[0] if plain else self._compression.decompress_payloads(reduced, ctx)
         shared = self._perms.get(i)
         if shared is not None:
             result = result.permute(shared.inverse)

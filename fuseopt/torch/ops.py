@@ -125,12 +125,12 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
         return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
     compression = as_compressor(compression)
     with reducing_over(_ps.size_of(process_set)):
-        payloads, ctx = compression.compress(tensor, name)
+        payloads, ctx = compression.compress_payloads(tensor, name)
     op = compression.reduce_op if compression.reduce_op is not None else op
     reduced = [_Allreduce.apply(p, derived_name(name, ".%d" % i), op,
                                 prescale_factor, postscale_factor, process_set)
                for i, p in enumerate(payloads)]
-    return compression.decompress(reduced, ctx)
+    return compression.decompress_payloads(reduced, ctx)
 
 
 

@@ -13,12 +13,12 @@ def reduce_over_ranks(compressors, grads, names):
     allreduce (Sum: the EF compressor's reduce_op) done by hand, in place."""
     n = len(grads)
     with reducing_over(n):
-        sent = [c.compress(g, name) for c, g, name in zip(compressors, grads, names)]
+        sent = [c.compress_payloads(g, name) for c, g, name in zip(compressors, grads, names)]
     summed = [sum(s[0][k] for s in sent) for k in range(len(sent[0][0]))]
     for payloads, _ in sent:  # in place, as the optimizer's reducer does
         for payload, total in zip(payloads, summed):
             payload.copy_(total)
-    return [c.decompress(payloads, ctx) for c, (payloads, ctx) in zip(compressors, sent)]
+    return [c.decompress_payloads(payloads, ctx) for c, (payloads, ctx) in zip(compressors, sent)]
 
 
 def numpy_ef_sign(grads_per_step, n):
@@ -104,14 +104,47 @@ def test_ef_sign_updates_its_residual_in_place():
 
 
 def test_casts_halve_floats_and_leave_integers_alone():
+    # Horovod's interface: compress(t) -> (tensor, ctx), decompress(tensor, ctx).
     for comp, wire in ((Compression.fp16, torch.float16), (Compression.bf16, torch.bfloat16)):
-        payloads, ctx = comp.compress(torch.tensor([1.0, 2.5], dtype=torch.float64))
-        assert payloads[0].dtype == wire
-        back = comp.decompress(payloads, ctx)
+        sent, ctx = comp.compress(torch.tensor([1.0, 2.5], dtype=torch.float64))
+        assert isinstance(sent, torch.Tensor) and sent.dtype == wire
+        back = comp.decompress(sent, ctx)
         assert back.dtype == torch.float64 and back.tolist() == [1.0, 2.5]
         ints = torch.tensor([3, 4])
-        payloads, ctx = comp.compress(ints)
-        assert payloads[0] is ints and comp.decompress(payloads, ctx) is ints
+        sent, ctx = comp.compress(ints)
+        assert sent is ints and comp.decompress(sent, ctx) is ints
+        payloads, ctx = comp.compress_payloads(ints)  # what the bindings reduce
+        assert payloads == [ints] and comp.decompress_payloads(payloads, ctx) is ints
+
+
+def test_compressors_of_either_shape_reach_the_bindings_as_payload_lists():
+    from fuseopt.compression import as_compressor
+    from fuseopt.torch.compression import Compressor
+
+    class Listed(Compressor):  # several payloads: a list each way
+        def compress(self, tensor, name=None):
+            return [tensor * 2, tensor * 3], name
+
+        def decompress(self, payloads, ctx):
+            return payloads[0] + payloads[1]
+
+    class HorovodStyle:  # a class passed itself, static methods, no name
+        @staticmethod
+        def compress(tensor):
+            return tensor + 1, "ctx"
+
+        @staticmethod
+        def decompress(tensor, ctx):
+            assert ctx == "ctx"
+            return tensor - 1
+
+    t = torch.tensor([1.0, 2.0])
+    payloads, ctx = Listed().compress_payloads(t, "w")
+    assert len(payloads) == 2 and Listed().decompress_payloads(payloads, ctx).tolist() == [5, 10]
+    adapted = as_compressor(HorovodStyle)
+    payloads, ctx = adapted.compress_payloads(t)
+    assert payloads[0].tolist() == [2.0, 3.0]
+    assert adapted.decompress_payloads(payloads, ctx).tolist() == [1.0, 2.0]
 
 
 def test_overlap_efficiency_and_rates():
