@@ -1,5 +1,6 @@
 """Uneven data: ranks run out at different steps and join; the others keep
-training, with joined ranks contributing neutral values."""
+training, with joined ranks contributing neutral values to reductions, and
+allgather and broadcast failing while a rank has joined (as Horovod's)."""
 import numpy as np
 
 import fuseopt
@@ -20,11 +21,16 @@ def check_uneven_steps_with_join():
         assert_close(avg, sum(grads.values()) / n, "average at step %d" % step)
         mx = fuseopt.allreduce(grads[r], name="grad.max", op=fuseopt.Max)
         assert_close(mx, np.max(np.stack(list(grads.values())), 0), "max at step %d" % step)
-        rows = fuseopt.allgather(np.full((2,), r, np.int32), name="rows")
-        assert_close(rows, np.repeat(np.array(active, np.int32), 2), "allgather step %d" % step)
+        gather = lambda: fuseopt.allgather(np.full((2,), r, np.int32), name="rows")  # noqa: E731
         root = active[-1]
-        b = fuseopt.broadcast(np.full(3, r, np.int64), root, name="bcast")
-        assert_close(b, np.full(3, root, np.int64), "broadcast step %d" % step)
+        bcast = lambda: fuseopt.broadcast(np.full(3, r, np.int64), root, name="bcast")  # noqa
+        if len(active) == n:
+            assert_close(gather(), np.repeat(np.arange(n, dtype=np.int32), 2),
+                         "allgather step %d" % step)
+            assert_close(bcast(), np.full(3, root, np.int64), "broadcast step %d" % step)
+        else:
+            harness.expect_error(fuseopt.InvalidArgumentError, gather, "joined")
+            harness.expect_error(fuseopt.InvalidArgumentError, bcast, "joined")
     # The last rank has the most steps, so it joins last: join() says so
     # on every rank, as Horovod's does.
     last = fuseopt.join()
@@ -54,6 +60,14 @@ def check_joined_rank_contributes_identity_even_with_prescale():
     harness.expect_error(fuseopt.InvalidArgumentError,
                          lambda: fuseopt.alltoall(np.zeros(n, np.float32), name="j.a2a"),
                          "joined", "lost")
+    # As Horovod (test_horovod_join_allgather / _broadcast): an error, not a
+    # result that silently leaves the joined rank out.
+    harness.expect_error(fuseopt.InvalidArgumentError,
+                         lambda: fuseopt.allgather(np.zeros((1, 2), np.float32), name="j.ag"),
+                         "allgather", "joined", "join")
+    harness.expect_error(fuseopt.InvalidArgumentError,
+                         lambda: fuseopt.broadcast(np.zeros(2, np.float32), 0, name="j.bc"),
+                         "broadcast", "joined")
     fuseopt.join()
 
 

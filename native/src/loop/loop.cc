@@ -42,10 +42,11 @@ std::vector<uint64_t> Loop::slot_words(ProcessSet& ps, uint64_t flags, bool join
   }
   if (joined) {
     // A joined rank is ready for everything, except what it cannot fake from
-    // the cache: gathers (its row count is now 0) and broadcasts it roots.
+    // the cache: gathers (its row count is now 0) and broadcasts, which the
+    // coordinator refuses while a rank has joined (coordinator.cc).
     for (int64_t slot : ps.cache->used_slots()) {
       const TensorSpec& s = ps.cache->get(slot).spec;
-      if (s.first_dim_may_differ() || (s.collective == FUSEOPT_BROADCAST && s.root == rank_))
+      if (s.first_dim_may_differ() || s.collective == FUSEOPT_BROADCAST)
         ps.invalid_slots.insert(slot);
       else
         set_bit(words, 1, slot, true);

@@ -84,18 +84,18 @@ Response Coordinator::make_response(Entry& entry, const std::vector<bool>& joine
   }
   for (int r = 0; r < size_; ++r)
     if (!entry.present[r] && joined[r]) out.joined.push_back(members_[r]);
-  if (first.spec.collective == FUSEOPT_BROADCAST &&
-      std::find(out.joined.begin(), out.joined.end(), first.spec.root) != out.joined.end()) {
+  // As Horovod: a joined rank has no tensor to gather, send or receive rows
+  // for, or root a broadcast with; the ranks that still submit get an error
+  // rather than a result that silently leaves it out.
+  const fuseopt_collective_t c = first.spec.collective;
+  if (!out.joined.empty() &&
+      (c == FUSEOPT_ALLGATHER || c == FUSEOPT_BROADCAST || c == FUSEOPT_ALLTOALL)) {
     out.error = FUSEOPT_INVALID_ARG;
-    out.error_message = "broadcast of '" + first.spec.name + "' from root " +
-                        std::to_string(first.spec.root) + ", which has already joined";
-    return out;
-  }
-  if (first.spec.collective == FUSEOPT_ALLTOALL && !out.joined.empty()) {
-    out.error = FUSEOPT_INVALID_ARG;
-    out.error_message = "alltoall of '" + first.spec.name + "' while rank " +
-                        std::to_string(out.joined.front()) +
-                        " has joined: rows sent to it would be lost";
+    out.error_message = std::string(fuseopt_collective_name(c)) + " of '" + first.spec.name +
+                        "' while rank " + std::to_string(out.joined.front()) +
+                        " has joined: not supported with join (as in Horovod); " +
+                        (c == FUSEOPT_ALLTOALL ? "rows sent to it would be lost"
+                                               : "finish these before join()");
     return out;
   }
   if (first.spec.first_dim_may_differ()) {
