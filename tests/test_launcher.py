@@ -102,17 +102,24 @@ def test_exit_code_and_summary_of_first_failing_rank(run_ranks):
     assert "rank 1" in r.output and "failed first" in r.output and "exit code 7" in r.output
 
 
-def test_sigterm_stops_every_rank(tmp_path):
+def _sleeping_job(tmp_path, **popen):
+    """fuseoptrun with 2 ranks that sleep, once both have written their pid."""
     cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "-np", "2", sys.executable, PROBE,
            "sleep", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, **popen)
+    deadline = time.time() + 60
+    while len(list(tmp_path.glob("pid.*"))) < 2:
+        if time.time() > deadline:
+            proc.kill()
+            raise AssertionError("ranks did not start")
+        time.sleep(0.1)
+    return proc, [int(p.read_text()) for p in tmp_path.glob("pid.*")]
+
+
+def test_sigterm_stops_every_rank(tmp_path):
+    proc, pids = _sleeping_job(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
     try:
-        deadline = time.time() + 60
-        while len(list(tmp_path.glob("pid.*"))) < 2:
-            assert time.time() < deadline, "ranks did not start"
-            time.sleep(0.1)
-        pids = [int(p.read_text()) for p in tmp_path.glob("pid.*")]
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:
@@ -130,15 +137,8 @@ def test_a_killed_launcher_takes_mpiexec_and_the_ranks_with_it(tmp_path):
     # kill -9 of fuseoptrun (the OOM killer, a harness's timeout) used to leave
     # mpiexec, in a session of its own, and both ranks running, holding the
     # job's output pipe open.
-    cmd = [sys.executable, "-m", "fuseopt.launcher.cli", "-np", "2", sys.executable, PROBE,
-           "sleep", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, pids = _sleeping_job(tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 60
-        while len(list(tmp_path.glob("pid.*"))) < 2:
-            assert time.time() < deadline, "ranks did not start"
-            time.sleep(0.1)
-        pids = [int(p.read_text()) for p in tmp_path.glob("pid.*")]
         proc.kill()
         proc.wait(10)
         deadline = time.time() + 30
