@@ -40,17 +40,36 @@ def init(comm: Any = None, process_sets: Any = None, **settings: Any) -> None:
 
     As Horovod's ``init(comm=None, process_sets=None)``: ``process_sets``
     (ProcessSets or lists of ranks) are added on every rank, in order;
-    ``"dynamic"`` is accepted (sets can always be added later). ``comm`` (an
-    mpi4py communicator or a list of ranks) is not supported: fuseopt runs on
-    every rank of the job.
+    ``"dynamic"`` is accepted (sets can always be added later). ``comm``: an
+    mpi4py communicator with every rank of the job (``MPI.COMM_WORLD``, or a
+    duplicate) or the list of all ranks; fuseopt runs on every rank of the
+    job, so a subset raises UnsupportedError (use process sets).
     """
-    if comm is not None:
-        raise UnsupportedError("init(comm=...): fuseopt runs on all ranks of the job "
-                               "(MPI_COMM_WORLD); start a separate job for a subset, or use "
-                               "process sets")
+    if comm is not None and not isinstance(comm, (list, tuple, range)):
+        _require_the_whole_world(comm)
     _start_context(settings)
+    if comm is not None and isinstance(comm, (list, tuple, range)) \
+            and sorted(comm) != list(range(world.size())):
+        size = world.size()
+        shutdown()
+        raise UnsupportedError("init(comm=%r): fuseopt runs on every rank of the job (%d); "
+                               "use process sets for a subset" % (list(comm), size))
     if process_sets not in (None, "dynamic"):
         _add_process_sets(process_sets)
+
+
+def _require_the_whole_world(comm):
+    """An mpi4py communicator must hold every rank of the job, in order."""
+    try:
+        from mpi4py import MPI
+        same = MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+    except Exception as e:  # not an mpi4py communicator
+        raise InvalidArgumentError("init(comm=...) takes an mpi4py communicator or a list of "
+                                   "ranks, not %r (%s)" % (comm, e)) from None
+    if not same:
+        raise UnsupportedError("init(comm=...): this communicator is not MPI.COMM_WORLD (or a "
+                               "duplicate of it); fuseopt runs on every rank of the job: start "
+                               "a separate job for a subset, or use process sets")
 
 
 def _start_context(settings):

@@ -22,3 +22,8 @@ def test_plain_python_is_a_world_of_size_one():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "lifecycle ok" in proc.stdout
+
+
+def test_init_takes_horovods_comm_argument_for_the_whole_job(run_ranks):
+    out = run_ranks(2, "init_comm.py").output
+    assert out.count("init(comm=) ok") == 2, out
