@@ -114,19 +114,30 @@ static void test_coordinator_order() {
   // Ordered by first arrival at the coordinator: b before a.
   CHECK(ready.size() == 2 && ready[0].spec.name == "b" && ready[1].spec.name == "a");
   CHECK(!ready[0].is_error() && c.waiting() == 0);
-  // Joined ranks count as present; allgather records 0 rows for them.
+  // Joined ranks count as present: an allreduce runs, with their stand-ins.
+  c.add({request(0, spec("r", {2})), request(2, spec("r", {2}))}, 0);
+  ready = c.take_ready({false, true, false});
+  CHECK(ready.size() == 1 && !ready[0].is_error() && ready[0].joined == std::vector<int32_t>{1});
+  // Allgather and broadcast (whatever the root) fail while a rank has
+  // joined, as Horovod's: an error on the submitting ranks, not a hang.
   auto g = spec("g", {5, 2}, FUSEOPT_ALLGATHER);
   c.add({request(0, g), request(2, spec("g", {1, 2}, FUSEOPT_ALLGATHER))}, 0);
   CHECK(c.take_ready(none).empty());
   ready = c.take_ready({false, true, false});
+  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_INVALID_ARG &&
+        ready[0].error_message.find("joined") != std::string::npos);
+  for (int32_t root : {0, 1}) {
+    auto bc = spec("bc", {1}, FUSEOPT_BROADCAST);
+    bc.root = root;
+    c.add({request(0, bc), request(2, bc)}, 0);
+    ready = c.take_ready({false, true, false});
+    CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_INVALID_ARG);
+  }
+  // With nobody joined, allgather records each rank's rows.
+  c.add({request(0, g), request(1, spec("g", {0, 2}, FUSEOPT_ALLGATHER)),
+         request(2, spec("g", {1, 2}, FUSEOPT_ALLGATHER))}, 0);
+  ready = c.take_ready(none);
   CHECK(ready.size() == 1 && ready[0].first_dims == (std::vector<int64_t>{5, 0, 1}));
-  CHECK(ready[0].joined == std::vector<int32_t>{1});
-  // Broadcast from a joined root is an error, not a hang.
-  auto bc = spec("bc", {1}, FUSEOPT_BROADCAST);
-  bc.root = 1;
-  c.add({request(0, bc), request(2, bc)}, 0);
-  ready = c.take_ready({false, true, false});
-  CHECK(ready.size() == 1 && ready[0].error == FUSEOPT_INVALID_ARG);
 }
 
 static void test_coordinator_mismatch() {

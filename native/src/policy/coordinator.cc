@@ -99,7 +99,7 @@ Response Coordinator::make_response(Entry& entry, const std::vector<bool>& joine
     return out;
   }
   if (first.spec.first_dim_may_differ()) {
-    out.first_dims.assign(size_, 0);  // joined ranks contribute no rows
+    out.first_dims.assign(size_, 0);
     for (const Request& q : entry.requests)
       out.first_dims[index_of(q.rank)] = q.spec.shape.empty() ? 0 : q.spec.shape[0];
   }
