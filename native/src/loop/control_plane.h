@@ -32,11 +32,6 @@ class ControlPlane {
   // abandon the round (kAbandon: the function throws; stall shutdown), or
   // hand it over (kHandOver: returns false; another thread awaits it later).
   bool await_and(MPI_Request* request, std::vector<uint64_t>* words, const PauseFn& pause);
-  // Both: one round that is never handed over.
-  void and_round(std::vector<uint64_t>* words, const PauseFn& pause) {
-    MPI_Request request = post_and(words);
-    await_and(&request, words, pause);
-  }
 
   // On the coordinator: every rank's blob, indexed by rank. Elsewhere: empty.
   std::vector<std::vector<char>> gather(const std::vector<char>& mine);
