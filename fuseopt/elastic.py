@@ -182,12 +182,20 @@ class ObjectState(State):
     as JSON, so a tuple comes back as a list). That is checked when the state
     is made, when a value is assigned and at every commit, on every rank and
     with or without the elastic driver, so that a value the commit store
-    cannot keep fails in a local run, not at the first reset in production."""
+    cannot keep fails in a local run, not at the first reset in production.
+
+    Horovod's ``bcast_object`` (a function giving rank 0's object on every
+    rank) is used to sync when given, fuseopt's broadcast otherwise;
+    ``get_rank`` is accepted and not needed (Horovod's coordinator uses it to
+    relay host updates, which fuseoptrun's driver sends every rank)."""
 
     FORMAT = "fuseopt.elastic.objects/1"
     VALUE_TYPES: tuple = ()  # leaf types kept besides plain data (TorchState: tensors)
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, bcast_object: Optional[Callable[[Any], Any]] = None,
+                 get_rank: Optional[Callable[[], int]] = None, **kwargs: Any) -> None:
+        self._bcast_object = bcast_object or (
+            lambda obj: objects.broadcast_object(obj, 0, name="fuseopt.elastic.values"))
         check_plain(kwargs, "elastic state values", self.VALUE_TYPES)
         self._saved_state = copy.deepcopy(kwargs)
         self._set_attrs()
@@ -208,8 +216,7 @@ class ObjectState(State):
 
     def sync(self) -> None:
         if self._saved_state:
-            self._saved_state = objects.broadcast_object(self._saved_state, 0,
-                                                         name="fuseopt.elastic.values")
+            self._saved_state = self._bcast_object(self._saved_state)
             self._set_attrs()
 
     def _set_attrs(self) -> None:

@@ -53,6 +53,14 @@ def test_pytorch_synthetic_benchmark_elastic():
     assert re.search(r"Total img/sec on 2 CPU\(s\): [\d.]+", out), out
 
 
+def test_tensorflow2_synthetic_benchmark_elastic():
+    out = run("tensorflow2_synthetic_benchmark_elastic.py", "--no-cuda", "--model",
+              "MobileNetV3Small", "--batch-size", "2", "--num-warmup-batches", "1",
+              "--num-batches-per-iter", "1", "--num-iters", "2",
+              launcher_args=("-np", "2", "--min-np", "1", "--max-np", "2"))
+    assert re.search(r"Total img/sec on 2 CPU\(s\): [\d.]+", out), out
+
+
 def test_tensorflow2_keras_mnist_elastic_grows_after_the_first_epoch(tmp_path):
     # Discovery offers a second slot once rank 0's ModelCheckpoint has written
     # epoch 1: the job commits at its next batch and continues on 2 ranks.

@@ -2,7 +2,9 @@
 tf.function with gradients (tests/workers/tf_ops.py); fit and custom loops
 equal to single-process training, accumulation, compression, IndexedSlices,
 loss scaling and mixed precision, callbacks, local SGD, save/load,
-jit_compile error, SyncBatchNormalization (tests/workers/tf_train.py).
+jit_compile error, SyncBatchNormalization (tests/workers/tf_train.py); the plain
+module's Horovod-only pieces (sparse grouped allreduce, object broadcasts,
+local sources, hvd.elastic states: tests/workers/tf_module.py).
 Each worker imports TensorFlow once and runs all its checks."""
 import pytest
 
@@ -15,3 +17,7 @@ def test_tf_ops(run_ranks, nranks):
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_keras_training(run_ranks, nranks):
     run_ranks(nranks, "tf_train.py", timeout=600)
+
+
+def test_tf_module_as_horovods(run_ranks):
+    run_ranks(2, "tf_module.py", timeout=240)

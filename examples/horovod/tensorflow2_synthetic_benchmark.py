@@ -17,8 +17,8 @@ import tensorflow as tf
 import fuseopt.tensorflow as hvd
 
 
-def parse():
-    p = argparse.ArgumentParser(description="TF2 synthetic throughput, data parallel")
+def parser(description):
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--model", default="ResNet50", help="a tf.keras.applications model")
     p.add_argument("--batch-size", type=int, default=32, help="images per rank and step")
     p.add_argument("--num-warmup-batches", type=int, default=10)
@@ -26,11 +26,11 @@ def parse():
     p.add_argument("--num-iters", type=int, default=10)
     p.add_argument("--fp16-allreduce", action="store_true", help="allreduce in float16")
     p.add_argument("--no-cuda", action="store_true", help="stay on the CPU")
-    return p.parse_args()
+    return p
 
 
-def main():
-    args = parse()
+def setup(args):
+    """(model, optimizer, train_step(first), device) on this rank's device."""
     hvd.init()
     gpus = [] if args.no_cuda else tf.config.list_physical_devices("GPU")
     if gpus:  # one device per local rank
@@ -54,32 +54,44 @@ def main():
         if first:  # the optimizer's variables exist only after its first step
             hvd.broadcast_variables(model.variables, root_rank=0)
             hvd.broadcast_variables(optimizer.variables, root_rank=0)
+    return model, optimizer, train_step, device
 
-    def say(text):
-        if hvd.rank() == 0:
-            print(text, flush=True)
 
-    def timed(steps):
-        start = time.perf_counter()
-        for _ in range(steps):
-            train_step(False)
-        return time.perf_counter() - start
+def say(text):
+    if hvd.rank() == 0:
+        print(text, flush=True)
 
-    say("Model: %s, batch size %d per rank, %d %s(s)"
-        % (args.model, args.batch_size, hvd.size(), device))
-    with tf.device(device):
-        train_step(True)
-        timed(args.num_warmup_batches)
-        rates = []
-        for i in range(args.num_iters):
-            rates.append(args.batch_size * args.num_batches_per_iter
-                         / timed(args.num_batches_per_iter))
-            say("Iter #%d: %.1f img/sec per %s" % (i, rates[-1], device))
+
+def rate(args, step):
+    """Images per second of one iteration (num_batches_per_iter steps)."""
+    start = time.perf_counter()
+    for _ in range(args.num_batches_per_iter):
+        step()
+    return args.batch_size * args.num_batches_per_iter / (time.perf_counter() - start)
+
+
+def report(rates, device):
     mean = statistics.mean(rates)
     spread = 1.96 * statistics.pstdev(rates)
     say("Img/sec per %s: %.1f +-%.1f" % (device, mean, spread))
     say("Total img/sec on %d %s(s): %.1f +-%.1f"
         % (hvd.size(), device, hvd.size() * mean, hvd.size() * spread))
+
+
+def main():
+    args = parser("TF2 synthetic throughput, data parallel").parse_args()
+    model, optimizer, train_step, device = setup(args)
+    say("Model: %s, batch size %d per rank, %d %s(s)"
+        % (args.model, args.batch_size, hvd.size(), device))
+    with tf.device(device):
+        train_step(True)
+        for _ in range(args.num_warmup_batches):
+            train_step(False)
+        rates = []
+        for i in range(args.num_iters):
+            rates.append(rate(args, lambda: train_step(False)))
+            say("Iter #%d: %.1f img/sec per %s" % (i, rates[-1], device))
+    report(rates, device)
 
 
 if __name__ == "__main__":

@@ -22,15 +22,19 @@ from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_e
 from ..timeline import start_timeline, stop_timeline
 from ..overlap import log_epoch as log_metrics
 from .compression import Compression, Compressor
-from .functions import broadcast_, broadcast_global_variables, broadcast_variables
-from .gradient_tape import DistributedGradientTape
+from .functions import (BroadcastGlobalVariablesHook, broadcast_, broadcast_global_variables,
+                        broadcast_variables)
+from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
-                  barrier, broadcast, broadcast_object, grouped_allreduce, join)
+                  barrier, broadcast, broadcast_object, broadcast_object_fn, grouped_allreduce,
+                  join)
 from .row_ops import alltoall, grouped_allgather, grouped_reducescatter, reducescatter
 from .value_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,
                         size_op)
-from .optimizer import DistributedOptimizer, PartialDistributedOptimizer
+from .optimizer import PartialDistributedOptimizer
+from .optimizer import TensorFlowDistributedOptimizer as DistributedOptimizer
 from ..naming import Shared
 from .sync_batch_norm import SyncBatchNormalization
+from . import elastic  # noqa: E402  (hvd.elastic.run, TensorFlowKerasState, TensorFlowState)
 
 HorovodInternalError = FuseoptError

@@ -78,6 +78,19 @@ def broadcast_global_variables(root_rank: int) -> Any:
         "Keras, hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
 
 
+class BroadcastGlobalVariablesHook:
+    """Horovod's TF1 ``tf.estimator`` hook. TensorFlow 2 has neither
+    estimators nor session hooks (Horovod does not define it there either);
+    making one says what to use instead."""
+
+    def __init__(self, root_rank: int, device: str = "") -> None:
+        raise UnsupportedError(
+            "BroadcastGlobalVariablesHook is a TF1 SessionRunHook for tf.estimator, which "
+            "TensorFlow 2 no longer has; use hvd.broadcast_variables(model.variables + "
+            "optimizer.variables, root_rank) after the first step, or with Keras "
+            "hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
+
+
 def variable_path(v):
     """The name a name_map knows a variable by: its Keras path
     (``"model/dense/kernel"``), or a tf.Variable's name without ``:0``;

@@ -6,7 +6,7 @@ model. ``grouped_allreduce`` negotiates a list in one step so it fuses.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 import contextlib
 import itertools
 
@@ -189,16 +189,35 @@ def _operand(tensor, name, kind, process_set, rows=False):
 
 @with_tf_errors
 def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
+                      device_dense: str = "", device_sparse: str = "",
                       compression: Any = None, op: Optional[int] = None,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      name: Optional[str] = None,
-                      process_set: Optional[ProcessSet] = None) -> List[Any]:
-    """Allreduces a list of tensors together (one negotiation, fused)."""
+                      process_set: Optional[ProcessSet] = None,
+                      ignore_name_scope: bool = False,
+                      name: Optional[str] = None) -> List[Any]:
+    """Allreduces a list of tensors together (one negotiation, fused).
+    tf.IndexedSlices among them are allgathered, as ``allreduce`` does."""
     _ps.id_of(process_set)
     tensors = list(tensors)
-    return allreduce_named(tensors, _names(len(tensors), name, "grouped_allreduce"),
-                           _np.resolve_op(average, op), compression, prescale_factor,
-                           postscale_factor, process_set=process_set)
+    if not tensors:
+        return tensors
+    op = _np.resolve_op(average, op)
+    names = _names(len(tensors), name, "grouped_allreduce")
+    out: List[Any] = [None] * len(tensors)
+    dense = []
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            out[i] = _allreduce_slices(t, op, prescale_factor, postscale_factor, names[i],
+                                       process_set)
+        else:
+            dense.append(i)
+    if dense:
+        reduced = allreduce_named([tensors[i] for i in dense], [names[i] for i in dense], op,
+                                  compression, prescale_factor, postscale_factor,
+                                  process_set=process_set)
+        for i, r in zip(dense, reduced):
+            out[i] = r
+    return out
 
 
 def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
@@ -259,26 +278,32 @@ def allreduce(tensor: Any, average: Optional[bool] = None, device_dense: str = "
     allgathered (values and indices) as in Horovod."""
     _ps.id_of(process_set)
     if isinstance(tensor, tf.IndexedSlices):
-        op = _np.resolve_op(average, op)
-        # Allgathered rows can only be summed (or averaged) and are not
-        # scaled: as Horovod, anything else is refused, not approximated.
-        if op not in (Sum, Average):
-            raise UnsupportedError("allreduce of tf.IndexedSlices supports op=Sum or Average "
-                                   "only, not %s; densify the gradient first (sparse_as_dense="
-                                   "True, or tf.convert_to_tensor)" % _OP_NAMES.get(op, op))
-        if prescale_factor != 1.0 or postscale_factor != 1.0:
-            raise UnsupportedError("allreduce of tf.IndexedSlices does not support "
-                                   "prescale_factor or postscale_factor; densify the gradient "
-                                   "first (sparse_as_dense=True, or tf.convert_to_tensor)")
-        values = allgather(tensor.values, name=derived_name(name, ".values"),
-                           process_set=process_set)
-        indices = allgather(tensor.indices, name=derived_name(name, ".indices"),
-                            process_set=process_set)
-        if op == Average:
-            values = values / _ps.size_of(process_set)
-        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
-    return grouped_allreduce([tensor], average, compression, op, prescale_factor,
-                             postscale_factor, name, process_set)[0]
+        return _allreduce_slices(tensor, _np.resolve_op(average, op), prescale_factor,
+                                 postscale_factor, name, process_set)
+    return grouped_allreduce([tensor], average, compression=compression, op=op,
+                             prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                             name=name, process_set=process_set)[0]
+
+
+def _allreduce_slices(tensor, op, prescale_factor, postscale_factor, name, process_set):
+    """IndexedSlices are allgathered (values and indices), as in Horovod.
+    Allgathered rows can only be summed (or averaged) and are not scaled:
+    as Horovod, anything else is refused, not approximated."""
+    if op not in (Sum, Average):
+        raise UnsupportedError("allreduce of tf.IndexedSlices supports op=Sum or Average "
+                               "only, not %s; densify the gradient first (sparse_as_dense="
+                               "True, or tf.convert_to_tensor)" % _OP_NAMES.get(op, op))
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise UnsupportedError("allreduce of tf.IndexedSlices does not support "
+                               "prescale_factor or postscale_factor; densify the gradient "
+                               "first (sparse_as_dense=True, or tf.convert_to_tensor)")
+    values = allgather(tensor.values, name=derived_name(name, ".values"),
+                       process_set=process_set)
+    indices = allgather(tensor.indices, name=derived_name(name, ".indices"),
+                        process_set=process_set)
+    if op == Average:
+        values = values / _ps.size_of(process_set)
+    return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
 
 
 def _allgather_raw(tensor, name, process_set=None):
@@ -291,11 +316,11 @@ def _allgather_raw(tensor, name, process_set=None):
 
 
 @with_tf_errors
-def allgather(tensor: Any, name: Optional[str] = None, process_set: Optional[ProcessSet] = None,
-              ignore_name_scope: bool = False) -> Any:
+def allgather(tensor: Any, name: Optional[str] = None, ignore_name_scope: bool = False,
+              process_set: Optional[ProcessSet] = None) -> Any:
     """Concatenates every rank's tensor along the first dimension."""
     if _is_bool(tensor):  # as Horovod: nothing is reduced, so booleans travel as bytes
-        return tf.cast(allgather(tf.cast(tensor, tf.uint8), name, process_set), tf.bool)
+        return tf.cast(allgather(tf.cast(tensor, tf.uint8), name, process_set=process_set), tf.bool)
     tensor, name = _operand(tensor, name, "allgather", process_set, rows=True)
 
     @tf.custom_gradient
@@ -327,11 +352,11 @@ def _broadcast_raw(tensor, root_rank, name, process_set=None):
 
 @with_tf_errors
 def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
-              process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False) -> Any:
+              ignore_name_scope: bool = False, process_set: Optional[ProcessSet] = None) -> Any:
     """Every rank receives root_rank's tensor (differentiable, as Horovod's:
     the root's gradient is the average over ranks, the others' zero)."""
     if _is_bool(tensor):
-        return tf.cast(broadcast(tf.cast(tensor, tf.uint8), root_rank, name, process_set),
+        return tf.cast(broadcast(tf.cast(tensor, tf.uint8), root_rank, name, process_set=process_set),
                        tf.bool)
     tensor, name = _operand(tensor, name, "broadcast", process_set)
 
@@ -377,14 +402,31 @@ def join() -> Any:
 
 
 @with_tf_errors
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None,
+                     name: Optional[str] = None,
                      process_set: Optional[ProcessSet] = None) -> Any:
-    """root_rank's picklable ``obj`` on every rank (of ``process_set``)."""
+    """root_rank's picklable ``obj`` on every rank (of ``process_set``).
+    ``session`` (Horovod's, for TF1 graphs) is accepted and not needed: the
+    object travels through the core directly, outside any graph."""
     return _objects.broadcast_object(obj, root_rank, name=name, process_set=process_set)
 
 
+def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: Optional[str] = None,
+                        process_set: Optional[ProcessSet] = None) -> Callable[[Any], Any]:
+    """Horovod's: a function ``f(obj)`` that broadcasts ``obj`` from
+    root_rank each time it is called (Horovod builds its graph ops once for a
+    TF1 session; here every call is an eager ``broadcast_object``)."""
+    _ps.id_of(process_set)
+    name = name or "broadcast_object_fn"
+
+    def broadcast(obj: Any) -> Any:
+        return broadcast_object(obj, root_rank, name=name, process_set=process_set)
+    return broadcast
+
+
 @with_tf_errors
-def allgather_object(obj: Any, name: Optional[str] = None,
+def allgather_object(obj: Any, session: Any = None, name: Optional[str] = None,
                      process_set: Optional[ProcessSet] = None) -> List[Any]:
-    """Every rank's picklable ``obj``, as a list in rank order."""
+    """Every rank's picklable ``obj``, as a list in rank order. ``session``:
+    as in broadcast_object."""
     return _objects.allgather_object(obj, name=name, process_set=process_set)

@@ -26,7 +26,7 @@ from ..errors import InvalidArgumentError, UnsupportedError
 from . import ops
 from .compression import Compression
 from .. import process_sets as _ps
-from .gradient_tape import reduce_gradients
+from .gradient_tape import local_layers_of, reduce_except_local, reduce_gradients
 
 if TYPE_CHECKING:  # annotations only: importing them here would be circular
     from ..process_sets import ProcessSet
@@ -61,7 +61,7 @@ class _Reducer:
         # Saved config holds a dict map as plain data (a function cannot be saved).
         self.name_map = naming.map_from_config(name_map) if isinstance(name_map, dict) \
             else name_map
-        self._local_vars = set()  # ids of variables whose gradients stay on this rank
+        self._local_vars = {}  # id -> variable whose gradient stays on this rank
         self.scale_local_gradients = True
         self.process_set = None  # the ranks that average (set by DistributedOptimizer)
         self.num_groups, self.groups = 0, None  # Horovod's explicit groups (likewise)
@@ -69,7 +69,7 @@ class _Reducer:
     def register_local_var(self, var):
         """Horovod's: ``var``'s gradient is not averaged across ranks; each rank
         applies its own (divided by size() with ``scale_local_gradients``)."""
-        self._local_vars.add(id(var))
+        self._local_vars[id(var)] = var
 
     def _reducer_config(self):
         return {"compression": _compression_name(self.compression) or "none",
@@ -89,23 +89,13 @@ class _Reducer:
             else self.inner_optimizer._trainable_variables
 
     def _reduce(self, grads, variables):
-        grads, variables = list(grads), list(variables)
-        shared = [i for i, v in enumerate(variables) if id(v) not in self._local_vars]
-        sources = [variables[i] for i in shared]
-        reduced = reduce_gradients([grads[i] for i in shared], sources,
-                                   self.compression, self.op, self.gradient_predivide_factor,
-                                   self.sparse_as_dense, self.name_map, self._bucket_cap,
-                                   self.process_set,
-                                   buckets.group_of(sources, self.num_groups, self.groups))
-        if len(shared) == len(grads):
-            return reduced
-        # Local gradients, scaled as Horovod does (its pull 3695).
-        size = _ps.size_of(self.process_set)
-        out = [g / size if self.scale_local_gradients and g is not None else g
-               for g in grads]
-        for i, g in zip(shared, reduced):
-            out[i] = g
-        return out
+        def reduce(grads, sources):
+            return reduce_gradients(grads, sources, self.compression, self.op,
+                                    self.gradient_predivide_factor, self.sparse_as_dense,
+                                    self.name_map, self._bucket_cap, self.process_set,
+                                    buckets.group_of(sources, self.num_groups, self.groups))
+        return reduce_except_local(grads, variables, self._local_vars,
+                                   self.scale_local_gradients, self.process_set, reduce)
 
 
 @keras.saving.register_keras_serializable(package="fuseopt")
@@ -282,6 +272,32 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dens
     return wrapped
 
 
+def TensorFlowDistributedOptimizer(optimizer: Any, name: Optional[str] = None,
+                                   use_locking: bool = False, device_dense: str = "",
+                                   device_sparse: str = "", compression: Any = Compression.none,
+                                   sparse_as_dense: bool = False,
+                                   backward_passes_per_step: int = 1,
+                                   op: Optional[int] = ops.Average,
+                                   gradient_predivide_factor: float = 1.0,
+                                   average_aggregated_gradients: bool = False,
+                                   num_groups: int = 0, groups: Any = None,
+                                   process_set: Optional[ProcessSet] = None,
+                                   scale_local_gradients: bool = True, name_map: Any = None,
+                                   bucket_cap_mb: Optional[float] = None) -> Any:
+    """``horovod.tensorflow.DistributedOptimizer``: the wrapper of
+    DistributedOptimizer, with that module's argument order (which differs
+    from the Keras module's). ``use_locking`` belongs to TF1 optimizers and
+    changes nothing for a Keras 3 one."""
+    return DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
+        groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients,
+        name_map=name_map, bucket_cap_mb=bucket_cap_mb)
+
+
 def PartialDistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dense: str = "",
                                 device_sparse: str = "", compression: Any = Compression.none,
                                 sparse_as_dense: bool = False,
@@ -298,9 +314,7 @@ def PartialDistributedOptimizer(optimizer: Any, name: Optional[str] = None, devi
                                    gradient_predivide_factor=gradient_predivide_factor, op=op,
                                    groups=groups, process_set=process_set,
                                    scale_local_gradients=scale_local_gradients)
-    if local_layers is not None and not isinstance(local_layers, (list, tuple)):
-        local_layers = [local_layers]
-    for layer in local_layers or ():
+    for layer in local_layers_of(local_layers):
         for var in layer.trainable_weights:
             wrapped.register_local_var(var)
     return wrapped

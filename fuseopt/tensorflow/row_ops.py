@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # names used only in annotations
 
 @with_tf_errors
 def alltoall(tensor: Any, splits: Any = None, name: Optional[str] = None,
-             process_set: Optional[ProcessSet] = None, ignore_name_scope: bool = False) -> Any:
+             ignore_name_scope: bool = False, process_set: Optional[ProcessSet] = None) -> Any:
     """Sends splits[r] rows to rank r (an even split if None). As in Horovod:
     returns the received tensor, and ``(received, received_splits)`` when
     ``splits`` is given; differentiable (the rows' gradients go back where

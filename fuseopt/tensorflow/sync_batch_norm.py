@@ -6,6 +6,8 @@ allreduce, so gradients flow through the global statistics exactly (the
 gradient of a sum-allreduce is a sum-allreduce). Ranks may hold different
 batch sizes. Moving statistics are updated identically on every rank.
 """
+from typing import Any, Optional
+
 import keras
 import tensorflow as tf
 
@@ -15,11 +17,15 @@ from . import ops
 
 @keras.saving.register_keras_serializable(package="fuseopt")
 class SyncBatchNormalization(keras.layers.BatchNormalization):
-    """Drop-in for ``keras.layers.BatchNormalization`` (same arguments)."""
+    """Drop-in for ``keras.layers.BatchNormalization`` (its arguments, by
+    keyword). As Horovod's, the first positional argument is ``fused``, and
+    only ``fused=False`` is accepted (Keras 3 has no fused kernel anyway)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, fused: Optional[bool] = False, **kwargs: Any) -> None:
+        if fused in (True, None):
+            raise ValueError("SyncBatchNormalization does not support fused=True.")
         kwargs.pop("synchronized", None)
-        super().__init__(*args, **kwargs)
+        super().__init__(**kwargs)
         self.supports_jit = False  # collectives run on the host; keeps XLA "auto" off
 
     def _moments(self, inputs, mask):

@@ -3,7 +3,10 @@
 Transcribed by hand from the source of Horovod 0.28.1 (the release's sdist on
 PyPI, ``horovod-0.28.1.tar.gz``, sha256
 92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0, whose
-``horovod/__init__.py`` says ``__version__ = '0.28.1'``). Nothing here is
+``horovod/__init__.py`` says ``__version__ = '0.28.1'``; the
+``horovod.tensorflow`` and ``elastic`` entries were read from the git tag
+``v0.28.1`` of github.com/horovod/horovod, commit
+1d217b59949986d025f6db93c49943fb6b6cc78f, same paths). Nothing here is
 generated from fuseopt. Paths read, inside that sdist:
 
 * ``horovod/torch/__init__.py``: the list of names of ``horovod.torch``;
@@ -23,9 +26,30 @@ generated from fuseopt. Paths read, inside that sdist:
 * ``horovod/common/exceptions.py``: ``HorovodInternalError(RuntimeError)``;
 * ``horovod/tensorflow/keras/__init__.py``: the list of names of
   ``horovod.tensorflow.keras`` and its own functions;
-* ``horovod/tensorflow/__init__.py``, ``horovod/tensorflow/mpi_ops.py``: where
-  the re-exported ``init`` ... ``rocm_built``, ``Average``, ``Sum`` and the
-  process-set names come from;
+* ``horovod/tensorflow/__init__.py``: the list of names of
+  ``horovod.tensorflow`` and its own functions (``allreduce``,
+  ``grouped_allreduce``, ``reducescatter``, ``grouped_reducescatter``,
+  ``broadcast_global_variables``, ``BroadcastGlobalVariablesHook.__init__``,
+  ``DistributedOptimizer``, ``DistributedGradientTape``,
+  ``PartialDistributedGradientTape``), taken as a TF2 user sees them (the
+  ``hasattr(tf, 'GradientTape')`` branch; ``broadcast_global_variables`` and
+  ``BroadcastGlobalVariablesHook`` are defined when ``tf.compat.v1`` and a
+  ``SessionRunHook`` exist, and are transcribed although TF1-only in use);
+* ``horovod/tensorflow/mpi_ops.py``: the re-exported ``init`` ...
+  ``rocm_built``, ``is_homogeneous``, the op constants, the process-set names,
+  ``allgather``, ``grouped_allgather``, ``broadcast``, ``broadcast_``,
+  ``alltoall``, ``join`` (no parameters) and ``size_op``, ``local_size_op``,
+  ``rank_op``, ``local_rank_op``, ``process_set_included_op`` (there is no
+  ``barrier`` in ``horovod.tensorflow``);
+* ``horovod/tensorflow/functions.py``: ``broadcast_variables``,
+  ``broadcast_object``, ``broadcast_object_fn``, ``allgather_object``;
+* ``horovod/tensorflow/sync_batch_norm.py``: ``SyncBatchNormalization.__init__``;
+* ``horovod/tensorflow/elastic.py`` (and ``horovod/common/elastic.py`` for
+  ``ObjectState.__init__``): ``horovod.tensorflow.elastic``;
+* ``horovod/torch/elastic/__init__.py``, ``horovod/torch/elastic/state.py``,
+  ``horovod/torch/elastic/sampler.py``: ``horovod.torch.elastic``;
+* ``horovod/tensorflow/keras/elastic.py`` (and ``horovod/_keras/elastic.py``,
+  whose ``*Impl`` bases take the backend first): ``horovod.tensorflow.keras.elastic``;
 * ``horovod/tensorflow/keras/callbacks.py`` (and ``horovod/_keras/callbacks.py``,
   whose ``*Impl`` bases take the backend first): the callbacks' ``__init__``.
 
@@ -36,6 +60,9 @@ Conventions:
   (``'None'``, ``'1.0'``, ``"''"``) or a name as written in Horovod's source
   (``'Average'``, ``'global_process_set'``, ``'Compression.none'``), which
   the test resolves in the fuseopt module and compares by identity.
+  Horovod's ``**kwargs`` (the elastic states' attributes to sync,
+  ``SyncBatchNormalization``'s Keras layer arguments) is kind ``VAR_KEYWORD``:
+  fuseopt's callable must take arbitrary keywords too, under any name.
 * Horovod's ``init`` is ``init(*args, **kwargs)`` in ``torch/mpi_ops.py`` and
   ``tensorflow/mpi_ops.py`` and torch's ``shutdown`` is
   ``shutdown(*args, **kwargs)``; both only forward to
@@ -45,13 +72,37 @@ Conventions:
   ``self`` and the name is in ``CLASSES``; other classes are ``"class"``.
   ``"constant"`` is a value, ``"module"`` a Horovod submodule.
 
-Left out: ``elastic`` (a separate issue), private names, plain modules
-(``torch``, ``tf``, ``keras``, ``K``, ``inspect``, ``warnings``,
-``version``) and helpers that Horovod's modules only import for their own use
-(``check_extension`` in ``horovod.torch``, ``is_version_greater_equal_than``
-in ``horovod.tensorflow.keras`` and its ``callbacks``), and submodules that
-become attributes of a package only because they were imported
-(``horovod.torch.mpi_ops``, ``.functions``, ``.optimizer`` ...).
+Left out: private names, plain modules (``torch``, ``tf``, ``keras``, ``K``,
+``inspect``, ``warnings``, ``version``, ``os``, ``ops``, and
+``device_compatibility_check``, imported by ``horovod.tensorflow`` under TF
+2.2 only) and helpers that Horovod's modules only import for their own use
+(``check_extension`` in ``horovod.torch``; ``is_version_greater_equal_than``
+in ``horovod.tensorflow.keras`` and its ``callbacks``; ``check_extension``,
+``gpu_available``, ``split_list``, ``handle_average_backwards_compatibility``,
+``check_num_rank_power_of_2``, ``vars_to_refs``, ``refs_to_vars`` and
+``LocalGradientAggregationHelper`` in ``horovod.tensorflow``; ``run_fn``,
+``init``, ``shutdown``, ``rank``, ``broadcast_object``,
+``broadcast_object_fn``, ``broadcast_variables`` and ``HorovodInternalError``
+in ``horovod.tensorflow.elastic``: not in its ``__all__``, which is what
+Horovod's API docs list, and not named as ``hvd.elastic.X`` in its elastic
+guide or examples; scripts call the functions as ``hvd.X``; ``run_fn``,
+``init``, ``shutdown`` in ``horovod.torch.elastic``; ``TensorFlowKerasState``,
+the base of ``KerasState``, in ``horovod.tensorflow.keras.elastic``), and
+submodules that become attributes of a package only because they were imported
+(``horovod.torch.mpi_ops``, ``.functions``, ``.optimizer``,
+``horovod.torch.elastic.state``, ``.sampler``, ``horovod.tensorflow.mpi_ops``,
+``.util`` ...). ``elastic`` is in: ``horovod.torch``, ``horovod.tensorflow``
+and ``horovod.tensorflow.keras`` import it by name, and scripts call
+``hvd.elastic.run``.
+
+``horovod.tensorflow.elastic`` has ``ObjectState`` (imported from
+``horovod/common/elastic.py`` as the states' base; not in its ``__all__``, but
+the one state class there that a TF script can construct or subclass as
+``hvd.elastic.ObjectState`` to sync plain Python values). None of the three
+elastic modules has ``State``, and ``horovod.torch.elastic`` has no ``ObjectState``
+either (its ``__init__.py`` imports only ``run_fn``, ``init``, ``shutdown``,
+``ElasticSampler`` and ``TorchState``), although Horovod's elastic guide
+speaks of ``hvd.elastic.State``: fuseopt may have them as extras.
 """
 from types import MappingProxyType
 
@@ -64,15 +115,19 @@ class _Required:
 REQUIRED = _Required()
 POSITIONAL_OR_KEYWORD = "POSITIONAL_OR_KEYWORD"
 KEYWORD_ONLY = "KEYWORD_ONLY"
+VAR_KEYWORD = "VAR_KEYWORD"
 
 _P = POSITIONAL_OR_KEYWORD
 
 
 def _sig(*params):
-    """``'name'`` is a required parameter, ``('name', 'default')`` an optional one."""
+    """``'name'`` is a required parameter, ``('name', 'default')`` an optional
+    one, ``'**name'`` Horovod's ``**name`` (last)."""
     out = []
     for p in params:
-        if isinstance(p, str):
+        if isinstance(p, str) and p.startswith("**"):
+            out.append((p[2:], REQUIRED, VAR_KEYWORD))
+        elif isinstance(p, str):
             out.append((p, REQUIRED, _P))
         else:
             out.append((p[0], p[1], _P))
@@ -117,6 +172,7 @@ _BROADCAST = _sig("tensor", "root_rank", ("name", "None"), _PS)
 TORCH = MappingProxyType(dict(
     _BASICS,
     **_PROCESS_SETS,
+    elastic="module",  # horovod/torch/__init__.py: from horovod.torch import elastic
     # horovod/torch/compression.py
     Compression="class",
     # horovod/torch/functions.py
@@ -177,6 +233,115 @@ TORCH = MappingProxyType(dict(
                        ("affine", "True"), ("track_running_stats", "True")),
 ))
 
+# horovod/tensorflow/__init__.py
+TENSORFLOW = MappingProxyType(dict(
+    _BASICS,  # from horovod/tensorflow/mpi_ops.py
+    **_PROCESS_SETS,  # via horovod/tensorflow/mpi_ops.py
+    elastic="module",  # from horovod.tensorflow import elastic
+    # horovod/tensorflow/compression.py
+    Compression="class",
+    # horovod/tensorflow/functions.py
+    allgather_object=_sig("obj", ("session", "None"), ("name", "None"), _PS),
+    broadcast_object=_sig("obj", ("root_rank", "0"), ("session", "None"), ("name", "None"), _PS),
+    broadcast_object_fn=_sig(("root_rank", "0"), ("session", "None"), ("name", "None"), _PS),
+    broadcast_variables=_sig("variables", "root_rank", _PS, ("inplace", "False")),
+    # horovod/tensorflow/mpi_ops.py
+    allgather=_sig("tensor", ("name", "None"), ("ignore_name_scope", "False"), _PS),
+    grouped_allgather=_sig("tensors", ("name", "None"), ("ignore_name_scope", "False"), _PS),
+    broadcast=_sig("tensor", "root_rank", ("name", "None"), ("ignore_name_scope", "False"), _PS),
+    broadcast_=_sig("variables", "root_rank", ("name", "None"), _PS),
+    alltoall=_sig("tensor", ("splits", "None"), ("name", "None"), ("ignore_name_scope", "False"),
+                  _PS),
+    join=NO_ARGS,
+    is_homogeneous=NO_ARGS,  # HorovodBasics.is_homogeneous, bound
+    size_op=_sig(("process_set_id", "0"), ("name", "None")),
+    process_set_included_op=_sig(("process_set_id", "0"), ("name", "None")),
+    local_size_op=_sig(("name", "None")),
+    rank_op=_sig(("name", "None")),
+    local_rank_op=_sig(("name", "None")),
+    Average="constant",
+    Sum="constant",
+    Adasum="constant",
+    Min="constant",
+    Max="constant",
+    Product="constant",
+    # horovod/tensorflow/sync_batch_norm.py
+    SyncBatchNormalization=_sig(("fused", "False"), "**kwargs"),
+    # horovod/tensorflow/__init__.py
+    allreduce=_sig("tensor", ("average", "None"), ("device_dense", "''"), ("device_sparse", "''"),
+                   ("compression", "Compression.none"), ("op", "None"),
+                   ("prescale_factor", "1.0"), ("postscale_factor", "1.0"),
+                   ("name", "None"), _PS, ("ignore_name_scope", "False")),
+    reducescatter=_sig("tensor", ("device_dense", "''"), ("compression", "Compression.none"),
+                       ("op", "Average"), ("name", "None"), _PS,
+                       ("ignore_name_scope", "False"),
+                       ("prescale_factor", "1.0"), ("postscale_factor", "1.0")),
+    grouped_allreduce=_sig("tensors", ("average", "None"), ("device_dense", "''"),
+                           ("device_sparse", "''"), ("compression", "Compression.none"),
+                           ("op", "None"), ("prescale_factor", "1.0"),
+                           ("postscale_factor", "1.0"), _PS,
+                           ("ignore_name_scope", "False"), ("name", "None")),
+    grouped_reducescatter=_sig("tensors", ("device_dense", "''"),
+                               ("compression", "Compression.none"), ("op", "Average"), _PS,
+                               ("prescale_factor", "1.0"), ("postscale_factor", "1.0")),
+    broadcast_global_variables=_sig("root_rank"),
+    BroadcastGlobalVariablesHook=_sig("root_rank", ("device", "''")),
+    # functions in Horovod
+    DistributedOptimizer=_sig("optimizer", ("name", "None"), ("use_locking", "False"),
+                              ("device_dense", "''"), ("device_sparse", "''"),
+                              ("compression", "Compression.none"),
+                              ("sparse_as_dense", "False"), ("backward_passes_per_step", "1"),
+                              ("op", "Average"), ("gradient_predivide_factor", "1.0"),
+                              ("average_aggregated_gradients", "False"),
+                              ("num_groups", "0"), ("groups", "None"), _PS,
+                              ("scale_local_gradients", "True")),
+    DistributedGradientTape=_sig("gradtape", ("device_dense", "''"), ("device_sparse", "''"),
+                                 ("compression", "Compression.none"),
+                                 ("sparse_as_dense", "False"), ("op", "Average"),
+                                 ("gradient_predivide_factor", "1.0"), ("num_groups", "0"),
+                                 ("groups", "None"), _PS, ("scale_local_gradients", "True")),
+    PartialDistributedGradientTape=_sig("gradtape", ("device_dense", "''"),
+                                        ("device_sparse", "''"),
+                                        ("compression", "Compression.none"),
+                                        ("sparse_as_dense", "False"), ("op", "Average"),
+                                        ("gradient_predivide_factor", "1.0"),
+                                        ("num_groups", "0"), ("groups", "None"), _PS,
+                                        ("local_layers", "None"),
+                                        ("scale_local_gradients", "True")),
+))
+
+# elastic run(func), the decorator (horovod/tensorflow/elastic.py,
+# horovod/torch/elastic/__init__.py; re-exported by horovod/tensorflow/keras/elastic.py)
+_ELASTIC_RUN = _sig("func")
+
+# horovod/tensorflow/elastic.py (each class's __init__)
+TENSORFLOW_ELASTIC = MappingProxyType(dict(
+    run=_ELASTIC_RUN,
+    TensorFlowKerasState=_sig("model", ("optimizer", "None"), ("backend", "None"), "**kwargs"),
+    TensorFlowState=_sig(("variables", "None"), ("session", "None"), "**kwargs"),
+    # horovod/common/elastic.py
+    ObjectState=_sig("bcast_object", "get_rank", "**kwargs"),
+))
+
+# horovod/torch/elastic/__init__.py (each class's __init__)
+TORCH_ELASTIC = MappingProxyType(dict(
+    run=_ELASTIC_RUN,
+    # horovod/torch/elastic/state.py
+    TorchState=_sig(("model", "None"), ("optimizer", "None"), "**kwargs"),
+    # horovod/torch/elastic/sampler.py
+    ElasticSampler=_sig("dataset", ("shuffle", "True"), ("seed", "0")),
+))
+
+# horovod/tensorflow/keras/elastic.py (each class's __init__; the callbacks
+# pass tf.keras.backend first to their horovod/_keras/elastic.py bases)
+TENSORFLOW_KERAS_ELASTIC = MappingProxyType(dict(
+    run=_ELASTIC_RUN,  # from horovod.tensorflow.elastic
+    KerasState=_sig("model", ("optimizer", "None"), "**kwargs"),
+    CommitStateCallback=_sig("state", ("batches_per_commit", "1")),
+    UpdateBatchStateCallback=_sig("state"),
+    UpdateEpochStateCallback=_sig("state"),
+))
+
 # horovod/tensorflow/keras/__init__.py
 TENSORFLOW_KERAS = MappingProxyType(dict(
     _BASICS,  # via horovod/tensorflow/__init__.py from horovod/tensorflow/mpi_ops.py
@@ -185,6 +350,7 @@ TENSORFLOW_KERAS = MappingProxyType(dict(
     Sum="constant",
     Compression="class",  # horovod/tensorflow/compression.py
     callbacks="module",
+    elastic="module",  # from horovod.tensorflow.keras import callbacks, elastic
     DistributedOptimizer=_sig("optimizer", ("name", "None"), ("device_dense", "''"),
                               ("device_sparse", "''"), ("compression", "Compression.none"),
                               ("sparse_as_dense", "False"), ("gradient_predivide_factor", "1.0"),
@@ -221,20 +387,33 @@ TENSORFLOW_KERAS_CALLBACKS = MappingProxyType(dict(
 
 MODULES = MappingProxyType({
     "horovod.torch": TORCH,
+    "horovod.torch.elastic": TORCH_ELASTIC,
+    "horovod.tensorflow": TENSORFLOW,
+    "horovod.tensorflow.elastic": TENSORFLOW_ELASTIC,
     "horovod.tensorflow.keras": TENSORFLOW_KERAS,
     "horovod.tensorflow.keras.callbacks": TENSORFLOW_KERAS_CALLBACKS,
+    "horovod.tensorflow.keras.elastic": TENSORFLOW_KERAS_ELASTIC,
 })
 
 # Callables above that are classes in Horovod (their tuple is __init__ without self).
 CLASSES = MappingProxyType({
     "horovod.torch": frozenset({"ProcessSet", "SyncBatchNorm"}),
+    "horovod.torch.elastic": frozenset({"TorchState", "ElasticSampler"}),
+    "horovod.tensorflow": frozenset({"ProcessSet", "SyncBatchNormalization",
+                                     "BroadcastGlobalVariablesHook"}),
+    "horovod.tensorflow.elastic": frozenset({"TensorFlowKerasState", "TensorFlowState",
+                                             "ObjectState"}),
     "horovod.tensorflow.keras": frozenset({"ProcessSet"}),
     "horovod.tensorflow.keras.callbacks": frozenset(TENSORFLOW_KERAS_CALLBACKS),
+    "horovod.tensorflow.keras.elastic": frozenset({"KerasState", "CommitStateCallback",
+                                                   "UpdateBatchStateCallback",
+                                                   "UpdateEpochStateCallback"}),
 })
 
 # Class attributes that Horovod scripts use.
 CLASS_ATTRIBUTES = MappingProxyType({
     ("horovod.torch", "Compression"): ("none", "fp16"),
+    ("horovod.tensorflow", "Compression"): ("none", "fp16"),
     ("horovod.tensorflow.keras", "Compression"): ("none", "fp16"),
 })
 
@@ -246,5 +425,6 @@ CLASS_BASES = MappingProxyType({
 # Constants that are instances of another public name (module, name) -> class name.
 CONSTANT_TYPES = MappingProxyType({
     ("horovod.torch", "global_process_set"): "ProcessSet",
+    ("horovod.tensorflow", "global_process_set"): "ProcessSet",
     ("horovod.tensorflow.keras", "global_process_set"): "ProcessSet",
 })

@@ -1,11 +1,15 @@
 """Every public name of Horovod 0.28.1's ``horovod.torch``,
-``horovod.tensorflow.keras`` and ``horovod.tensorflow.keras.callbacks`` exists
-in fuseopt's module of the same place, with Horovod's signature.
+``horovod.torch.elastic``, ``horovod.tensorflow``,
+``horovod.tensorflow.elastic``, ``horovod.tensorflow.keras``,
+``horovod.tensorflow.keras.callbacks`` and
+``horovod.tensorflow.keras.elastic`` exists in fuseopt's module of the same
+place, with Horovod's signature.
 
 The reference is ``horovod_api.py`` next to this file, transcribed by hand from
 Horovod's source. For a callable, fuseopt's signature must:
 
-* have every Horovod parameter, with the same kind;
+* have every Horovod parameter, with the same kind, and take arbitrary
+  keywords (a ``**`` parameter of any name) where Horovod's takes ``**kwargs``;
 * start with Horovod's positional parameters, in Horovod's order, so that a
   positional call binds the same way;
 * give each parameter Horovod's default: literals compare by ``repr``, a name
@@ -34,13 +38,21 @@ _spec.loader.exec_module(api)
 
 FUSEOPT_MODULES = {
     "horovod.torch": "fuseopt.torch",
+    "horovod.torch.elastic": "fuseopt.torch.elastic",
+    "horovod.tensorflow": "fuseopt.tensorflow",
+    "horovod.tensorflow.elastic": "fuseopt.tensorflow.elastic",
     "horovod.tensorflow.keras": "fuseopt.tensorflow.keras",
     "horovod.tensorflow.keras.callbacks": "fuseopt.tensorflow.keras.callbacks",
+    "horovod.tensorflow.keras.elastic": "fuseopt.tensorflow.keras.elastic",
 }
 SHORT = {
     "horovod.torch": "torch",
+    "horovod.torch.elastic": "torch.elastic",
+    "horovod.tensorflow": "tf",
+    "horovod.tensorflow.elastic": "tf.elastic",
     "horovod.tensorflow.keras": "keras",
     "horovod.tensorflow.keras.callbacks": "keras.callbacks",
+    "horovod.tensorflow.keras.elastic": "keras.elastic",
 }
 
 # Names that docs/migration.md documents as intentionally different from
@@ -58,7 +70,9 @@ SHORT = {
 #   keras  broadcast_global_variables: raises, as Horovod's under TF2;
 #   keras  load_model: `legacy_opts=True` raises;
 #   keras  callbacks.LearningRateScheduleCallback / LearningRateWarmupCallback:
-#          `momentum_correction` cannot act on Keras 3 optimizers.
+#          `momentum_correction` cannot act on Keras 3 optimizers;
+#   tf     broadcast_global_variables: raises, as Horovod's under TF2;
+#   elastic (torch, tf, keras): "same API and semantics", a reset restarts the job.
 ALLOWED_SIGNATURE_DIFFERENCES = {}
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -84,8 +98,11 @@ NONE_MEANS = {"global_process_set", "Compression.none"}
 
 def _horovod_signature(params):
     parts = []
-    for name, default, _kind in params:
-        parts.append(name if default is api.REQUIRED else "%s=%s" % (name, default))
+    for name, default, kind in params:
+        if kind == api.VAR_KEYWORD:
+            parts.append("**" + name)
+        else:
+            parts.append(name if default is api.REQUIRED else "%s=%s" % (name, default))
     return "(%s)" % ", ".join(parts)
 
 
@@ -130,9 +147,14 @@ def _signature_problems(module, params, obj, names_only):
     by_name = sig.parameters
     problems = []
 
-    missing = [name for name, _, _ in params if name not in by_name]
+    missing = [name for name, _, kind in params
+               if kind != api.VAR_KEYWORD and name not in by_name]
     if missing:
         problems.append("missing parameters: %s" % ", ".join(missing))
+    var_keyword = [name for name, _, kind in params if kind == api.VAR_KEYWORD]
+    if var_keyword and not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in fparams):
+        problems.append("no **kwargs: Horovod's takes **%s" % var_keyword[0])
+    params = [p for p in params if p[2] != api.VAR_KEYWORD]  # checked above
     if names_only:
         return problems, str(sig)
 

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 from .. import *  # noqa: F401,F403  (the same API as fuseopt.tensorflow)
-from .. import DistributedOptimizer, PartialDistributedOptimizer  # noqa: F401
+# The Keras module's own argument order, in place of fuseopt.tensorflow's.
+from ..optimizer import DistributedOptimizer  # type: ignore[assignment]  # noqa: F401
+from ..optimizer import PartialDistributedOptimizer  # noqa: F401
 from . import callbacks  # noqa: F401
-from . import elastic  # noqa: F401  (hvd.elastic.run, KerasState, the state callbacks)
+# hvd.elastic.run, KerasState, the state callbacks. Not ``from . import``:
+# the star import above already bound ``elastic`` to fuseopt.tensorflow's.
+import importlib as _importlib
+elastic = _importlib.import_module(__name__ + ".elastic")
 from ...elastic import HostsUpdatedInterrupt  # noqa: F401
 from ...checkpoint import CheckpointError  # noqa: F401
 from .checkpoint import load_checkpoint, save_checkpoint  # noqa: F401

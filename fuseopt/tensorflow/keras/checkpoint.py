@@ -26,18 +26,9 @@ import numpy as np
 from ... import checkpoint as _ckpt
 from ... import objects, world
 from ..functions import broadcast_variables
+from ..model_variables import split_model_variables as _split
 
 FORMAT = "fuseopt.keras.checkpoint/2"
-
-
-def _split(model):
-    """(shared variables, per-rank seed-generator states, optimizer variables)."""
-    optimizer = getattr(model, "optimizer", None)  # None: never compiled
-    if optimizer is not None and not optimizer.built:
-        optimizer.build(model.trainable_variables)
-    seeds = [v for v in model.variables if v.path.endswith("seed_generator_state")]
-    shared = [v for v in model.variables if not v.path.endswith("seed_generator_state")]
-    return shared, seeds, list(optimizer.variables) if optimizer is not None else []
 
 
 def _reseed(rank):
