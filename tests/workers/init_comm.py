@@ -5,6 +5,7 @@ import numpy as np
 from mpi4py import MPI
 
 import fuseopt
+from fuseopt.capabilities import mpi_threads_supported
 from harness import expect_error
 
 
@@ -14,6 +15,8 @@ def main():
     half = world.Split(r % 2, r)  # a subset (at 2 ranks and more)
     fuseopt.init(comm=world)
     assert (fuseopt.rank(), fuseopt.size()) == (r, n)
+    # mpi4py asked for THREAD_MULTIPLE: the script may call MPI beside fuseopt.
+    assert MPI.Query_thread() == MPI.THREAD_MULTIPLE and mpi_threads_supported()
     out = fuseopt.allreduce(np.full(2, r + 1.0), name="comm", op=fuseopt.Sum)
     assert out.tolist() == [n * (n + 1) / 2] * 2, out
     fuseopt.shutdown()

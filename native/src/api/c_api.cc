@@ -12,6 +12,7 @@
 #include "base/dtype.h"
 #include "policy/row_split.h"
 #include "transport/device/device_free.h"
+#include "transport/mpi/mpi_world.h"
 
 struct fuseopt_ctx {
   fuseopt::Context context;
@@ -137,6 +138,13 @@ int fuseopt_comm_info(fuseopt_ctx_t* ctx, fuseopt_comm_info_t* out) {
   REQUIRE_CTX(ctx);
   if (!out) return fail(FUSEOPT_INVALID_ARG, "out is NULL");
   *out = ctx->context.comm_info();
+  return FUSEOPT_OK;
+}
+
+int fuseopt_mpi_threads_supported(fuseopt_ctx_t* ctx, int* supported) {
+  REQUIRE_CTX(ctx);
+  if (!supported) return fail(FUSEOPT_INVALID_ARG, "supported is NULL");
+  *supported = fuseopt::MpiWorld::thread_multiple() ? 1 : 0;
   return FUSEOPT_OK;
 }
 

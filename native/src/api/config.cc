@@ -22,6 +22,7 @@ void default_config(fuseopt_config_t* c) {
   c->stall_shutdown_s = 0;
   c->log_level = FUSEOPT_LOG_WARNING;
   c->emulated_local_size = 0;
+  c->mpi_thread_multiple = 0;
   // Below this, MPICH's own allreduce (a few µs) beats three barriers.
   c->shm_min_bytes = int64_t(256) << 10;
   // Healthy rounds finish within an idle tick (50 ms) and a collective within

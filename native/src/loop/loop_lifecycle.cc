@@ -57,7 +57,7 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
 void Loop::start() {
   busy_what_ = "starting MPI";
   std::unique_ptr<ProcessSet> all(new ProcessSet);
-  all->world.reset(new MpiWorld(config_.emulated_local_size));
+  all->world.reset(new MpiWorld(config_.emulated_local_size, config_.mpi_thread_multiple != 0));
   busy_what_ = "agreeing on the configuration with rank 0";
   rank_ = all->world->info().rank;
   size_ = all->world->info().size;

@@ -49,6 +49,7 @@ void create_ops16() {
 }
 
 bool g_we_initialized = false;
+std::atomic<bool> g_thread_multiple{false};  // the level MPI provides, once initialised
 std::atomic<bool> g_abandoned{false};
 
 void finalize_at_exit() {
@@ -95,10 +96,12 @@ void MpiWorld::abandon() {
 #endif
 }
 
+bool MpiWorld::thread_multiple() { return g_thread_multiple; }
+
 namespace {
 
 // MPI itself, the first time in this process; then our 16-bit float ops.
-void start_mpi() {
+void start_mpi(bool thread_multiple) {
   if (g_abandoned)
     throw Error(FUSEOPT_RANK_FAILED,
                 "fuseopt was aborted in this process after a rank failure; MPI cannot be used "
@@ -107,8 +110,11 @@ void start_mpi() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided),
+    mpi_check(MPI_Init_thread(nullptr, nullptr,
+                              thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED,
+                              &provided),
               "MPI_Init_thread");
+    g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     // Finalize at process exit rather than at shutdown, so a process can
     // init -> shutdown -> init again (MPI cannot be initialised twice).
 #ifdef __GLIBC__
@@ -120,6 +126,7 @@ void start_mpi() {
   } else {
     int provided = 0;
     MPI_Query_thread(&provided);
+    g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     // fuseopt's loop thread calls MPI at any time (at least every idle tick),
     // so a program that also calls MPI itself needs MPI_THREAD_MULTIPLE.
     if (provided < MPI_THREAD_MULTIPLE && !g_we_initialized)  // ours, from an earlier init
@@ -155,8 +162,8 @@ int node_by_host_name(MPI_Comm comm, int rank, int size) {
 
 }  // namespace
 
-MpiWorld::MpiWorld(int emulated_local_size) {
-  start_mpi();
+MpiWorld::MpiWorld(int emulated_local_size, bool thread_multiple) {
+  start_mpi(thread_multiple);
   mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &info_.rank);

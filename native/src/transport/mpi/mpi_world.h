@@ -1,6 +1,6 @@
 // The process's MPI state as the core sees it: initialisation at thread level
-// SERIALIZED (only the loop thread calls MPI; THREAD_MULTIPLE measured 2-5x
-// slower), a private duplicate of MPI_COMM_WORLD with errors returned rather
+// SERIALIZED (one fuseopt thread at a time calls MPI; THREAD_MULTIPLE measured
+// 2-5x slower, and is asked for only by the mpi_thread_multiple knob), a private duplicate of MPI_COMM_WORLD with errors returned rather
 // than aborting, the node-local and cross-node communicators, and the mapping
 // from fuseopt dtypes and reduce ops to MPI's (16-bit floats need our own ops).
 #pragma once
@@ -16,9 +16,10 @@ namespace fuseopt {
 class MpiWorld {
  public:
   // Initialises MPI if nobody has (on the calling thread, which then also
-  // finalises it at process exit). emulated_local_size > 0 pretends each
-  // node holds that many consecutive ranks (to test topology on one host).
-  explicit MpiWorld(int emulated_local_size);
+  // finalises it at process exit), at THREAD_MULTIPLE if thread_multiple,
+  // else SERIALIZED. emulated_local_size > 0 pretends each node holds that
+  // many consecutive ranks (to test topology on one host).
+  MpiWorld(int emulated_local_size, bool thread_multiple);
   ~MpiWorld();
   // Collective over this world: a world of the ranks that pass member (ranks
   // in this world's order; the same nodes). Null where member is false.
@@ -34,6 +35,8 @@ class MpiWorld {
   // After a peer is lost MPI_Finalize would wait for it forever: skip it at
   // exit, and refuse to initialise again in this process.
   static void abandon();
+  // Whether MPI runs at MPI_THREAD_MULTIPLE (false before it is initialised).
+  static bool thread_multiple();
 
   static MPI_Datatype datatype(fuseopt_dtype_t dtype);
   static MPI_Op op(fuseopt_reduce_op_t op, fuseopt_dtype_t dtype);
