@@ -24,6 +24,7 @@ from .process_sets import ProcessSet, add_process_set, global_process_set, remov
 from .checkpoint import CheckpointError
 from .naming import Shared
 from .timeline import start_timeline, stop_timeline
+from .runner import run  # Horovod's horovod.run: a function on every rank of a new job
 
 from ._version import version as _version
 

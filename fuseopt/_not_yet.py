@@ -1,13 +1,15 @@
-"""Modules that stand where Horovod has an integration fuseopt does not
-have yet (fuseopt.ray, fuseopt.spark): importing one raises UnsupportedError
-saying what is missing and what to use, so that a script migrated with
-``s/horovod/fuseopt/`` stops at its first line with that, not with a bare
-ModuleNotFoundError."""
+"""Modules that stand where Horovod has something fuseopt does not have
+(fuseopt.ray, fuseopt.spark, fuseopt.mxnet, fuseopt.tensorflow.data):
+importing one raises UnsupportedError saying what is missing and what to
+use, so that a script migrated with ``s/horovod/fuseopt/`` stops at its first
+line with that, not with a bare ModuleNotFoundError."""
 from .errors import UnsupportedError
 
+_LAUNCH = ("Start the ranks with fuseoptrun (mpiexec) or Slurm's srun instead, one process "
+           "per rank")
 
-def refuse(module, horovod):
+
+def refuse(module, horovod, instead=_LAUNCH):
     raise UnsupportedError(
-        "%s: fuseopt has no %s integration yet. Start the ranks with fuseoptrun (mpiexec) or "
-        "Slurm's srun instead, one process per rank; see docs/migration.md ('Spark/Ray "
-        "integrations')" % (module, horovod))
+        "%s: fuseopt has no %s. %s; see docs/migration.md ('Other import paths')"
+        % (module, horovod, instead))

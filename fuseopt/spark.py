@@ -2,4 +2,4 @@
 importing this raises UnsupportedError (fuseopt/_not_yet.py)."""
 from ._not_yet import refuse
 
-refuse(__name__, "horovod.spark (run, the Estimators)")
+refuse(__name__, "horovod.spark integration yet (run, the Estimators)")

@@ -12,16 +12,16 @@ PACKAGE = os.path.join(ROOT, "fuseopt")
 LAYERS = [
     ("base", ["_native", "_version", "_build", "errors", "_launch_notes", "launch_records",
               "log", "metrics_math", "dtypes", "arguments", "config", "horovod_env", "devices",
-              "atomic_file", "elastic_protocol", "portable_errors"]),
+              "atomic_file", "elastic_protocol", "portable_errors", "_not_yet"]),
     ("world", ["world", "_peer_watch"]),
     ("requests", ["handles", "requests", "process_sets"]),
     ("operations", ["ops", "objects", "naming", "timeline", "overlap", "compression", "buckets",
                     "local_sgd", "optimizer_args", "checkpoint", "capabilities", "output_pool"]),
-    ("lifecycle", ["runtime", "elastic"]),
+    ("lifecycle", ["runtime", "elastic", "runner"]),
     ("package", ["__init__"]),
-    ("bindings", ["torch", "tensorflow", "keras", "common"]),
+    ("bindings", ["torch", "tensorflow", "keras", "common", "mxnet"]),
     ("tools", ["launcher", "cli", "__main__", "timeline_summary", "timeline_plot", "ray",
-               "spark", "_not_yet"]),
+               "spark"]),
 ]
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 

@@ -1,0 +1,8 @@
+"""Horovod's horovod.tensorflow.data (the tf.data service compute_service):
+not in fuseopt; importing this raises UnsupportedError
+(fuseopt/_not_yet.py)."""
+from .._not_yet import refuse
+
+refuse(__name__, "tf.data service integration (horovod.tensorflow.data.compute_service: "
+       "TfDataServiceConfig, tf_data_service)",
+       "Read each rank's shard with tf.data directly (dataset.shard(hvd.size(), hvd.rank()))")
