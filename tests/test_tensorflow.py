@@ -4,7 +4,8 @@ equal to single-process training, accumulation, compression, IndexedSlices,
 loss scaling and mixed precision, callbacks, local SGD, save/load,
 jit_compile error, SyncBatchNormalization (tests/workers/tf_train.py); the plain
 module's Horovod-only pieces (sparse grouped allreduce, object broadcasts,
-local sources, hvd.elastic states: tests/workers/tf_module.py).
+local sources, hvd.elastic states: tests/workers/tf_module.py); what Horovod's Keras
+tests promise, on Keras 3 (tests/workers/tf_keras_behaviours.py).
 Each worker imports TensorFlow once and runs all its checks."""
 import pytest
 
@@ -21,3 +22,8 @@ def test_keras_training(run_ranks, nranks):
 
 def test_tf_module_as_horovods(run_ranks):
     run_ranks(2, "tf_module.py", timeout=240)
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_keras_behaviours_horovod_promises(run_ranks, nranks):
+    run_ranks(nranks, "tf_keras_behaviours.py", timeout=300)
