@@ -5,7 +5,8 @@ loss scaling and mixed precision, callbacks, local SGD, save/load,
 jit_compile error, SyncBatchNormalization (tests/workers/tf_train.py); the plain
 module's Horovod-only pieces (sparse grouped allreduce, object broadcasts,
 local sources, hvd.elastic states: tests/workers/tf_module.py); what Horovod's Keras
-tests promise, on Keras 3 (tests/workers/tf_keras_behaviours.py).
+tests promise, on Keras 3 (tests/workers/tf_keras_behaviours.py), and of the plain
+module's collectives (tests/workers/tf_collective_behaviours.py).
 Each worker imports TensorFlow once and runs all its checks."""
 import pytest
 
@@ -27,3 +28,8 @@ def test_tf_module_as_horovods(run_ranks):
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_keras_behaviours_horovod_promises(run_ranks, nranks):
     run_ranks(nranks, "tf_keras_behaviours.py", timeout=300)
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_collective_behaviours_horovod_promises(run_ranks, nranks):
+    run_ranks(nranks, "tf_collective_behaviours.py", timeout=300)
