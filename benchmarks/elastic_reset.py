@@ -77,7 +77,7 @@ def commit_cost(reps=5):
     to a temporary commit store, and per restore of that commit."""
     import torch
     import fuseopt.torch as hvd
-    from fuseopt import elastic_protocol
+    from fuseopt.training import elastic_protocol
     os.environ[elastic_protocol.ELASTIC_DIR_ENV] = tempfile.mkdtemp(prefix="elastic-commit-")
     hvd.init()
     sizes = [1024, 2048, 2048, 1024, 10]

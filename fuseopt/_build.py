@@ -102,7 +102,7 @@ def make_builder(absolute_paths=False):
     # soname as the mpich wheel (libmpi.so.12: Intel MPI, Cray MPICH, MVAPICH)
     # is not shadowed by the wheel's copy. $ORIGIN/../../.. is <venv>/lib when
     # installed into site-packages, where the wheel puts libmpi;
-    # fuseopt/_native.py preloads it when neither is found.
+    # fuseopt/base/_native.py preloads it when neither is found.
     rpaths = mpi["rpath"] + ["$ORIGIN/../../.."]
     ffi = FFI()
     ffi.cdef(read_cdef())

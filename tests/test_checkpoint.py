@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from fuseopt.checkpoint import write_atomically
+from fuseopt.training.checkpoint import write_atomically
 
 
 def final_weights(directory, tag):
@@ -34,7 +34,7 @@ def test_interrupted_save_leaves_the_previous_checkpoint(tmp_path):
     assert path.read_bytes() == b"old checkpoint"
     assert os.listdir(tmp_path) == ["ckpt.bin"]
     # A process killed in the middle of a save (no chance to clean up).
-    code = ("import os, signal; from fuseopt.checkpoint import write_atomically\n"
+    code = ("import os, signal; from fuseopt.training.checkpoint import write_atomically\n"
             "def w(f):\n f.write(b'new, partial'); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
             "write_atomically(%r, w)" % str(path))
     proc = subprocess.run([sys.executable, "-c", code], timeout=60)

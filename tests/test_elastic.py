@@ -11,7 +11,7 @@ import torch
 
 import emulated_hosts
 from conftest import launch, launch_mpmd
-from fuseopt import elastic_protocol
+from fuseopt.training import elastic_protocol
 
 ok, why = emulated_hosts.available()
 needs_hosts = pytest.mark.skipif(not ok, reason="cannot emulate hosts here: %s" % why)

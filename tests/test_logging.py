@@ -1,4 +1,4 @@
-"""Python-side messages go through ``logging`` (fuseopt/log.py), with the rank
+"""Python-side messages go through ``logging`` (fuseopt/base/log.py), with the rank
 in each record, and the core follows the same level. Each case runs in a
 fresh one-rank process, so that logger state does not leak between tests."""
 import os
@@ -18,17 +18,17 @@ def _run(code, **env):
 
 def test_records_carry_the_rank_and_reach_the_programs_handlers():
     p = _run("""
-        import logging, fuseopt, fuseopt.overlap
+        import logging, fuseopt, fuseopt.api.overlap
         seen = []
         class Keep(logging.Handler):
             def emit(self, record):
                 seen.append((record.name, record.levelname, record.rank, record.getMessage()))
         logging.basicConfig(level=logging.INFO)   # the program configures logging
         logging.getLogger().addHandler(Keep())
-        fuseopt.log.logger.warning("before init")
+        fuseopt.base.log.logger.warning("before init")
         fuseopt.init()
-        fuseopt.log.report_logger.info("a report")
-        fuseopt.overlap.log_epoch(epoch=3)
+        fuseopt.base.log.report_logger.info("a report")
+        fuseopt.api.overlap.log_epoch(epoch=3)
         fuseopt.shutdown()
         print(seen)
         """)
@@ -45,8 +45,8 @@ def test_unconfigured_logging_prints_like_the_core():
     p = _run("""
         import fuseopt
         fuseopt.init()
-        fuseopt.log.logger.warning("careful")
-        fuseopt.log.logger.info("hidden at the default level")
+        fuseopt.base.log.logger.warning("careful")
+        fuseopt.base.log.logger.info("hidden at the default level")
         fuseopt.shutdown()
         """)
     assert p.returncode == 0, p.stderr

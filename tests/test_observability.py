@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from fuseopt import timeline_summary
+from fuseopt.tools import timeline_summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

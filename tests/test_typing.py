@@ -65,7 +65,7 @@ def test_public_constructors_are_annotated():
                fuseopt.torch.AdaptiveLocalSGD, fuseopt.torch.SyncBatchNorm,
                fuseopt.tensorflow.DistributedGradientTape,
                fuseopt.tensorflow.SyncBatchNormalization]
-    from fuseopt.naming import Shared
+    from fuseopt.training.naming import Shared
     missing = []
     for cls in classes + [Shared]:
         sig = inspect.signature(cls.__init__)

@@ -10,7 +10,7 @@ it has cores, stops every rank on Ctrl-C or SIGTERM, and exits with the code
 of the rank that failed first, after saying which one it was. Inside a Slurm
 allocation it takes hosts and -np from Slurm (slurm.py); horovodrun's flags
 and HOROVOD_* variables are honoured or refused (horovod_flags.py,
-fuseopt/horovod_env.py).
+fuseopt/core/horovod_env.py).
 """
 import argparse
 import os
@@ -22,18 +22,19 @@ import sys
 import tempfile
 import time
 
-from .. import config as _config
-from .. import horovod_env
+from ..core import config as _config
+from ..core import horovod_env
 from .._version import version as _version
-from ..errors import InvalidArgumentError
-from . import elastic_driver, failure_summary, horovod_flags, parent_death
+from ..base.errors import InvalidArgumentError
+from .elastic import driver as elastic_driver
+from . import failure_summary, horovod_flags, parent_death
 from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
 from . import shm_litter
 from .rank_settings import flag_settings, network_interface, rank_environment
 from .usage import UsageError
-from ..launch_records import ended_badly, read_records
+from ..base.launch_records import ended_badly, read_records
 
 
 def find_mpiexec(explicit=None):

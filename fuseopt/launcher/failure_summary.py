@@ -1,14 +1,14 @@
 """What fuseoptrun says when a job ends badly: which rank failed first, and why.
 
 It reads the records the rank wrappers left in the launch directory
-(fuseopt/launch_records.py): each rank's exit (rank-N.json), its start
+(fuseopt/base/launch_records.py): each rank's exit (rank-N.json), its start
 (start-N.json), and the note its fuseopt wrote when it stopped because of
 another rank (note-N.json).
 """
 import signal
 import sys
 
-from ..launch_records import ended_badly, read_records
+from ..base.launch_records import ended_badly, read_records
 from . import rank_wrapper
 
 

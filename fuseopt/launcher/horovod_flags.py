@@ -9,7 +9,8 @@ import argparse
 import importlib.util
 import shlex
 
-from .. import capabilities, horovod_env
+from ..api import capabilities
+from ..core import horovod_env
 
 # horovodrun spelling -> fuseopt knob (its value is the knob's value)
 KNOB_ALIASES = {

@@ -2,7 +2,7 @@
 job's directory at shutdown (metrics-N.json), and fuseoptrun prints one table
 when the job ends. Ranks on other hosts write into their own host's copy of
 the directory, so only ranks on the launching host are listed."""
-from ..metrics_math import efficiency
+from ..base.metrics_math import efficiency
 
 
 def format_table(records):

@@ -9,7 +9,7 @@ intra-op pool takes every core, and N ranks on N cores oversubscribe N-fold.
 """
 import os
 
-from ..launch_records import RANK_SOURCES, SIZE_SOURCES, first_int
+from ..base.launch_records import RANK_SOURCES, SIZE_SOURCES, first_int
 _LOCAL_RANK = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 _LOCAL_SIZE = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 

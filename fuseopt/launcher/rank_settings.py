@@ -4,9 +4,9 @@ the command line's flags (which win), -x exports, and the variables that steer
 MPI's data path (MPIR_CVAR_NOLOCAL, --network-interface's)."""
 import os
 
-from .. import config as _config
-from .. import horovod_env
-from ..launch_records import METRICS_SUMMARY_ENV
+from ..core import config as _config
+from ..core import horovod_env
+from ..base.launch_records import METRICS_SUMMARY_ENV
 from . import horovod_flags
 from . import hosts as _hosts
 from .usage import UsageError

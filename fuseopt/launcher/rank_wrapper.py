@@ -4,7 +4,7 @@ mpiexec starts ``python -m fuseopt.launcher.rank_wrapper CMD...`` per rank.
 The wrapper gives the command torchrun's variables (rank_env.py), forwards
 termination signals to it, makes sure it dies with the wrapper
 (PR_SET_PDEATHSIG), and writes start-N.json and rank-N.json into
-$FUSEOPT_LAUNCH_DIR (fuseopt/launch_records.py).
+$FUSEOPT_LAUNCH_DIR (fuseopt/base/launch_records.py).
 
 A command that exits 0 while fuseopt is still running in it (no shutdown():
 ``os._exit(0)``, a library that ended the process) is a failure: the other
@@ -14,7 +14,7 @@ unclean and exits 1, so that the job fails and says which rank it was.
 When the command failed, the wrapper lingers a moment before exiting: mpiexec
 kills the whole job as soon as one rank's process is gone, and the other ranks
 need that moment to read the record and raise an error naming this rank
-(fuseopt/_peer_watch.py) rather than die silently. After a clean exit it
+(fuseopt/core/peer_watch.py) rather than die silently. After a clean exit it
 waits for the other ranks started on its host to record theirs (_linger).
 """
 import os
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from .. import launch_records
+from ..base import launch_records
 from . import parent_death, rank_env
 
 # Long enough for the survivors' watchers (polling every 0.2 s) to see the

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import warnings
 
-from ..errors import RankFailedError, ShutDownError, UnsupportedError
+from ..base.errors import RankFailedError, ShutDownError, UnsupportedError
 
 _FAILURES_OF_OTHERS = (RankFailedError.__name__, ShutDownError.__name__)
 

@@ -13,7 +13,7 @@ import traceback
 
 import cloudpickle
 
-from ..launch_records import env_rank, env_size
+from ..base.launch_records import env_rank, env_size
 
 FUNCTION_FILE = "function.pkl"
 

@@ -10,17 +10,17 @@ Custom loop::
 
 Keras ``fit``: see ``fuseopt.tensorflow.keras``.
 """
-from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
-                      RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
-from ..runtime import init, shutdown
-from ..world import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
-                     rank, size)
-from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
-                            is_homogeneous,
-                            mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
-from ..timeline import start_timeline, stop_timeline
-from ..overlap import log_epoch as log_metrics
+from ..base.errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
+                           RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
+from ..api.runtime import init, shutdown
+from ..core.world import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
+                          rank, size)
+from ..core.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from ..api.capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
+                                is_homogeneous, mpi_built, mpi_enabled, mpi_threads_supported,
+                                nccl_built, rocm_built)
+from ..api.timeline import start_timeline, stop_timeline
+from ..api.overlap import log_epoch as log_metrics
 from .compression import Compression, Compressor
 from .functions import (BroadcastGlobalVariablesHook, broadcast_, broadcast_global_variables,
                         broadcast_variables)
@@ -29,11 +29,10 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   barrier, broadcast, broadcast_object, broadcast_object_fn, grouped_allreduce,
                   join)
 from .row_ops import alltoall, grouped_allgather, grouped_reducescatter, reducescatter
-from .value_ops import (local_rank_op, local_size_op, process_set_included_op, rank_op,
-                        size_op)
+from .value_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
 from .optimizer import PartialDistributedOptimizer
 from .optimizer import TensorFlowDistributedOptimizer as DistributedOptimizer
-from ..naming import Shared
+from ..training.naming import Shared
 from .sync_batch_norm import SyncBatchNormalization
 from . import elastic  # noqa: E402  (hvd.elastic.run, TensorFlowKerasState, TensorFlowState)
 

@@ -15,8 +15,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from ..dtypes import CODES
-from ..errors import InvalidArgumentError, UnsupportedError
+from ..base.dtypes import CODES
+from ..base.errors import InvalidArgumentError, UnsupportedError
 
 _SUPPORTED = set(CODES)  # the core's dtype names, which are TensorFlow's too
 _trace_names = itertools.count()

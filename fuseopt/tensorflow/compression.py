@@ -1,11 +1,11 @@
-"""Gradient compressors for TensorFlow: the algorithms of fuseopt.compression
+"""Gradient compressors for TensorFlow: the algorithms of fuseopt.training.compression
 on TensorFlow tensors, so that a mixed job compresses identically on both
 sides. Residuals are tf.Variables, so that updates persist inside tf.function."""
 import tensorflow as tf
 
-from .. import compression as _neutral
-from .. import requests as _rq
-from ..compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
+from ..training import compression as _neutral
+from ..core import requests as _rq
+from ..training.compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
 
 
 class _TensorFlowKit(_neutral.TensorKit):

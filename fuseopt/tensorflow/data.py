@@ -1,7 +1,7 @@
 """Horovod's horovod.tensorflow.data (the tf.data service compute_service):
 not in fuseopt; importing this raises UnsupportedError
-(fuseopt/_not_yet.py)."""
-from .._not_yet import refuse
+(fuseopt/base/unsupported.py)."""
+from ..base.unsupported import refuse
 
 refuse(__name__, "tf.data service integration (horovod.tensorflow.data.compute_service: "
        "TfDataServiceConfig, tf_data_service)",

@@ -14,7 +14,7 @@ instead of a model. Variables are kept as NumPy copies; the commit store
 gets them as an ``.npz`` archive with a JSON header, read back with
 ``allow_pickle=False`` (never code from the file), so the state's other
 values must be JSON data. fuseopt.tensorflow.keras.elastic adds KerasState
-and the Keras callbacks; fuseopt/elastic.py tells how a reset works.
+and the Keras callbacks; fuseopt/training/elastic.py tells how a reset works.
 """
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ import json
 import numpy as np
 import tensorflow as tf
 
-from ..checkpoint import CheckpointError, check_plain, encode_header
-from ..elastic import RESET_ERRORS, HostsUpdatedInterrupt, ObjectState, State, run_fn
-from ..errors import InvalidArgumentError, UnsupportedError
-from ..runtime import init, shutdown
-from ..world import rank
+from ..training.checkpoint import CheckpointError, check_plain, encode_header
+from ..training.elastic import RESET_ERRORS, HostsUpdatedInterrupt, ObjectState, State, run_fn
+from ..base.errors import InvalidArgumentError, UnsupportedError
+from ..api.runtime import init, shutdown
+from ..core.world import rank
 from .functions import broadcast_variables, variable_path
 from .model_variables import split_model_variables
 from .ops import broadcast_object, broadcast_object_fn

@@ -5,15 +5,15 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from .. import naming
-from .. import ops as _np
-from ..errors import InvalidArgumentError, UnsupportedError
-from .. import process_sets as _ps
+from ..training import naming
+from ..api import ops as _np
+from ..base.errors import InvalidArgumentError, UnsupportedError
+from ..core import process_sets as _ps
 from . import ops
 from .tf_errors import with_tf_errors
 
 if TYPE_CHECKING:  # names used only in annotations
-    from ..process_sets import ProcessSet
+    from ..core.process_sets import ProcessSet
 
 
 def _var_name(v, i):

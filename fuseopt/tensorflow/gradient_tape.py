@@ -5,10 +5,11 @@ from typing import Any, Dict, Optional, Sequence, Union
 import keras
 import tensorflow as tf
 
-from .. import buckets, naming, optimizer_args, overlap
+from ..training import buckets, naming, optimizer_args
+from ..api import overlap
 from . import ops
 from .functions import variable_path
-from .. import process_sets as _ps
+from ..core import process_sets as _ps
 from .compression import Compression
 
 
@@ -23,7 +24,7 @@ def gradient_names(sources):
 
 
 def mapped_gradients(sources, name_map):
-    """Names and layouts from a mixed-cluster name map (fuseopt.naming)."""
+    """Names and layouts from a mixed-cluster name map (fuseopt.training.naming)."""
     shared = naming.resolve(name_map, [variable_path(s) for s in sources])
     return [naming.GRADIENT_PREFIX + s.name for s in shared], shared
 

@@ -13,24 +13,24 @@ import itertools
 import numpy as np
 import tensorflow as tf
 
-from .. import buckets
-from .. import objects as _objects
-from .. import output_pool
-from .. import ops as _np
-from ..arguments import derived_name
-from ..compression import as_compressor, on_wire
-from ..requests import WIRE_AS_IS
-from .. import world
-from ..errors import FuseoptError, InvalidArgumentError, UnsupportedError
+from ..training import buckets
+from ..api import objects as _objects
+from ..core import output_pool
+from ..api import ops as _np
+from ..base.arguments import derived_name
+from ..training.compression import as_compressor, on_wire
+from ..core.requests import WIRE_AS_IS
+from ..core import world
+from ..base.errors import FuseoptError, InvalidArgumentError, UnsupportedError
 from . import _tensors as _t
-from .. import process_sets as _ps
-from .. import requests as _rq
-from ..compression import reducing_over
+from ..core import process_sets as _ps
+from ..core import requests as _rq
+from ..training.compression import reducing_over
 from .compression import NoneCompressor
 from .tf_errors import with_tf_errors
 
 if TYPE_CHECKING:  # names used only in annotations
-    from ..process_sets import ProcessSet
+    from ..core.process_sets import ProcessSet
 
 Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
 Adasum = _np.Adasum

@@ -21,15 +21,15 @@ import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
-from .. import buckets, naming, optimizer_args
-from ..errors import InvalidArgumentError, UnsupportedError
+from ..training import buckets, naming, optimizer_args
+from ..base.errors import InvalidArgumentError, UnsupportedError
 from . import ops
 from .compression import Compression
-from .. import process_sets as _ps
+from ..core import process_sets as _ps
 from .gradient_tape import local_layers_of, reduce_except_local, reduce_gradients
 
 if TYPE_CHECKING:  # annotations only: importing them here would be circular
-    from ..process_sets import ProcessSet
+    from ..core.process_sets import ProcessSet
 
 _COMPRESSION_NAMES = {"none": lambda: Compression.none, "fp16": lambda: Compression.fp16,
                       "bf16": lambda: Compression.bf16, "ef_sign": Compression.ef_sign}

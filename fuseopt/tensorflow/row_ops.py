@@ -9,18 +9,18 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from .. import ops as _np
-from .. import process_sets as _ps
-from .. import requests as _rq
-from ..arguments import derived_name
-from ..compression import NoneCompressor, as_compressor, one_payload_each
-from ..errors import InvalidArgumentError
+from ..api import ops as _np
+from ..core import process_sets as _ps
+from ..core import requests as _rq
+from ..base.arguments import derived_name
+from ..training.compression import NoneCompressor, as_compressor, one_payload_each
+from ..base.errors import InvalidArgumentError
 from . import _tensors as _t
 from .ops import Average, Sum, _allgather_raw, _grouped_allreduce_raw, _names, _operand
 from .tf_errors import with_tf_errors
 
 if TYPE_CHECKING:  # names used only in annotations
-    from ..process_sets import ProcessSet
+    from ..core.process_sets import ProcessSet
 
 
 @with_tf_errors

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import keras
 import tensorflow as tf
 
-from .. import world
+from ..core import world
 from . import ops
 
 

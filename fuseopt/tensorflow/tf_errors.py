@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Type, TypeVar
 
 import tensorflow as tf
 
-from ..errors import FuseoptError, InvalidArgumentError, MismatchError
+from ..base.errors import FuseoptError, InvalidArgumentError, MismatchError
 
 _TF_CLASS = ((MismatchError, tf.errors.FailedPreconditionError),
              (InvalidArgumentError, tf.errors.InvalidArgumentError))

@@ -7,9 +7,9 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from .. import requests as _rq
-from .. import world
-from ..errors import FuseoptError, NotInitializedError
+from ..core import requests as _rq
+from ..core import world
+from ..base.errors import FuseoptError, NotInitializedError
 
 # process_set_included_op's error codes: Horovod's values.
 PROCESS_SET_ERROR_INIT = -1

@@ -6,14 +6,14 @@
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 """
-from ..errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
-                      RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
-from ..runtime import init, shutdown
-from ..world import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
-                     rank, size)
-from ..timeline import start_timeline, stop_timeline
-from ..overlap import log_epoch as log_metrics
-from ..checkpoint import CheckpointError
+from ..base.errors import (FuseoptError, InvalidArgumentError, MismatchError, NotInitializedError,
+                           RankFailedError, ShutDownError, TimeoutError, UnsupportedError)
+from ..api.runtime import init, shutdown
+from ..core.world import (cross_rank, cross_size, is_initialized, local_rank, local_size, metrics,
+                          rank, size)
+from ..api.timeline import start_timeline, stop_timeline
+from ..api.overlap import log_epoch as log_metrics
+from ..training.checkpoint import CheckpointError
 from .checkpoint import load_checkpoint, save_checkpoint
 from .compression import Compression, Compressor
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
@@ -25,16 +25,16 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
 from .row_ops import (alltoall, alltoall_async, grouped_allgather, grouped_allgather_async,
                       grouped_reducescatter, grouped_reducescatter_async, reducescatter,
                       reducescatter_async, sparse_allreduce_async)
-from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from ..capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
-                            is_homogeneous,
-                            mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
+from ..core.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from ..api.capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,
+                                is_homogeneous, mpi_built, mpi_enabled, mpi_threads_supported,
+                                nccl_built, rocm_built)
 from .optimizer import DistributedOptimizer
-from ..naming import Shared
+from ..training.naming import Shared
 from .sync_batch_norm import SyncBatchNorm, recompute_bn_stats
 from .local_sgd import AdaptiveLocalSGD, LocalSGD
 from . import elastic  # noqa: F401  (hvd.elastic.run, TorchState, ElasticSampler)
-from ..elastic import HostsUpdatedInterrupt
+from ..training.elastic import HostsUpdatedInterrupt
 
 # Horovod compatibility: capabilities of this build.
 HorovodInternalError = FuseoptError

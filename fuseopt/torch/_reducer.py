@@ -8,9 +8,10 @@ plan, or compressed / permuted through a request batch) and keeps what is in
 flight until ``wait_and_write_back``."""
 import torch
 
-from .. import buckets, naming, optimizer_args, overlap
-from .. import requests as _rq
-from ..compression import on_wire, reducing_over
+from ..training import buckets, naming, optimizer_args
+from ..api import overlap
+from ..core import requests as _rq
+from ..training.compression import on_wire, reducing_over
 from . import _tensors as _t
 from . import ops, row_ops
 from .compression import Compression

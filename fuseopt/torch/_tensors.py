@@ -4,10 +4,10 @@ The only module of the binding that knows how a torch tensor maps onto the
 core's (pointer, dtype, shape) descriptor."""
 import torch
 
-from .. import devices as _devices
-from .. import output_pool as _output_pool
-from .. import requests as _rq
-from ..errors import InvalidArgumentError, UnsupportedError
+from ..base import devices as _devices
+from ..core import output_pool as _output_pool
+from ..core import requests as _rq
+from ..base.errors import InvalidArgumentError, UnsupportedError
 
 # Before any CUDA tensor reaches the core (which reads these at first use).
 _devices.locate_wheel_libraries()

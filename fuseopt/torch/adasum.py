@@ -10,9 +10,9 @@ buckets (per-tensor coefficients are kept inside a bucket).
 """
 import torch
 
-from .. import process_sets as _ps
-from ..compression import NoneCompressor
-from ..errors import UnsupportedError
+from ..core import process_sets as _ps
+from ..training.compression import NoneCompressor
+from ..base.errors import UnsupportedError
 from . import ops
 from ._wrapper import OptimizerWrapper
 

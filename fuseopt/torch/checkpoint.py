@@ -22,8 +22,8 @@ import random
 import numpy as np
 import torch
 
-from .. import checkpoint as _ckpt
-from .. import world
+from ..training import checkpoint as _ckpt
+from ..core import world
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
 FORMAT = "fuseopt.torch.checkpoint/2"
@@ -107,11 +107,11 @@ def _check_fits(path, expected, saved):
 def load_checkpoint(path: str, model: Any, optimizer: Any = None, root_rank: int = 0,
                     missing_ok: bool = False) -> Any:
     """Restores ``model`` (and ``optimizer``) on every rank from root_rank's
-    file and returns a :class:`fuseopt.checkpoint.Checkpoint` with ``step``,
+    file and returns a :class:`fuseopt.training.checkpoint.Checkpoint` with ``step``,
     ``extra`` and ``world_size``. Collective. With ``missing_ok`` a missing
     file returns None on every rank (a fresh start); otherwise every rank
     raises FileNotFoundError. A truncated, corrupt, foreign or mismatched file
-    raises :class:`fuseopt.checkpoint.CheckpointError` on every rank and
+    raises :class:`fuseopt.training.checkpoint.CheckpointError` on every rank and
     leaves the model as it was."""
     found, meta = _ckpt.load_on_root(path, root_rank, missing_ok,
                                      lambda: _read(path, model, optimizer))

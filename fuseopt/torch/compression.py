@@ -1,10 +1,10 @@
 """Gradient compressors for the PyTorch binding: the algorithms of
-fuseopt.compression (which also says how to write your own) on torch tensors."""
+fuseopt.training.compression (which also says how to write your own) on torch tensors."""
 import torch
 
-from .. import compression as _neutral
-from .. import requests as _rq
-from ..compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
+from ..training import compression as _neutral
+from ..core import requests as _rq
+from ..training.compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
 
 
 class _TorchKit(_neutral.TensorKit):

@@ -6,15 +6,15 @@ import io
 
 import torch
 
-from .. import naming
-from .. import objects as _objects
-from .. import process_sets as _ps
-from .. import world
-from ..errors import InvalidArgumentError
+from ..training import naming
+from ..api import objects as _objects
+from ..core import process_sets as _ps
+from ..core import world
+from ..base.errors import InvalidArgumentError
 from . import _tensors, ops
 
 if TYPE_CHECKING:  # names used only in annotations
-    from ..process_sets import ProcessSet
+    from ..core.process_sets import ProcessSet
 
 
 def broadcast_parameters(params: Any, root_rank: int = 0, prefix: str = "broadcast.param.",

@@ -3,13 +3,13 @@
 Ranks step on their own gradients and average their *parameters* (and,
 optionally, optimizer buffers such as momentum) every ``period`` steps. This
 trades some statistical efficiency for far less communication. When to sync
-is fuseopt.local_sgd's rule, shared with the Keras callback.
+is fuseopt.training.local_sgd's rule, shared with the Keras callback.
 """
 from typing import Any, Callable, Optional
 
 import torch
 
-from ..local_sgd import SyncRule, relative_drift
+from ..training.local_sgd import SyncRule, relative_drift
 from . import ops
 from .functions import broadcast_parameters
 

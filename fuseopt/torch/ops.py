@@ -9,18 +9,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 import torch
 
-from .. import ops as _np_ops
-from .. import requests as _rq
-from ..arguments import derived_name
-from ..compression import as_compressor, one_payload_each, reducing_over
-from .. import world
-from ..errors import InvalidArgumentError
-from .. import process_sets as _ps
+from ..api import ops as _np_ops
+from ..core import requests as _rq
+from ..base.arguments import derived_name
+from ..training.compression import as_compressor, one_payload_each, reducing_over
+from ..core import world
+from ..base.errors import InvalidArgumentError
+from ..core import process_sets as _ps
 from . import _tensors as _t
 
 if TYPE_CHECKING:  # names used only in annotations
-    from ..process_sets import ProcessSet
-    from ..handles import Handle
+    from ..core.process_sets import ProcessSet
+    from ..core.handles import Handle
 
 Sum = _np_ops.Sum
 Average = _np_ops.Average

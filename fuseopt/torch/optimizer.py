@@ -20,10 +20,10 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import torch
 
-from .. import buckets, optimizer_args
-from .. import process_sets as _ps
-from ..compression import as_compressor
-from ..errors import InvalidArgumentError, MismatchError, UnsupportedError
+from ..training import buckets, optimizer_args
+from ..core import process_sets as _ps
+from ..training.compression import as_compressor
+from ..base.errors import InvalidArgumentError, MismatchError, UnsupportedError
 from . import ops
 from ._reducer import GradientReducer
 from ._wrapper import OptimizerWrapper

@@ -7,18 +7,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 import torch
 
-from .. import ops as _np_ops
-from .. import process_sets as _ps
-from .. import requests as _rq
-from ..arguments import derived_name
-from ..errors import InvalidArgumentError
-from ..handles import Then
+from ..api import ops as _np_ops
+from ..core import process_sets as _ps
+from ..core import requests as _rq
+from ..base.arguments import derived_name
+from ..base.errors import InvalidArgumentError
+from ..core.handles import Then
 from . import _tensors as _t
 from .ops import Average, Sum, _compressed, _group_names, _grouped, allgather_async
 
 if TYPE_CHECKING:  # names used only in annotations
-    from ..process_sets import ProcessSet
-    from ..handles import Handle
+    from ..core.process_sets import ProcessSet
+    from ..core.handles import Handle
 
 
 def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,

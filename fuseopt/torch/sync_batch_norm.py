@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .. import ops as _np_ops
-from .. import world
+from ..api import ops as _np_ops
+from ..core import world
 from . import ops
 
 

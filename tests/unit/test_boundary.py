@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from fuseopt import arguments, config
-from fuseopt.errors import InvalidArgumentError
+from fuseopt.base import arguments
+from fuseopt.core import config
+from fuseopt.base.errors import InvalidArgumentError
 
 BAD_ANY = [float("nan"), float("inf"), -float("inf"), "nan", "inf", "1e400", "twelve", True]
 # A float knob takes 1e20 (seconds: a very long, valid timeout); an int64 field cannot.

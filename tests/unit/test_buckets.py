@@ -1,9 +1,9 @@
-"""Gradient buckets and Horovod's explicit groups (fuseopt/buckets.py),
+"""Gradient buckets and Horovod's explicit groups (fuseopt/training/buckets.py),
 without ranks: both bindings take their groups from here."""
 import pytest
 
-from fuseopt import buckets
-from fuseopt.errors import InvalidArgumentError
+from fuseopt.training import buckets
+from fuseopt.base.errors import InvalidArgumentError
 
 
 class Param:  # unhashable, as TensorFlow variables are

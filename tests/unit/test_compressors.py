@@ -1,10 +1,10 @@
-"""The neutral compressors (fuseopt/compression.py) through the torch kit,
+"""The neutral compressors (fuseopt/training/compression.py) through the torch kit,
 without ranks: the collective sum is done here by hand over simulated ranks."""
 import numpy as np
 import torch
 
-from fuseopt.compression import reducing_over
-from fuseopt.metrics_math import add_rates, efficiency
+from fuseopt.training.compression import reducing_over
+from fuseopt.base.metrics_math import add_rates, efficiency
 from fuseopt.torch.compression import Compression
 
 
@@ -118,7 +118,7 @@ def test_casts_halve_floats_and_leave_integers_alone():
 
 
 def test_compressors_of_either_shape_reach_the_bindings_as_payload_lists():
-    from fuseopt.compression import as_compressor
+    from fuseopt.training.compression import as_compressor
     from fuseopt.torch.compression import Compressor
 
     class Listed(Compressor):  # several payloads: a list each way
@@ -160,8 +160,8 @@ def test_overlap_efficiency_and_rates():
 def test_only_unchanged_cast_compressors_run_on_the_core_wire():
     # The optimizers skip compress/decompress for these (the core casts), so
     # a subclass with its own compress must keep going through it.
-    from fuseopt import requests
-    from fuseopt.compression import on_wire
+    from fuseopt.core import requests
+    from fuseopt.training.compression import on_wire
     from fuseopt.torch.compression import FP16Compressor
 
     class Scaled(FP16Compressor):

@@ -4,12 +4,13 @@ and how the sampler re-shards the rest of an epoch."""
 import numpy as np
 import pytest
 
-from fuseopt import elastic_protocol as proto
-from fuseopt.checkpoint import CheckpointError
-from fuseopt.errors import InvalidArgumentError
-from fuseopt.elastic import ObjectState, State, remaining_share
-from fuseopt.launcher import cli, discovery
-from fuseopt.launcher.elastic_driver import classify
+from fuseopt.training import elastic_protocol as proto
+from fuseopt.training.checkpoint import CheckpointError
+from fuseopt.base.errors import InvalidArgumentError
+from fuseopt.training.elastic import ObjectState, State, remaining_share
+from fuseopt.launcher import cli
+from fuseopt.launcher.elastic import discovery
+from fuseopt.launcher.elastic.driver import classify
 
 
 def test_newest_usable_copy_wins_lowest_rank_among_equals():

@@ -242,7 +242,7 @@ def test_integrations_not_there_yet_say_so_at_import(module, horovod):
     """A migrated script's ``import fuseopt.ray`` names what is missing and
     what to use instead, rather than a bare ModuleNotFoundError."""
     import importlib
-    from fuseopt.errors import UnsupportedError
+    from fuseopt.base.errors import UnsupportedError
     with pytest.raises(UnsupportedError, match="%s .*fuseoptrun" % horovod.replace(".", r"\.")):
         importlib.import_module(module)
 
@@ -251,7 +251,7 @@ def test_horovod_import_paths_that_scripts_use():
     """``sed s/horovod/fuseopt/`` of a script importing these paths imports,
     and each name is the binding's own object."""
     import importlib
-    import fuseopt.elastic
+    import fuseopt.training.elastic
     import fuseopt.tensorflow.keras as tfk
     import fuseopt.torch as ft
     mpi_ops = importlib.import_module("fuseopt.torch.mpi_ops")
@@ -261,7 +261,7 @@ def test_horovod_import_paths_that_scripts_use():
     exceptions = importlib.import_module("fuseopt.common.exceptions")
     assert issubclass(exceptions.HorovodInternalError, RuntimeError)
     assert exceptions.HorovodInternalError is ft.HorovodInternalError
-    assert exceptions.HostsUpdatedInterrupt is fuseopt.elastic.HostsUpdatedInterrupt
+    assert exceptions.HostsUpdatedInterrupt is fuseopt.training.elastic.HostsUpdatedInterrupt
     keras_path = importlib.import_module("fuseopt.keras")
     assert keras_path.DistributedOptimizer is tfk.DistributedOptimizer
     assert importlib.import_module("fuseopt.keras.callbacks").BroadcastGlobalVariablesCallback \

@@ -1,10 +1,10 @@
-"""HOROVOD_* variables: mapped to their FUSEOPT_* twins, or refused (fuseopt/horovod_env.py)."""
+"""HOROVOD_* variables: mapped to their FUSEOPT_* twins, or refused (fuseopt/core/horovod_env.py)."""
 import re
 
 import pytest
 
-from fuseopt import horovod_env
-from fuseopt.errors import InvalidArgumentError
+from fuseopt.core import horovod_env
+from fuseopt.base.errors import InvalidArgumentError
 
 
 def test_mapped_variables_set_their_twins_with_a_notice():

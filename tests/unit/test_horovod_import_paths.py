@@ -12,7 +12,7 @@ import importlib
 
 import pytest
 
-from fuseopt.errors import UnsupportedError
+from fuseopt.base.errors import UnsupportedError
 
 # module path -> names a script imports from it (empty: ``import path``)
 HOROVOD_IMPORTS = {

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from fuseopt import config
-from fuseopt._native import ffi, lib
-from fuseopt.errors import InvalidArgumentError
+from fuseopt.core import config
+from fuseopt.base._native import ffi, lib
+from fuseopt.base.errors import InvalidArgumentError
 
 BOUNDED = [k for k in config.KNOBS if k.low is not None or k.high is not None]
 # validate_config checks init_timeout_s last: out of range, it shows that the

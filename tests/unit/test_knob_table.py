@@ -1,13 +1,15 @@
-"""README's configuration table agrees with fuseopt/config.py and the core:
+"""README's configuration table agrees with fuseopt/core/config.py and the core:
 every knob has a row with its keyword and the core's default, the rows marked
 *(rank 0)* are exactly the knobs the core takes from rank 0, and every other
 FUSEOPT_* row names a variable the code reads, with its default."""
 import os
 import re
 
-from fuseopt import buckets, config
-from fuseopt._native import ffi, lib
-from fuseopt.launcher import elastic_driver, rank_wrapper
+from fuseopt.training import buckets
+from fuseopt.core import config
+from fuseopt.base._native import ffi, lib
+from fuseopt.launcher.elastic import driver as elastic_driver
+from fuseopt.launcher import rank_wrapper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -1,9 +1,9 @@
-"""fuseopt.local_sgd's sync rule, rank-free (the collective Max of the drift
+"""fuseopt.training.local_sgd's sync rule, rank-free (the collective Max of the drift
 is replaced by a stub that records each measurement)."""
 import pytest
 
-from fuseopt import local_sgd
-from fuseopt.local_sgd import SyncRule, relative_drift
+from fuseopt.training import local_sgd
+from fuseopt.training.local_sgd import SyncRule, relative_drift
 
 
 @pytest.fixture

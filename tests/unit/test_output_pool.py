@@ -1,9 +1,9 @@
-"""Rank-free rules of the result pool (fuseopt/output_pool.py): a result is
+"""Rank-free rules of the result pool (fuseopt/core/output_pool.py): a result is
 handed out again only when nothing but the pool refers to it."""
 import numpy as np
 import pytest
 
-from fuseopt import output_pool
+from fuseopt.core import output_pool
 
 
 @pytest.fixture(autouse=True)

@@ -5,9 +5,9 @@ the wire is only ever looked up, never imported."""
 import errno
 import pickle
 
-from fuseopt.checkpoint import CheckpointError
-from fuseopt.errors import InvalidArgumentError
-from fuseopt.portable_errors import describe, rebuild
+from fuseopt.training.checkpoint import CheckpointError
+from fuseopt.base.errors import InvalidArgumentError
+from fuseopt.base.portable_errors import describe, rebuild
 
 
 def round_trip(error, context="rank 0 could not write checkpoint 'c.pt'"):
@@ -41,7 +41,7 @@ def test_other_classes_arrive_as_runtime_error_naming_them():
 
 
 def test_a_class_name_from_the_wire_is_never_imported():
-    for kind in ("os.system", "subprocess.Popen", "builtins.eval", "fuseopt.ops.allreduce",
+    for kind in ("os.system", "subprocess.Popen", "builtins.eval", "fuseopt.api.ops.allreduce",
                  "builtins.BaseException", "builtins.SystemExit", "nonsense"):
         again = rebuild((kind, "message"))
         assert type(again) is RuntimeError and str(again) == "message", kind

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from fuseopt.errors import InvalidArgumentError, UnsupportedError
-from fuseopt.process_sets import ProcessSet, global_process_set, id_of
+from fuseopt.base.errors import InvalidArgumentError, UnsupportedError
+from fuseopt.core.process_sets import ProcessSet, global_process_set, id_of
 
 
 def test_sets_compare_by_their_ranks():

@@ -1,8 +1,8 @@
 """The reducescatter row split, one function in the core (policy/row_split.cc)
-that both executors and fuseopt.ops.reducescatter_rows use, without ranks."""
+that both executors and fuseopt.api.ops.reducescatter_rows use, without ranks."""
 import pytest
 
-from fuseopt.ops import reducescatter_rows
+from fuseopt.api.ops import reducescatter_rows
 
 
 @pytest.mark.parametrize("rows,size", [(0, 1), (1, 2), (7, 3), (8, 4), (5, 8), (1000003, 7)])

@@ -13,8 +13,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fuseopt
-from fuseopt._native import ffi, lib
-from fuseopt.world import context
+from fuseopt.base._native import ffi, lib
+from fuseopt.core.world import context
 
 MAX_ELEMENTS = 4096
 CONTROL = (lib.FUSEOPT_PROCESS_SET_ADD, lib.FUSEOPT_PROCESS_SET_REMOVE)

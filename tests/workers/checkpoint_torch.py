@@ -4,7 +4,7 @@ Usage: checkpoint_torch.py DIR TAG STEPS [--kill-at S] [--every E]
                            [--global-batch G] [--dropout P] [--keep RULE]
 
 Samples are drawn by global index (step * G ...), and each rank takes an
-equal contiguous slice of the global batch (fuseopt.checkpoint.shard), so a
+equal contiguous slice of the global batch (fuseopt.training.checkpoint.shard), so a
 run resumed on another number of ranks sees the same global batches. Rank 0
 writes DIR/final-TAG.pt with the final weights."""
 import argparse
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 import fuseopt.torch as hvd
-from fuseopt import checkpoint as ckpt_rules
+from fuseopt.training import checkpoint as ckpt_rules
 
 DATA = np.random.default_rng(0)
 X = torch.tensor(DATA.normal(size=(8192, 20)), dtype=torch.float32)

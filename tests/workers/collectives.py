@@ -7,9 +7,9 @@ import ml_dtypes
 import numpy as np
 
 import fuseopt
-import fuseopt.requests
+import fuseopt.core.requests
 import harness
-from fuseopt._native import ffi
+from fuseopt.base._native import ffi
 from data import DTYPES, assert_close, reduce_expected, values
 
 OPS = {"sum": fuseopt.Sum, "average": fuseopt.Average, "min": fuseopt.Min,
@@ -102,8 +102,8 @@ def check_bucket_spanning_several_shared_memory_chunks():
 def _allreduce_on_wire(x, name, op, wire, **kwargs):
     """A float32 allreduce that travels as a 16-bit float (fuseopt_request_t::wire)."""
     out = np.empty_like(x)
-    return fuseopt.requests.enqueue(
-        fuseopt.requests.ALLREDUCE, name, "float32", x.shape, ffi.from_buffer(x),
+    return fuseopt.core.requests.enqueue(
+        fuseopt.core.requests.ALLREDUCE, name, "float32", x.shape, ffi.from_buffer(x),
         ffi.from_buffer(out), reduce_op=op, wire=wire, keepalive=(x, out),
         finish=lambda _: out, **kwargs)
 
@@ -112,7 +112,7 @@ def check_float32_travelling_as_16_bits():
     # The core's rounding on its copies gives the bits of a cast, a 16-bit
     # allreduce and a cast back, for every op, with scaling, through the
     # fusion buffer (small) and shared memory (over one 16 MiB slot).
-    rq = fuseopt.requests
+    rq = fuseopt.core.requests
     r = fuseopt.rank()
     for wire, half in ((rq.WIRE_FLOAT16, np.float16), (rq.WIRE_BFLOAT16, ml_dtypes.bfloat16)):
         for op_name, op in OPS.items():
@@ -236,8 +236,8 @@ def check_reducescatter():
             full = reduce_expected(everyone(name, (5, 2), dtype), op_name)
             out = fuseopt.reducescatter(values(name, r, (5, 2), dtype), name=name,
                                         op=OPS[op_name])
-            start = sum(fuseopt.ops.reducescatter_rows(5, k, n) for k in range(r))
-            assert_close(out, full[start:start + fuseopt.ops.reducescatter_rows(5, r, n)], name)
+            start = sum(fuseopt.api.ops.reducescatter_rows(5, k, n) for k in range(r))
+            assert_close(out, full[start:start + fuseopt.api.ops.reducescatter_rows(5, r, n)], name)
 
 
 def check_barrier_and_objects():

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from fuseopt import devices
+from fuseopt.base import devices
 
 
 class _Api:

@@ -21,8 +21,8 @@ import fuseopt
 import harness
 from data import DTYPES, reduce_expected, values
 from device_memory import AclApi, CudaApi, DeviceArray, read_pointer
-from fuseopt import devices
-from fuseopt import requests as rq
+from fuseopt.base import devices
+from fuseopt.core import requests as rq
 
 BACKEND = sys.argv[1]
 SCENARIO = sys.argv[2] if len(sys.argv) > 2 else "all"
@@ -329,7 +329,7 @@ def check_requests_of_the_first_abi_size():
         req.input, req.output = ffi.from_buffer(xs[k]), ffi.from_buffer(outs[k])
         req.prescale = req.postscale = 1.0
     handles = ffi.new("int64_t[]", 2)
-    ctx = fuseopt.world.context()
+    ctx = fuseopt.core.world.context()
     assert lib.fuseopt_enqueue_many(ctx, ffi.cast("fuseopt_request_t*", raw), 2, handles) == 0, \
         ffi.string(lib.fuseopt_last_error())
     for k in range(2):

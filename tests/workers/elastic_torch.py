@@ -23,7 +23,8 @@ import time
 import torch
 
 import fuseopt.torch as hvd
-from fuseopt import elastic_protocol, launch_records
+from fuseopt.training import elastic_protocol
+from fuseopt.base import launch_records
 
 p = argparse.ArgumentParser()
 p.add_argument("out")

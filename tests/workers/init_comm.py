@@ -5,7 +5,7 @@ import numpy as np
 from mpi4py import MPI
 
 import fuseopt
-from fuseopt.capabilities import mpi_threads_supported
+from fuseopt.api.capabilities import mpi_threads_supported
 from harness import expect_error
 
 

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 
 import fuseopt
-from fuseopt.capabilities import mpi_threads_supported
+from fuseopt.api.capabilities import mpi_threads_supported
 
 ROUNDS = 200
 

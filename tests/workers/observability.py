@@ -11,7 +11,7 @@ import numpy as np
 
 import fuseopt
 import harness
-from fuseopt import timeline_summary
+from fuseopt.tools import timeline_summary
 
 OUT = sys.argv[1]
 SIZES = [1000, 2000, 3000, 4000, 5000]  # float32 elements of one fused step

@@ -96,7 +96,7 @@ def object_failures():
 def torch_checks():
     import torch
     import fuseopt.torch as hvd
-    from fuseopt import elastic_protocol
+    from fuseopt.training import elastic_protocol
     from fuseopt.torch.elastic import TorchState
 
     def small():

@@ -10,7 +10,7 @@ import harness
 from tf_common import close, keras, make_model
 
 import fuseopt.tensorflow as htf
-from fuseopt.checkpoint import CheckpointError
+from fuseopt.training.checkpoint import CheckpointError
 
 
 def check_grouped_allreduce_of_indexed_slices():

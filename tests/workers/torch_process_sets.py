@@ -73,7 +73,7 @@ def check_collectives_and_gradients():
     # A compressor that sums and divides by reduction_size() sees the set's
     # size in grouped_allreduce and reducescatter too (reducescatter takes
     # the caller's op, not the compressor's reduce_op: Sum is passed).
-    from fuseopt.compression import reduction_size
+    from fuseopt.training.compression import reduction_size
     from fuseopt.torch.compression import Compressor
 
     class SumThenDivide(Compressor):

@@ -17,7 +17,7 @@ import numpy as np
 
 import fuseopt
 import harness
-from fuseopt import requests as rq
+from fuseopt.core import requests as rq
 
 LATE_S = 1.5  # how long rank 1 keeps rank 0 waiting in the hand-over checks
 

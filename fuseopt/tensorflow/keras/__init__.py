@@ -19,8 +19,8 @@ from . import callbacks  # noqa: F401
 # the star import above already bound ``elastic`` to fuseopt.tensorflow's.
 import importlib as _importlib
 elastic = _importlib.import_module(__name__ + ".elastic")
-from ...elastic import HostsUpdatedInterrupt  # noqa: F401
-from ...checkpoint import CheckpointError  # noqa: F401
+from ...training.elastic import HostsUpdatedInterrupt  # noqa: F401
+from ...training.checkpoint import CheckpointError  # noqa: F401
 from .checkpoint import load_checkpoint, save_checkpoint  # noqa: F401
 
 # Horovod's Keras module has its own collectives, with other argument orders
@@ -30,7 +30,7 @@ import inspect  # noqa: E402
 
 import keras  # noqa: E402
 
-from ...errors import UnsupportedError  # noqa: E402
+from ...base.errors import UnsupportedError  # noqa: E402
 from .. import ops as _tf_ops  # noqa: E402
 from .. import row_ops as _tf_row_ops  # noqa: E402
 from ..compression import Compression as _Compression  # noqa: E402

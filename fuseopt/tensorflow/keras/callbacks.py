@@ -3,10 +3,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ... import ops as _np
-from ... import overlap, world
-from ...local_sgd import SyncRule, relative_drift
-from ...log import logger, report_logger
+from ...api import ops as _np
+from ...api import overlap
+from ...core import world
+from ...training.local_sgd import SyncRule, relative_drift
+from ...base.log import logger, report_logger
 from ..functions import broadcast_variables
 from .checkpoint import save_checkpoint
 
@@ -82,7 +83,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
 class MetricsCallback(keras.callbacks.Callback):
     """Logs fuseopt's figures for each epoch on rank 0 (bytes, collectives,
     communication and negotiation time, the train step's wait for gradient
-    reductions, overlap efficiency, cache hit rate; see fuseopt.overlap) and
+    reductions, overlap efficiency, cache hit rate; see fuseopt.api.overlap) and
     adds ``fuseopt_communication_s``, ``fuseopt_exposed_wait_s`` and
     ``fuseopt_overlap_efficiency`` (this rank's) to the epoch's logs."""
 
@@ -211,7 +212,7 @@ class LocalSGDCallback(keras.callbacks.Callback):
     With ``adaptive_threshold``, it also syncs early, from ``min_period``
     batches after a sync on, when the relative drift
     ||w - w_last_sync||^2 / ||w_last_sync||^2 exceeds the threshold on any
-    rank (fuseopt.local_sgd's rule, shared with torch's AdaptiveLocalSGD)."""
+    rank (fuseopt.training.local_sgd's rule, shared with torch's AdaptiveLocalSGD)."""
 
     def __init__(self, period=8, adaptive_threshold=None, root_rank=0, min_period=1):
         super().__init__()

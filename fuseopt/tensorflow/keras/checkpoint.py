@@ -23,8 +23,9 @@ import random
 import keras
 import numpy as np
 
-from ... import checkpoint as _ckpt
-from ... import objects, world
+from ...training import checkpoint as _ckpt
+from ...api import objects
+from ...core import world
 from ..functions import broadcast_variables
 from ..model_variables import split_model_variables as _split
 
@@ -89,11 +90,11 @@ def _read(path, shared, opt_vars):
 
 def load_checkpoint(path: str, model: Any, root_rank: int = 0, missing_ok: bool = False) -> Any:
     """Restores ``model`` and its optimizer on every rank from root_rank's
-    file; returns a :class:`fuseopt.checkpoint.Checkpoint` (``step``,
+    file; returns a :class:`fuseopt.training.checkpoint.Checkpoint` (``step``,
     ``extra``, ``world_size``), or None with ``missing_ok`` when there is no
     file. The model must be built and compiled the same way as when saved.
     A truncated, corrupt, foreign or mismatched file raises
-    :class:`fuseopt.checkpoint.CheckpointError` on every rank and leaves the
+    :class:`fuseopt.training.checkpoint.CheckpointError` on every rank and leaves the
     model as it was."""
     shared, seeds, opt_vars = _split(model)
     found, meta = _ckpt.load_on_root(path, root_rank, missing_ok,

@@ -19,7 +19,7 @@ from typing import Any
 
 import keras
 
-from ...elastic import HostsUpdatedInterrupt, ObjectState, State
+from ...training.elastic import HostsUpdatedInterrupt, ObjectState, State
 from ..elastic import TensorFlowKerasState, run
 
 

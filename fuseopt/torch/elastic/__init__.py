@@ -9,11 +9,11 @@
         state.commit()
 
 Run it under ``fuseoptrun --min-np N --max-np M --host-discovery-script S``.
-A reset restarts the MPI job (see fuseopt/elastic.py and docs/reliability.md).
+A reset restarts the MPI job (see fuseopt/training/elastic.py and docs/reliability.md).
 """
 from typing import Any, Callable
 
-from ...elastic import HostsUpdatedInterrupt, ObjectState, State, run_fn
+from ...training.elastic import HostsUpdatedInterrupt, ObjectState, State, run_fn
 from .sampler import ElasticSampler
 from .state import TorchState
 

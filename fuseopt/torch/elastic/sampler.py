@@ -7,8 +7,8 @@ from typing import Any, Dict, Iterable, Iterator, List
 
 import torch.utils.data
 
-from ... import world
-from ...elastic import remaining_share
+from ...core import world
+from ...training.elastic import remaining_share
 
 
 class ElasticSampler(torch.utils.data.Sampler):

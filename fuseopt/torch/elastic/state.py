@@ -3,7 +3,7 @@
 Models, optimizers, LR schedulers and ElasticSamplers given as keyword
 arguments get a handler (as in Horovod) that saves a deep copy of their
 ``state_dict``, restores it and syncs it from rank 0; everything else is a
-plain value (fuseopt.elastic.ObjectState). For the commit store the saved
+plain value (fuseopt.training.elastic.ObjectState). For the commit store the saved
 copies become one ``torch.save`` payload, read back with
 ``torch.load(weights_only=True)``: never code from the file.
 """
@@ -15,8 +15,8 @@ import io
 
 import torch
 
-from ...checkpoint import CheckpointError
-from ...elastic import ObjectState
+from ...training.checkpoint import CheckpointError
+from ...training.elastic import ObjectState
 from ..functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                          broadcast_parameters)
 from .sampler import ElasticSampler

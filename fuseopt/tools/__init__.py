@@ -1,0 +1,2 @@
+"""The ``fuseopt`` command (timeline summaries and plots); the launcher is
+fuseopt/launcher (``fuseoptrun``)."""
