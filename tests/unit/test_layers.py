@@ -137,3 +137,25 @@ def test_errors_is_a_pure_bottom_layer():
     launching = {"fuseopt.base.launch_notes", "fuseopt.base.launch_records"}
     assert not reached & launching and not any(m.startswith("fuseopt.launcher") for m in reached), \
         sorted(reached)
+
+
+def test_design_table_and_layer_picture_follow_the_tree(tmp_path):
+    """docs/design.md's layer table names every folder of fuseopt/, and
+    docs/draw_layers.py (which draws docs/img/layers.png from this file's
+    graph) runs and places every folder and top-level module."""
+    import importlib.util
+    folders = sorted(d for d in os.listdir(PACKAGE) if not d.startswith("__")
+                     and os.path.isfile(os.path.join(PACKAGE, d, "__init__.py")))
+    design = open(os.path.join(ROOT, "docs", "design.md")).read()
+    table = design[design.index("| layer (bottom to top) |"):design.index("### native/src")]
+    missing = [f for f in folders if "`fuseopt/%s/`" % f not in table and "`%s/`" % f not in table]
+    assert not missing, "design.md's layer table lacks %s" % missing
+    spec = importlib.util.spec_from_file_location(
+        "draw_layers", os.path.join(ROOT, "docs", "draw_layers.py"))
+    draw_layers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(draw_layers)
+    layers, edges = draw_layers.draw(str(tmp_path / "layers.png"))
+    drawn = {f for fs in layers.values() for f in fs}
+    assert set(folders) <= drawn and (tmp_path / "layers.png").stat().st_size > 10000
+    assert ("torch", "core") in edges and not any(
+        LAYER_OF[a] < LAYER_OF[b] for a, b in edges), edges
