@@ -157,7 +157,7 @@ def test_nvidia_wheel_libraries_are_found_when_no_path_is_given(tmp_path):
         lib = tmp_path / "nvidia" / package / "lib"
         lib.mkdir(parents=True)
         (lib / soname).write_bytes(b"")
-    code = ("import sys; sys.path.insert(0, %r); from fuseopt import devices; "
+    code = ("import sys; sys.path.insert(0, %r); from fuseopt.base import devices; "
             "env = {'FUSEOPT_CUDART_LIBRARY': '/given/libcudart.so'}; "
             "print(devices.locate_wheel_libraries(env)); print(sorted(env.items()))" % str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
