@@ -59,14 +59,17 @@ def broadcast_(variables: Any, root_rank: int, name: Optional[str] = None,
     ``variables`` and returns their new values. ``name`` prefixes the
     negotiation names (each variable's own name follows)."""
     variables = list(variables)
-    if name is None:
-        broadcast_variables(variables, root_rank, process_set=process_set)
+    if name is None or not tf.executing_eagerly():
+        assigned = broadcast_variables(variables, root_rank, process_set=process_set)
     else:
-        broadcast_variables(variables, root_rank, process_set=process_set,
-                            name_map={variable_path(v): "%s.%d" % (name, i)
-                                      for i, v in enumerate(variables)})
-    return [v.read_value() if hasattr(v, "read_value") else tf.convert_to_tensor(v)
-            for v in variables]
+        assigned = broadcast_variables(variables, root_rank, process_set=process_set,
+                                       name_map={variable_path(v): "%s.%d" % (name, i)
+                                                 for i, v in enumerate(variables)})
+    # In a graph the values read must come after the assignments (eagerly
+    # they already have: broadcast_variables returns None).
+    with tf.control_dependencies([assigned] if assigned is not None else []):
+        return [v.read_value() if hasattr(v, "read_value") else tf.convert_to_tensor(v)
+                for v in variables]
 
 
 def broadcast_global_variables(root_rank: int) -> Any:

@@ -67,6 +67,22 @@ def check_broadcast_gradient_in_a_tf1_graph():
     with tf.compat.v1.Session(graph=graph) as session:
         value = session.run(grad)
     close(value, np.full(2, total_of(n) / n if r == 0 else 0.0), "TF1 broadcast grad")
+    # broadcast_ in a TF1 graph: the values it returns are read after the
+    # assignment (they were read before it, so off the root they were the
+    # rank's own), and the variables hold the root's values.
+    graph = tf.Graph()
+    with graph.as_default():
+        v = tf.compat.v1.Variable(tf.fill([3], float(r)), use_resource=True)
+        w = tf.compat.v1.Variable(tf.fill([2], r % 2 == 1))
+        got = htf.broadcast_([v, w], n - 1)
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(init)
+        values = session.run(got)
+        held = session.run([v, w])
+    for what, out in (("returned", values), ("held", held)):
+        close(out[0], np.full(3, float(n - 1)), "TF1 broadcast_ %s" % what)
+        assert out[1].tolist() == [(n - 1) % 2 == 1] * 2, (what, out[1])
 
 
 def check_alltoall_and_reducescatter_gradients():
