@@ -76,5 +76,5 @@ def test_rank_killed_on_one_host_stops_the_job_on_both(run_on_hosts, hosts):
 
 
 def test_torch_optimizer_equivalence_across_hosts(run_on_hosts):
-    run_on_hosts("torch_train.py", "check_equivalence_sgd_momentum_and_adam",
+    run_on_hosts("torch_training.py", "check_equivalence_sgd_momentum_and_adam",
                  "check_bucket_caps_change_timing_not_results", timeout=300)

@@ -63,9 +63,7 @@ def test_random_operation_sequences_and_threads_on_three_ranks(run_ranks):
 
 
 def test_soak_keeps_memory_and_handles_flat(run_ranks):
-    soak = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "benchmarks", "soak.py")
-    r = run_ranks(2, soak, "--steps", 3000, "--warmup", 500, "--check", "--max-growth-mb", 4,
+    r = run_ranks(2, "soak.py", "--steps", 3000, "--warmup", 500, "--check", "--max-growth-mb", 4,
                   timeout=180)
     assert "handles left: 0" in r.output, r
 

@@ -2,7 +2,7 @@
 tf.function with gradients (tests/workers/tf_ops.py); fit and custom loops
 equal to single-process training, accumulation, compression, IndexedSlices,
 loss scaling and mixed precision, callbacks, local SGD, save/load,
-jit_compile error, SyncBatchNormalization (tests/workers/tf_train.py); the plain
+jit_compile error, SyncBatchNormalization (tests/workers/tf_training.py); the plain
 module's Horovod-only pieces (sparse grouped allreduce, object broadcasts,
 local sources, hvd.elastic states: tests/workers/tf_module.py); what Horovod's Keras
 tests promise, on Keras 3 (tests/workers/tf_keras_behaviours.py), and of the plain
@@ -18,7 +18,7 @@ def test_tf_ops(run_ranks, nranks):
 
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_keras_training(run_ranks, nranks):
-    run_ranks(nranks, "tf_train.py", timeout=600)
+    run_ranks(nranks, "tf_training.py", timeout=600)
 
 
 def test_tf_module_as_horovods(run_ranks):

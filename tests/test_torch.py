@@ -1,7 +1,7 @@
 """PyTorch binding at 1, 2 and 4 ranks: ops (tests/workers/torch_ops.py) and
 training equivalence, accumulation, compression, unused parameters, LR
 schedulers, GradScaler, broadcast of state, local SGD, torch.compile and join
-(tests/workers/torch_train.py)."""
+(tests/workers/torch_training.py)."""
 import pytest
 
 
@@ -14,7 +14,7 @@ def test_torch_ops(run_ranks, nranks):
 
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_torch_training(run_ranks, nranks):
-    run_ranks(nranks, "torch_train.py", timeout=400)
+    run_ranks(nranks, "torch_training.py", timeout=400)
 
 
 @pytest.mark.parametrize("nranks", [1, 2, 4])

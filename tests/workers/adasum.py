@@ -11,7 +11,7 @@ import torch
 
 import fuseopt
 import fuseopt.torch as hvd
-import harness
+import rank_harness as harness
 
 
 def pair(a, b):

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-import harness
+import rank_harness as harness
 
 DIR, KIND = sys.argv[1], sys.argv[2]
 MARKER = os.path.join(DIR, "payload-ran")

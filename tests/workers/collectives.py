@@ -8,7 +8,7 @@ import numpy as np
 
 import fuseopt
 import fuseopt.core.requests
-import harness
+import rank_harness as harness
 from fuseopt.base._native import ffi
 from data import DTYPES, assert_close, reduce_expected, values
 

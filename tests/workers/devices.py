@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 
 import fuseopt
-import harness
+import rank_harness as harness
 from data import DTYPES, reduce_expected, values
 from device_memory import AclApi, CudaApi, DeviceArray, read_pointer
 from fuseopt.base import devices

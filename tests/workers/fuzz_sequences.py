@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import fuseopt
-import harness
+import rank_harness as harness
 from data import assert_close, reduce_expected, values
 
 OPS = {"sum": fuseopt.Sum, "min": fuseopt.Min, "max": fuseopt.Max, "average": fuseopt.Average}

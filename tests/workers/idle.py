@@ -5,7 +5,7 @@ import time
 import numpy as np
 
 import fuseopt
-import harness
+import rank_harness as harness
 
 
 def check_idle_loop_does_not_spin():

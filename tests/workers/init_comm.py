@@ -6,7 +6,7 @@ from mpi4py import MPI
 
 import fuseopt
 from fuseopt.api.capabilities import mpi_threads_supported
-from harness import expect_error
+from rank_harness import expect_error
 
 
 def main():

@@ -4,7 +4,7 @@ allgather and broadcast failing while a rank has joined (as Horovod's)."""
 import numpy as np
 
 import fuseopt
-import harness
+import rank_harness as harness
 from data import assert_close, values
 
 

@@ -7,7 +7,7 @@ import traceback
 import numpy as np
 
 import fuseopt
-from harness import expect_error
+from rank_harness import expect_error
 
 
 def main():

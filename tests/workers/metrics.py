@@ -2,7 +2,7 @@
 import numpy as np
 
 import fuseopt
-import harness
+import rank_harness as harness
 
 SIZES = [10, 20, 30, 40, 50]  # float32 elements
 STEPS = 10

@@ -7,7 +7,7 @@ Keras root, broadcasts with broadcast_variables(name_map=...), and trains in
 a custom loop with DistributedGradientTape(name_map=...)."""
 
 from tf_common import hvd, keras, tf
-from harness import expect_error
+from rank_harness import expect_error
 import mixed_common as mc
 
 

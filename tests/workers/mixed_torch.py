@@ -10,7 +10,7 @@ started together with mixed_keras.py under one fuseoptrun (MPMD).
 import torch
 
 import fuseopt.torch as hvd
-from harness import expect_error
+from rank_harness import expect_error
 import mixed_common as mc
 
 torch.set_num_threads(1)

@@ -4,7 +4,7 @@ import time
 import numpy as np
 
 import fuseopt
-import harness
+import rank_harness as harness
 from data import assert_close, reduce_expected, values
 
 

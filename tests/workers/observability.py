@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 import fuseopt
-import harness
+import rank_harness as harness
 from fuseopt.tools import timeline_summary
 
 OUT = sys.argv[1]

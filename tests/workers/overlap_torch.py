@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import fuseopt.torch as hvd
-import harness
+import rank_harness as harness
 
 
 class SlowBackward(torch.autograd.Function):

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 
 import fuseopt
-from harness import expect_error, run
+from rank_harness import expect_error, run
 
 R = S = 0  # rank and size, set at start
 

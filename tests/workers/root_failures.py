@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 
-import harness
+import rank_harness as harness
 
 DIR, KIND = sys.argv[1], sys.argv[2]
 FULL_DIR = sys.argv[3] if len(sys.argv) > 3 else None

@@ -13,7 +13,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-import harness
+import rank_harness as harness
 from tf_common import close
 
 import fuseopt.tensorflow as htf

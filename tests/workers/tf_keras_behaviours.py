@@ -9,7 +9,7 @@ at 2 and 4 ranks."""
 import numpy as np
 import tensorflow as tf
 
-import harness
+import rank_harness as harness
 from tf_common import B, close, hvd, keras, make_model
 
 PASSES = 4

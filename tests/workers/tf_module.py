@@ -6,7 +6,7 @@ Run by tests/test_tensorflow.py."""
 import numpy as np
 import tensorflow as tf
 
-import harness
+import rank_harness as harness
 from tf_common import close, keras, make_model
 
 import fuseopt.tensorflow as htf

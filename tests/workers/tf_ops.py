@@ -2,7 +2,7 @@
 import numpy as np
 import tensorflow as tf
 
-import harness
+import rank_harness as harness
 from tf_common import close, hvd
 
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 import keras
 
 import fuseopt.tensorflow as htf  # Horovod's keras module has no process_set= on collectives
-import harness
+import rank_harness as harness
 from tf_common import close, hvd
 
 R = S = 0

@@ -6,7 +6,7 @@ import sys
 import torch
 
 import fuseopt.torch as hvd
-import harness
+import rank_harness as harness
 
 KIND = sys.argv[1]
 if KIND == "npu":

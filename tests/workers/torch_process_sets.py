@@ -4,7 +4,7 @@ different models at once, checked against a single-process computation."""
 import torch
 
 import fuseopt.torch as hvd
-import harness
+import rank_harness as harness
 
 R = S = 0
 

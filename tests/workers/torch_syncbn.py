@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 
 import fuseopt.torch as hvd
-import harness
+import rank_harness as harness
 
 
 def close(a, b, what, tol=1e-5):

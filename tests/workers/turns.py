@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 import fuseopt
-import harness
+import rank_harness as harness
 from fuseopt.core import requests as rq
 
 LATE_S = 1.5  # how long rank 1 keeps rank 0 waiting in the hand-over checks

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Each test program with the core sources it links.
 PROGRAMS = {
     "policy_test": ["policy/autotune", "policy/fusion_planner", "policy/response_cache",

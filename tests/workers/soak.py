@@ -1,6 +1,6 @@
 """Soak: many steps of a many-tensor workload; memory and handles must not grow.
 
-    fuseoptrun -np 2 python benchmarks/soak.py --steps 10000
+    fuseoptrun -np 2 python tests/workers/soak.py --steps 10000
 
 Each step is what a training step asks of fuseopt: a grouped allreduce of
 --tensors gradients of mixed sizes, a few single allreduces (two of them

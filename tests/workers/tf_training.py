@@ -5,7 +5,7 @@ accumulation, SyncBatchNormalization and the jit_compile error."""
 import numpy as np
 import tensorflow as tf
 
-import harness
+import rank_harness as harness
 from tf_common import (B, close, global_data, hvd, keras, make_model, rank_rows,
                        weights_equal_across_ranks)
 

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fuseopt.torch as hvd
-import harness
+import rank_harness as harness
 
 B = 4  # per-rank batch
 
