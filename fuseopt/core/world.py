@@ -1,8 +1,8 @@
 """The world this process runs in: its one default native context, its place
 in the job (rank, size, node), and that context's settings and counters.
 
-The bottom of the Python core: requests, operations, the overlap meter and
-the bindings read it; only :mod:`fuseopt.api.runtime` (init/shutdown) changes it.
+Requests, operations, the overlap meter and the bindings read it; only
+:mod:`fuseopt.api.runtime` (init/shutdown) changes it.
 """
 from __future__ import annotations
 

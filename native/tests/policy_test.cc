@@ -15,7 +15,7 @@
 #include "policy/fusion_planner.h"
 #include "policy/response_cache.h"
 #include "policy/row_split.h"
-#include "policy/wire.h"
+#include "policy/message_codec.h"
 
 using namespace fuseopt;
 

@@ -4,7 +4,7 @@
 // shape and operation". A *response* is the coordinator's answer, identical on
 // every rank: "every rank has NAME ready; run this collective" (or "NAME is
 // inconsistent across ranks; fail it everywhere with this message"). Requests
-// and responses travel between ranks in the compact byte form of wire.cc.
+// and responses travel between ranks in the compact byte form of policy/message_codec.cc.
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 
 #include "base/log.h"
 #include "loop/loop.h"
-#include "policy/wire.h"
+#include "policy/message_codec.h"
 
 namespace fuseopt {
 

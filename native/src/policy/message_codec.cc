@@ -1,4 +1,4 @@
-#include "policy/wire.h"
+#include "policy/message_codec.h"
 
 #include <cstring>
 #include <string>
