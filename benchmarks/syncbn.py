@@ -122,60 +122,67 @@ def latencies(allreduce, barrier, quick):
     return out
 
 
+def _mpi_floor_contenders(np, torch):
+    """The floor: SyncBatchNorm's statistics and the gradients through raw
+    MPI (mpi4py); fuseopt is never initialized. Returns what torch_job needs:
+    (rank, norms, barrier, gather, wrap(model), allreduce(buf, name))."""
+    import mpi4py
+    mpi4py.rc.thread_level = "serialized"
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    import fuseopt.torch as hvd  # the layer only
+
+    def mpi_sum(values):  # NumPy in, NumPy out, as the layer's own allreduce
+        out = np.empty_like(values)
+        comm.Allreduce(values, out, op=MPI.SUM)
+        return out
+
+    class MpiSyncBatchNorm(hvd.SyncBatchNorm):
+        _stats_allreduce = staticmethod(mpi_sum)
+        _ranks = staticmethod(comm.Get_size)
+
+    def wrap(model):
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        params = list(model.parameters())
+
+        def step_done():
+            flat = torch.cat([p.grad.reshape(-1) for p in params])
+            flat = torch.from_numpy(mpi_sum(flat.numpy())) / comm.Get_size()
+            torch.nn.utils.vector_to_parameters(flat, [p.grad for p in params])
+            opt.step()
+        return opt, step_done
+
+    def allreduce(buf, _name):
+        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+    return (comm.Get_rank(), {VARIANTS["floor"][0]: MpiSyncBatchNorm}, comm.Barrier,
+            comm.allgather, wrap, allreduce)
+
+
+def _fuseopt_contenders(torch):
+    """BatchNorm and fuseopt's SyncBatchNorm under DistributedOptimizer;
+    the same tuple as _mpi_floor_contenders."""
+    import fuseopt
+    import fuseopt.torch as hvd
+    hvd.init()
+    norms = dict(zip(VARIANTS["torch"], (torch.nn.BatchNorm2d, hvd.SyncBatchNorm)))
+
+    def wrap(model):
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                       model.named_parameters())
+        return opt, opt.step
+
+    def allreduce(buf, name):  # the blocking call: its wait runs the round itself
+        fuseopt.allreduce_(buf, name=name, op=fuseopt.Sum)
+    return hvd.rank(), norms, hvd.barrier, hvd.allgather_object, wrap, allreduce
+
+
 def torch_job(args, floor):
     import numpy as np
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
-    if floor:
-        import mpi4py
-        mpi4py.rc.thread_level = "serialized"
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
-        import fuseopt.torch as hvd  # the layer only; fuseopt is never initialized here
-
-        def mpi_sum(values):  # NumPy in, NumPy out, as the layer's own allreduce
-            out = np.empty_like(values)
-            comm.Allreduce(values, out, op=MPI.SUM)
-            return out
-
-        class MpiSyncBatchNorm(hvd.SyncBatchNorm):
-            _stats_allreduce = staticmethod(mpi_sum)
-            _ranks = staticmethod(comm.Get_size)
-
-        rank, norms, barrier = comm.Get_rank(), {VARIANTS["floor"][0]: MpiSyncBatchNorm}, \
-            comm.Barrier
-        gather = comm.allgather
-
-        def wrap(model):
-            opt = torch.optim.SGD(model.parameters(), lr=0.01)
-            params = list(model.parameters())
-
-            def step_done():
-                flat = torch.cat([p.grad.reshape(-1) for p in params])
-                flat = torch.from_numpy(mpi_sum(flat.numpy())) / comm.Get_size()
-                torch.nn.utils.vector_to_parameters(flat, [p.grad for p in params])
-                opt.step()
-            return opt, step_done
-
-        def allreduce(buf, _name):
-            comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
-    else:
-        import fuseopt.torch as hvd
-        hvd.init()
-        rank, barrier, gather = hvd.rank(), hvd.barrier, hvd.allgather_object
-        norms = dict(zip(VARIANTS["torch"], (torch.nn.BatchNorm2d, hvd.SyncBatchNorm)))
-
-        def wrap(model):
-            opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                           model.named_parameters())
-            return opt, opt.step
-
-        import fuseopt
-
-        def allreduce(buf, name):  # the blocking call: its wait runs the round itself
-            fuseopt.allreduce_(buf, name=name, op=fuseopt.Sum)
-
+    rank, norms, barrier, gather, wrap, allreduce = (
+        _mpi_floor_contenders(np, torch) if floor else _fuseopt_contenders(torch))
     rank_times = slower_rank(gather)
     results = {"steps": {}}
     for m in args.models:

@@ -159,3 +159,22 @@ def test_design_table_and_layer_picture_follow_the_tree(tmp_path):
     assert set(folders) <= drawn and (tmp_path / "layers.png").stat().st_size > 10000
     assert ("torch", "core") in edges and not any(
         LAYER_OF[a] < LAYER_OF[b] for a, b in edges), edges
+
+
+def test_no_python_function_over_60_lines():
+    """Functions short enough to read at once, in the package and in the
+    benchmarks."""
+    long = []
+    for top in ("fuseopt", "benchmarks"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if not f.endswith(".py"):
+                    continue
+                path = os.path.join(dirpath, f)
+                for node in ast.walk(ast.parse(open(path).read())):
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        lines = node.end_lineno - node.lineno + 1
+                        if lines > 60:
+                            long.append("%s:%d %s (%d lines)" % (
+                                os.path.relpath(path, ROOT), node.lineno, node.name, lines))
+    assert not long, long
