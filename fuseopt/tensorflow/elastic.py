@@ -168,13 +168,10 @@ class TensorFlowState(VariablesState):
                 "TensorFlowState(variables=...) needs the variables to keep: under TensorFlow 2 "
                 "there are no global variables to default to (pass e.g. model.variables + "
                 "optimizer.variables)")
+        # Kept and restored by position (unnamed tf.Variables share the name
+        # "Variable"); a commit must come from the same list: names and shapes
+        # are compared at restore.
         self.variables = list(variables)
-        paths = [variable_path(v) for v in self.variables]
-        if None in paths or len(set(paths)) != len(paths):
-            raise InvalidArgumentError(
-                "TensorFlowState: every variable needs its own name, so that a commit is "
-                "restored into the variable it came from (repeated or missing: %s)"
-                % sorted({str(p) for p in paths if p is None or paths.count(p) > 1})[:8])
         self.session = session
         self._save_variables()
         super().__init__(**kwargs)

@@ -73,8 +73,12 @@ def broadcast_(variables: Any, root_rank: int, name: Optional[str] = None,
 
 
 def broadcast_global_variables(root_rank: int) -> Any:
-    """Horovod's TF1 call. As in Horovod under TF2 (eager), it cannot work:
-    there are no global variables to collect."""
+    """Horovod's TF1 call: in a graph (``tf.compat.v1``, eager execution
+    off), the op that assigns root_rank's values to every global variable.
+    As in Horovod, eagerly (TF2) it cannot work: there are no global
+    variables to collect."""
+    if not tf.executing_eagerly():
+        return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
     raise UnsupportedError(
         "hvd.broadcast_global_variables() does not support eager execution (TF2); use "
         "hvd.broadcast_variables(model.variables + optimizer.variables, root_rank) or, with "

@@ -16,7 +16,8 @@ from ..base.arguments import derived_name
 from ..training.compression import NoneCompressor, as_compressor, one_payload_each
 from ..base.errors import InvalidArgumentError
 from . import _tensors as _t
-from .ops import Average, Sum, _allgather_raw, _grouped_allreduce_raw, _names, _operand
+from .ops import (Average, Sum, _allgather_raw, _grouped_allreduce_raw, _is_bool, _names,
+                  _operand)
 from .tf_errors import with_tf_errors
 
 if TYPE_CHECKING:  # names used only in annotations
@@ -125,6 +126,10 @@ def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
     tensors = list(tensors)
     if not tensors:
         return []
+    if any(_is_bool(t) for t in tensors):  # as allgather: booleans travel as bytes
+        gathered = grouped_allgather([tf.cast(t, tf.uint8) if _is_bool(t) else t
+                                      for t in tensors], name, process_set=process_set)
+        return [tf.cast(g, tf.bool) if _is_bool(t) else g for g, t in zip(gathered, tensors)]
     names = _names(len(tensors), name, "grouped_allgather")
     operands = [_operand(t, n, "allgather", process_set, rows=True)
                 for t, n in zip(tensors, names)]

@@ -139,10 +139,14 @@ def check_tensorflow_state_saves_restores_and_syncs():
     assert state.epoch == 3
     harness.expect_error(htf.InvalidArgumentError, lambda: htf.elastic.TensorFlowState(),
                          "variables")
-    twin = tf.Variable(1.0, name="twin")
-    harness.expect_error(htf.InvalidArgumentError,
-                         lambda: htf.elastic.TensorFlowState([twin, tf.Variable(2.0, name="twin")]),
-                         "twin")
+    # Unnamed variables (all called "Variable", as in Horovod's own test)
+    # are kept and restored by position.
+    first, second = tf.Variable(1.0), tf.Variable(2.0)
+    unnamed = htf.elastic.TensorFlowState([first, second])
+    first.assign(5.0)
+    second.assign(6.0)
+    unnamed.restore()
+    assert (float(first.numpy()), float(second.numpy())) == (1.0, 2.0)
     other = htf.elastic.TensorFlowState([tf.Variable([0.0, 0.0], name="elsewhere")])
     harness.expect_error(CheckpointError, lambda: other._load_payload(payload),
                          "other variables")

@@ -83,6 +83,16 @@ def check_broadcast_gradient_in_a_tf1_graph():
     for what, out in (("returned", values), ("held", held)):
         close(out[0], np.full(3, float(n - 1)), "TF1 broadcast_ %s" % what)
         assert out[1].tolist() == [(n - 1) % 2 == 1] * 2, (what, out[1])
+    # broadcast_global_variables works in a TF1 graph, as Horovod's.
+    graph = tf.Graph()
+    with graph.as_default():
+        g = tf.compat.v1.Variable(tf.fill([2], float(r)))
+        op = htf.broadcast_global_variables(n - 1)
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(op)
+        close(session.run(g), np.full(2, float(n - 1)), "TF1 broadcast_global_variables")
 
 
 def check_alltoall_and_reducescatter_gradients():
@@ -146,6 +156,12 @@ def check_grouped_rows_in_place_broadcast_and_value_ops():
         close(s2, np.full((1, 3), total), mode + " grouped reducescatter, second tensor")
         assert h.dtype == tf.float32
         close(h, np.full((1, 2), total / n), mode + " grouped reducescatter Average, fp16")
+        # Booleans among the tensors travel as bytes, as in allgather.
+        flags, numbers = (tf.function(htf.grouped_allgather) if mode == "graph" else
+                          htf.grouped_allgather)([tf.fill([1, 2], r % 2 == 1), tf.ones([1])],
+                                                 name="gg.bool")
+        assert flags.dtype == tf.bool and flags.numpy().tolist() == [[k % 2 == 1] * 2
+                                                                     for k in range(n)], flags
 
     x = tf.Variable(tf.ones([r + 1, 2]))
     y = tf.Variable(tf.ones([2 * n, 1]))
