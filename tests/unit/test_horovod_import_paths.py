@@ -56,3 +56,24 @@ def test_horovod_import_path_imports_or_says_why_not(horovod_path):
         return
     missing = [name for name in HOROVOD_IMPORTS[horovod_path] if not hasattr(module, name)]
     assert not missing, "%s lacks %s (Horovod's %s has them)" % (path, missing, horovod_path)
+
+
+def test_fuseopt_public_paths_survive_the_layer_folders():
+    """The import paths fuseopt's own docs and users name, kept when the
+    modules moved into layer folders (base/, core/, api/, training/)."""
+    import fuseopt
+    import fuseopt.checkpoint
+    import fuseopt.elastic
+    import fuseopt.errors
+    from fuseopt.checkpoint import CheckpointError
+    from fuseopt.elastic import HostsUpdatedInterrupt, ObjectState
+    from fuseopt.errors import FuseoptError, RankFailedError
+    assert CheckpointError is fuseopt.CheckpointError
+    assert RankFailedError is fuseopt.RankFailedError and issubclass(RankFailedError, FuseoptError)
+    assert fuseopt.elastic.HostsUpdatedInterrupt is HostsUpdatedInterrupt and ObjectState
+    for name in ("allreduce", "allgather", "broadcast", "init", "shutdown", "run",
+                 "ProcessSet", "Shared", "start_timeline"):
+        assert callable(getattr(fuseopt, name)), name
+    for path in ("fuseopt.torch", "fuseopt.tensorflow", "fuseopt.tensorflow.keras",
+                 "fuseopt.keras", "fuseopt.launcher.cli", "fuseopt.runner"):
+        importlib.import_module(path)
