@@ -21,6 +21,7 @@ from ..base.errors import InvalidArgumentError, UnsupportedError
 _SUPPORTED = set(CODES)  # the core's dtype names, which are TensorFlow's too
 _trace_names = itertools.count()
 _last_op = weakref.WeakKeyDictionary()  # graph -> last fuseopt op created in it
+_used_names = weakref.WeakKeyDictionary()  # graph -> {negotiation name: times used}
 
 
 def dtype_name(tensor):
@@ -44,6 +45,27 @@ def graph_name(name, kind):
     """A name fixed at trace time, so every execution of the op (and every
     rank, tracing the same program) uses the same negotiation key."""
     return name if name is not None else "tf.%s.%d" % (kind, next(_trace_names))
+
+
+def unique_in_graph(names):
+    """Negotiation names for ops built into the current graph: a name the
+    graph already holds gets a ``.<k>`` suffix (two tape.gradient calls in
+    one tf.function or TF1 graph may run at once, and one name cannot be in
+    flight twice). Every rank traces the same program, so every rank picks
+    the same suffixes; the first use keeps the name itself (a mixed job's
+    shared names are unchanged). Eagerly, names are returned as they are."""
+    if tf.executing_eagerly():
+        return list(names)
+    used = _used_names.setdefault(tf.compat.v1.get_default_graph(), {})
+    out = []
+    for name in names:
+        if name is None:
+            out.append(None)
+            continue
+        k = used.get(name, 0)
+        used[name] = k + 1
+        out.append(name if k == 0 else "%s.%d" % (name, k))
+    return out
 
 
 def run(fn, inputs, out_dtypes, what, blocking=True):

@@ -45,11 +45,18 @@ def broadcast_variables(variables: Any, root_rank: int = 0,
     if not tf.executing_eagerly():
         return tf.group(*[v.assign(ops.broadcast(v, root_rank, name=n, process_set=process_set))
                           for v, n in zip(variables, names)])
-    handles = [_np.broadcast_async(v.numpy(), root_rank, name=n, process_set=process_set)
+    handles = [_np.broadcast_async(_as_bytes_if_bool(v.numpy()), root_rank, name=n,
+                                   process_set=process_set)
                for v, n in zip(variables, names)]
     for v, h in zip(variables, handles):
-        v.assign(h.wait())
+        out = h.wait()
+        v.assign(out.astype(bool) if v.dtype == tf.bool else out)
     return None
+
+
+def _as_bytes_if_bool(value):
+    """Booleans travel as bytes, as in ops.broadcast (nothing is reduced)."""
+    return value.view(np.uint8) if value.dtype == np.bool_ else value
 
 
 @with_tf_errors

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from ..training import buckets, naming, optimizer_args
 from ..api import overlap
+from . import _tensors as _t
 from . import ops
 from .functions import variable_path
 from ..core import process_sets as _ps
@@ -58,6 +59,7 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
              else g for g in grads]
     if names is None:
         names = ops._names(len(grads), None, "gradients")
+    names = _t.unique_in_graph(names)
     scales = optimizer_args.scales(op, gradient_predivide_factor)
     dense_idx = [i for i, g in enumerate(grads) if not isinstance(g, tf.IndexedSlices)]
     out = list(grads)

@@ -253,9 +253,10 @@ class DistributedOptimizer(OptimizerWrapper):
         backward pass is averaged before the step."""
         if self._should_synchronize:
             if self._synchronized:
-                # A Python warning, as Horovod's (scripts and tests catch it as one).
-                warnings.warn("optimizer.step() called after optimizer.synchronize() without "
-                              "the optimizer.skip_synchronize() context: the gradients are "
+                # A Python warning that opens as Horovod's does (scripts and
+                # tests match its first words).
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(): the gradients are "
                               "averaged again, which slows training; wrap step() in "
                               "optimizer.skip_synchronize() when you call synchronize() "
                               "yourself", UserWarning, stacklevel=2)

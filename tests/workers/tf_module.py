@@ -49,6 +49,9 @@ def check_object_broadcasts_as_horovod():
     assert from_last({"r": r}) == {"r": n - 1}
     assert from_last([r, "again"]) == [n - 1, "again"]
     assert htf.broadcast_object(r, n - 1, None, "bo.positional") == n - 1
+    flags = tf.Variable([r % 2 == 1, True])
+    (value,) = htf.broadcast_([flags], n - 1)  # booleans, eagerly (bytes on the wire)
+    assert flags.numpy().tolist() == value.numpy().tolist() == [(n - 1) % 2 == 1, True]
     assert htf.allgather_object(r, None, "ago.positional") == list(range(n))
     harness.expect_error(htf.InvalidArgumentError, lambda: htf.broadcast_object_fn(
         process_set="not a set"))
@@ -112,6 +115,27 @@ def check_partial_tape_keeps_local_layers_local():
         close(g, e, "use_generic_names")
     harness.expect_error(ValueError, lambda: htf.PartialDistributedGradientTape(
         tf.GradientTape(), local_layers=[local_layer, "dense"]), "tf.keras.layers.Layer")
+    # Two reductions of the same variables' gradients in one TF1 graph (the
+    # tape's gradient, then get_local_and_global_gradients, as Horovod's own
+    # test does), run by one session.run: they may run at once, so they
+    # negotiate under names of their own, not one name twice.
+    graph = tf.Graph()
+    with graph.as_default():
+        shared_var = tf.compat.v1.Variable([1.0, 2.0], use_resource=True, name="pt.shared")
+        local_var = tf.compat.v1.Variable([3.0], use_resource=True, name="pt.local")
+        with tf.GradientTape(persistent=True) as tape:
+            loss = (r + 1.0) * (tf.reduce_sum(shared_var) + tf.reduce_sum(local_var))
+        tape = htf.DistributedGradientTape(tape)
+        tape.register_local_source(local_var)
+        first = tape.gradient(loss, [shared_var, local_var])
+        local, shared = tape.get_local_and_global_gradients(loss, [shared_var, local_var])
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(init)
+        got = session.run([first, [g for _, g in local], [g for _, g in shared]])
+    for what, (g_shared, g_local) in (("gradient", got[0]), ("pairs", (got[2][0], got[1][0]))):
+        close(g_shared, np.full(2, (n + 1) / 2.0), "TF1 graph %s: shared" % what)
+        close(g_local, [(r + 1.0) / n], "TF1 graph %s: local" % what)
 
 
 def check_tensorflow_state_saves_restores_and_syncs():
