@@ -172,8 +172,15 @@ def _names(n, name, kind):
 
 
 def _is_bool(tensor):
-    return getattr(tensor, "dtype", None) == tf.bool or (
-        isinstance(tensor, (list, tuple, np.ndarray, bool)) and np.asarray(tensor).dtype == bool)
+    """A boolean tensor, variable (TF1's reference dtype ``bool_ref`` too),
+    array or list."""
+    dtype = getattr(tensor, "dtype", None)
+    if dtype is not None:
+        try:
+            return tf.as_dtype(dtype).base_dtype == tf.bool
+        except TypeError:
+            return False
+    return isinstance(tensor, (list, tuple, bool)) and np.asarray(tensor).dtype == bool
 
 
 def _operand(tensor, name, kind, process_set, rows=False):

@@ -73,7 +73,7 @@ def check_broadcast_gradient_in_a_tf1_graph():
     graph = tf.Graph()
     with graph.as_default():
         v = tf.compat.v1.Variable(tf.fill([3], float(r)), use_resource=True)
-        w = tf.compat.v1.Variable(tf.fill([2], r % 2 == 1))
+        w = tf.compat.v1.Variable(tf.fill([2], r % 2 == 1), use_resource=False)  # bool_ref
         got = htf.broadcast_([v, w], n - 1)
         init = tf.compat.v1.global_variables_initializer()
     with tf.compat.v1.Session(graph=graph) as session:
