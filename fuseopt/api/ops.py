@@ -106,9 +106,10 @@ def allreduce_async_(array: np.ndarray, name: Optional[str] = None, op: Optional
     return _allreduce(array, name, op, prescale_factor, postscale_factor, True, process_set)
 
 
-def _grouped(arrays, names, op, prescale_factor, postscale_factor, in_place, outs=None,
-             process_set=None, wire=_rq.WIRE_AS_IS):
-    """One native call to submit, one to wait: returns a GroupHandle whose
+def submit_grouped_allreduce(arrays, names, op, prescale_factor, postscale_factor, in_place,
+                             outs=None, process_set=None, wire=_rq.WIRE_AS_IS):
+    """The grouped allreduce the bindings submit (numpy buffers of their
+    tensors): one native call to submit, one to wait; returns a GroupHandle whose
     wait() gives the list of results (``outs``, when given, receive them).
     ``wire``: float32 arrays travel as a 16-bit float (requests.enqueue)."""
     if in_place:
@@ -132,8 +133,8 @@ def grouped_allreduce_async(arrays: Sequence[np.ndarray], names: Optional[Sequen
                             process_set: Optional[ProcessSet] = None) -> Handle:
     """Allreduces a list together: submitted in one call (all or none),
     negotiated in one round and fused."""
-    return _grouped(arrays, names, op, prescale_factor, postscale_factor, False,
-                    process_set=process_set)
+    return submit_grouped_allreduce(arrays, names, op, prescale_factor, postscale_factor,
+                                    False, process_set=process_set)
 
 
 def grouped_allreduce_async_(arrays: Sequence[np.ndarray], names: Optional[Sequence[str]] = None,
@@ -141,8 +142,8 @@ def grouped_allreduce_async_(arrays: Sequence[np.ndarray], names: Optional[Seque
                              postscale_factor: float = 1.0,
                              process_set: Optional[ProcessSet] = None) -> Handle:
     """In-place grouped allreduce."""
-    return _grouped(arrays, names, op, prescale_factor, postscale_factor, True,
-                    process_set=process_set)
+    return submit_grouped_allreduce(arrays, names, op, prescale_factor, postscale_factor,
+                                    True, process_set=process_set)
 
 
 def resolve_op(average, op):

@@ -105,8 +105,9 @@ def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, mete
         def start(*arrays, bucket_names=bucket_names, outputs=outputs, last=last):
             if last:
                 _finish_abandoned(last.pop())
-            handle = _np._grouped(list(arrays), bucket_names, op, prescale, postscale, False,
-                                  outputs.take(arrays), process_set, wire)
+            handle = _np.submit_grouped_allreduce(list(arrays), bucket_names, op, prescale,
+                                                  postscale, False, outputs.take(arrays),
+                                                  process_set, wire)
             token = next(_tokens)
             _in_flight[token] = handle
             last.append(token)
@@ -151,9 +152,9 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
 
     def fn(*arrays):
         with meter.waiting() if meter is not None else contextlib.nullcontext():
-            return _rq.run_now(_np._grouped, list(arrays), names, op, prescale, postscale,
-                               False, outputs.take(arrays) if outputs else None, process_set,
-                               wire)
+            return _rq.run_now(_np.submit_grouped_allreduce, list(arrays), names, op, prescale,
+                               postscale, False, outputs.take(arrays) if outputs else None,
+                               process_set, wire)
 
     outs = _t.run(fn, tensors, dtypes, "allreduce")
     for o, t in zip(outs, tensors):
@@ -363,8 +364,8 @@ def broadcast(tensor: Any, root_rank: int, name: Optional[str] = None,
     """Every rank receives root_rank's tensor (differentiable, as Horovod's:
     the root's gradient is the average over ranks, the others' zero)."""
     if _is_bool(tensor):
-        return tf.cast(broadcast(tf.cast(tensor, tf.uint8), root_rank, name, process_set=process_set),
-                       tf.bool)
+        as_bytes = broadcast(tf.cast(tensor, tf.uint8), root_rank, name, process_set=process_set)
+        return tf.cast(as_bytes, tf.bool)
     tensor, name = _operand(tensor, name, "broadcast", process_set)
 
     @tf.custom_gradient

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 import torch
 
-from ..api import ops as _np_ops
+from ..api import ops as _np
 from ..core import requests as _rq
 from ..base.arguments import derived_name
 from ..training.compression import as_compressor, one_payload_each, reducing_over
@@ -22,12 +22,12 @@ if TYPE_CHECKING:  # names used only in annotations
     from ..core.process_sets import ProcessSet
     from ..core.handles import Handle
 
-Sum = _np_ops.Sum
-Average = _np_ops.Average
-Min = _np_ops.Min
-Max = _np_ops.Max
-Product = _np_ops.Product
-Adasum = _np_ops.Adasum
+Sum = _np.Sum
+Average = _np.Average
+Min = _np.Min
+Max = _np.Max
+Product = _np.Product
+Adasum = _np.Adasum
 
 
 
@@ -75,7 +75,7 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
                     process_set: Optional[ProcessSet] = None) -> Handle:
     """Starts an allreduce of ``tensor`` into a new tensor; returns a handle
     (``synchronize(handle)`` gives the result). Average unless ``op`` says otherwise."""
-    return _allreduce(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
+    return _allreduce(tensor, name, _np.resolve_op(average, op), prescale_factor,
                       postscale_factor, False, process_set)
 
 
@@ -85,7 +85,7 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
                      process_set: Optional[ProcessSet] = None) -> Handle:
     """Starts an in-place allreduce: ``tensor`` holds the result once
     ``synchronize(handle)`` returns."""
-    return _allreduce(tensor, name, _np_ops.resolve_op(average, op), prescale_factor,
+    return _allreduce(tensor, name, _np.resolve_op(average, op), prescale_factor,
                       postscale_factor, True, process_set)
 
 
@@ -120,7 +120,7 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
               process_set: Optional[ProcessSet] = None) -> torch.Tensor:
     """Reduces ``tensor`` across ranks (Average by default) into a new tensor."""
     _ps.id_of(process_set)  # before any work: a bad set raises here
-    op = _np_ops.resolve_op(average, op)
+    op = _np.resolve_op(average, op)
     if compression is None:
         return _Allreduce.apply(tensor, name, op, prescale_factor, postscale_factor, process_set)
     compression = as_compressor(compression)
@@ -146,7 +146,7 @@ def _group_names(tensors, name):
 
 def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, in_place,
              process_set=None):
-    op = _np_ops.resolve_op(average, op)
+    op = _np.resolve_op(average, op)
     if all(t.is_cpu for t in tensors):
         return _grouped_host(tensors, name, op, prescale_factor, postscale_factor, in_place,
                              process_set)
@@ -220,7 +220,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     """Allreduces a list of tensors together (one negotiation, fused);
     differentiable, with optional compression, as Horovod's."""
     _ps.id_of(process_set)
-    op = _np_ops.resolve_op(average, op)
+    op = _np.resolve_op(average, op)
     payloads, ctxs, restore = _compressed(compression, tensors, name, process_set)
     if compression is not None and getattr(compression, "reduce_op", None) is not None:
         op = compression.reduce_op
@@ -350,7 +350,7 @@ def poll(handle: Handle) -> bool:
 
 def barrier(process_set: Optional[ProcessSet] = None) -> None:
     """Returns once every rank (of ``process_set``) has called barrier()."""
-    _np_ops.barrier(process_set)
+    _np.barrier(process_set)
 
 
 def join(device: int = -1) -> int:
@@ -358,4 +358,4 @@ def join(device: int = -1) -> int:
     neutral values until every rank has joined. Returns the rank that joined
     last, as Horovod's. ``device`` is accepted for Horovod's signature: the
     stand-in values live where each tensor does."""
-    return _np_ops.join()
+    return _np.join()

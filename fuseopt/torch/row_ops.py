@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 import torch
 
-from ..api import ops as _np_ops
+from ..api import ops as _np
 from ..core import process_sets as _ps
 from ..core import requests as _rq
 from ..base.arguments import derived_name
@@ -89,7 +89,7 @@ def _grouped_reducescatter(tensors, names, op, prescale_factor, postscale_factor
         src = _t.contiguous(t.detach())
         if src.dim() == 0:
             raise InvalidArgumentError("reducescatter needs a tensor with at least one dimension")
-        rows = _np_ops.reducescatter_rows(src.shape[0], rank, size)
+        rows = _np.reducescatter_rows(src.shape[0], rank, size)
         out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
         device, ready = _t.device_of(src)
         batch.add(_rq.REDUCESCATTER, n, _t.dtype_name(src), tuple(src.shape), _t.ptr(src),

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..api import ops as _np_ops
+from ..api import ops as _np
 from ..core import world
 from . import ops
 
@@ -44,7 +44,7 @@ def _allreduce_sum(values):
     # and which churns its response cache; a stable name is a cache hit after
     # the first step. Layers of one size share it safely, one after another:
     # each waits for its sums before the next layer can submit.
-    return _np_ops.allreduce_(values, name="sync_batch_norm.%d" % values.size, op=_np_ops.Sum)
+    return _np.allreduce_(values, name="sync_batch_norm.%d" % values.size, op=_np.Sum)
 
 
 def _update_running(buffer, value, momentum):
