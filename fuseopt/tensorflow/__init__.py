@@ -22,12 +22,12 @@ from ..api.capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gl
 from ..api.timeline import start_timeline, stop_timeline
 from ..api.overlap import log_epoch as log_metrics
 from .compression import Compression, Compressor
-from .functions import (BroadcastGlobalVariablesHook, broadcast_, broadcast_global_variables,
+from .functions import (BroadcastGlobalVariablesHook, allgather_object, broadcast_,
+                        broadcast_global_variables, broadcast_object, broadcast_object_fn,
                         broadcast_variables)
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
-from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_object, allreduce,
-                  barrier, broadcast, broadcast_object, broadcast_object_fn, grouped_allreduce,
-                  join)
+from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, barrier,
+                  broadcast, grouped_allreduce, join)
 from .row_ops import alltoall, grouped_allgather, grouped_reducescatter, reducescatter
 from .value_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
 from .optimizer import PartialDistributedOptimizer

@@ -31,9 +31,9 @@ from ..training.elastic import RESET_ERRORS, HostsUpdatedInterrupt, ObjectState,
 from ..base.errors import InvalidArgumentError, UnsupportedError
 from ..api.runtime import init, shutdown
 from ..core.world import rank
-from .functions import broadcast_variables, variable_path
+from .functions import (broadcast_object, broadcast_object_fn, broadcast_variables,
+                        variable_path)
 from .model_variables import split_model_variables
-from .ops import broadcast_object, broadcast_object_fn
 
 
 def _is_reset_error(error: BaseException) -> bool:

@@ -6,7 +6,7 @@ model. ``grouped_allreduce`` negotiates a list in one step so it fuses.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 import contextlib
 import itertools
 
@@ -14,7 +14,6 @@ import numpy as np
 import tensorflow as tf
 
 from ..training import buckets
-from ..api import objects as _objects
 from ..core import output_pool
 from ..api import ops as _np
 from ..base.arguments import derived_name
@@ -407,34 +406,3 @@ def join() -> Any:
     if tf.executing_eagerly():
         return _np.join()
     return _t.run(lambda: [np.int32(_np.join())], [], [tf.int32], "join")[0]
-
-
-@with_tf_errors
-def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None,
-                     name: Optional[str] = None,
-                     process_set: Optional[ProcessSet] = None) -> Any:
-    """root_rank's picklable ``obj`` on every rank (of ``process_set``).
-    ``session`` (Horovod's, for TF1 graphs) is accepted and not needed: the
-    object travels through the core directly, outside any graph."""
-    return _objects.broadcast_object(obj, root_rank, name=name, process_set=process_set)
-
-
-def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: Optional[str] = None,
-                        process_set: Optional[ProcessSet] = None) -> Callable[[Any], Any]:
-    """Horovod's: a function ``f(obj)`` that broadcasts ``obj`` from
-    root_rank each time it is called (Horovod builds its graph ops once for a
-    TF1 session; here every call is an eager ``broadcast_object``)."""
-    _ps.id_of(process_set)
-    name = name or "broadcast_object_fn"
-
-    def broadcast(obj: Any) -> Any:
-        return broadcast_object(obj, root_rank, name=name, process_set=process_set)
-    return broadcast
-
-
-@with_tf_errors
-def allgather_object(obj: Any, session: Any = None, name: Optional[str] = None,
-                     process_set: Optional[ProcessSet] = None) -> List[Any]:
-    """Every rank's picklable ``obj``, as a list in rank order. ``session``:
-    as in broadcast_object."""
-    return _objects.allgather_object(obj, name=name, process_set=process_set)
