@@ -5,7 +5,7 @@ gradients of allreduce (Sum and Average), grouped_allreduce, allgather of
 uneven rows and broadcast from every root; alltoall with uneven splits, an
 empty tensor and an even split that does not divide; reducescatter's
 Average, scale factors, uneven rows and a scalar; join and barrier. Run by
-tests/test_tensorflow.py at 2 and 4 ranks."""
+tests/test_tensorflow.py at 4 ranks."""
 import math
 import os
 import tempfile

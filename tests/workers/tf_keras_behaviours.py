@@ -5,7 +5,7 @@ with local variables and sparse gradients; an infinite gradient that must
 not leak into the next cycle; sparse_as_dense; BroadcastGlobalVariablesCallback
 with local variables; chained learning-rate callbacks; MetricAverageCallback's
 value; elastic state sync / restore / commit. Run by tests/test_tensorflow.py
-at 2 and 4 ranks."""
+at 2 ranks."""
 import numpy as np
 import tensorflow as tf
 
