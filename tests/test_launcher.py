@@ -68,18 +68,26 @@ def test_settings_reach_every_rank(run_ranks):
         assert "rank%d FUSEOPT_CACHE_CAPACITY=64" % rank in r.output
 
 
-def test_every_rank_gets_torchruns_variables(run_ranks):
+def test_every_rank_gets_torchruns_variables(run_ranks, tmp_path):
     """RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE as torchrun sets them,
-    and OMP_NUM_THREADS = this host's cores / its ranks unless already set."""
+    and OMP_NUM_THREADS = this host's cores / its ranks unless already set.
+    Each rank's lines are read from its own file (--output-filename): in the
+    job's shared output, mpiexec may splice one rank's line into another's."""
     from fuseopt.launcher import rank_env
-    r = run_ranks(2, "launch_probe.py", "env", env={"OMP_NUM_THREADS": ""})  # "" is unset
+
+    def lines_of(setting, where):
+        run_ranks(2, "launch_probe.py", "env", env={"OMP_NUM_THREADS": setting},
+                  launcher_args=["--output-filename", str(where)])
+        return [(where / ("rank.%d" % rank) / "stdout").read_text().splitlines()
+                for rank in (0, 1)]
+
     threads = max(1, rank_env.usable_cpus() // 2)
-    for rank in (0, 1):
+    for rank, lines in enumerate(lines_of("", tmp_path / "unset")):  # "" is unset
         for line in ("RANK=%d" % rank, "LOCAL_RANK=%d" % rank, "WORLD_SIZE=2",
                      "LOCAL_WORLD_SIZE=2", "OMP_NUM_THREADS=%d" % threads):
-            assert "rank%d %s\n" % (rank, line) in r.output, (line, r.output)
-    r = run_ranks(2, "launch_probe.py", "env", env={"OMP_NUM_THREADS": "3"})
-    assert r.output.count("OMP_NUM_THREADS=3\n") == 2, r.output
+            assert "rank%d %s" % (rank, line) in lines, (line, lines)
+    for rank, lines in enumerate(lines_of("3", tmp_path / "set")):
+        assert "rank%d OMP_NUM_THREADS=3" % rank in lines, lines
 
 
 def test_four_ranks_on_two_cores_get_nolocal(run_ranks):
