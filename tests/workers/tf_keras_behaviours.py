@@ -113,7 +113,7 @@ def check_sparse_as_dense_embedding():
     ranks of every rank's own dense gradient (rank-dependent ids). The
     optimizer with sparse_as_dense applies that mean, eagerly and in
     tf.function."""
-    r, n = hvd.rank(), hvd.size()
+    r = hvd.rank()
     keras.utils.set_random_seed(3)
     embedding = keras.layers.Embedding(5, 2)
     ids = tf.constant([[r % 5, (r + 1) % 5]])

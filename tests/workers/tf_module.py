@@ -139,7 +139,7 @@ def check_partial_tape_keeps_local_layers_local():
 
 
 def check_tensorflow_state_saves_restores_and_syncs():
-    r, n = htf.rank(), htf.size()
+    r = htf.rank()
     a = tf.Variable(tf.fill([2], float(r)), name="state_a")
     b = tf.Variable(tf.fill([3, 1], 10.0 + r), name="state_b")
     state = htf.elastic.TensorFlowState([a, b], epoch=r)
