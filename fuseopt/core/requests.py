@@ -10,7 +10,7 @@ import threading
 from ..base._native import ffi, lib
 from . import handles, world
 from ..base.dtypes import code_for
-from ..base.arguments import INT32, INT64, c_name_bytes, checked_int, checked_real
+from ..base.c_boundary import INT32, INT64, c_name_bytes, checked_int, checked_real
 from ..base.errors import check
 from .handles import GroupHandle, Handle, check_delivered
 

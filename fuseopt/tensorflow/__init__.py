@@ -28,7 +28,7 @@ from .functions import (BroadcastGlobalVariablesHook, allgather_object, broadcas
 from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, barrier,
                   broadcast, grouped_allreduce, join)
-from .row_ops import alltoall, grouped_allgather, grouped_reducescatter, reducescatter
+from .ragged_ops import alltoall, grouped_allgather, grouped_reducescatter, reducescatter
 from .value_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
 from .optimizer import PartialDistributedOptimizer
 from .optimizer import TensorFlowDistributedOptimizer as DistributedOptimizer

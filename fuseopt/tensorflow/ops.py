@@ -16,7 +16,7 @@ import tensorflow as tf
 from ..training import buckets
 from ..core import output_pool
 from ..api import ops as _np
-from ..base.arguments import derived_name
+from ..base.c_boundary import derived_name
 from ..training.compression import as_compressor, on_wire
 from ..core.requests import WIRE_AS_IS
 from ..core import world

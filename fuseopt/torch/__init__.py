@@ -22,7 +22,7 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_
                   allreduce_, allreduce_async, allreduce_async_, barrier, broadcast, broadcast_,
                   broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_,
                   grouped_allreduce_async, grouped_allreduce_async_, join, poll, synchronize)
-from .row_ops import (alltoall, alltoall_async, grouped_allgather, grouped_allgather_async,
+from .ragged_ops import (alltoall, alltoall_async, grouped_allgather, grouped_allgather_async,
                       grouped_reducescatter, grouped_reducescatter_async, reducescatter,
                       reducescatter_async, sparse_allreduce_async)
 from ..core.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set

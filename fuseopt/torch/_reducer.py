@@ -13,7 +13,7 @@ from ..api import overlap
 from ..core import requests as _rq
 from ..training.compression import on_wire, reducing_over
 from . import _tensors as _t
-from . import ops, row_ops
+from . import ops, ragged_ops
 from .compression import Compression
 
 # In-flight marker of a gradient reduced in place in p.grad (submit_plain);
@@ -124,7 +124,7 @@ class GradientReducer:
         if grad is None:  # unused on this rank: take part with zeros
             grad = p.grad = torch.zeros_like(p)
         if grad.is_sparse and not self._sparse_as_dense:
-            self.in_flight[i] = _Sparse(row_ops.sparse_allreduce_async(
+            self.in_flight[i] = _Sparse(ragged_ops.sparse_allreduce_async(
                 grad, self.names[i], self._op, self._process_set))
             return (), None
         if grad.is_sparse:  # reduced dense, written back sparse

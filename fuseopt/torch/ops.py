@@ -11,7 +11,7 @@ import torch
 
 from ..api import ops as _np
 from ..core import requests as _rq
-from ..base.arguments import derived_name
+from ..base.c_boundary import derived_name
 from ..training.compression import as_compressor, one_payload_each, reducing_over
 from ..core import world
 from ..base.errors import InvalidArgumentError

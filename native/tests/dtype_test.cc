@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "base/dtype.h"
 #include "check.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "check.h"
 #include "policy/autotune.h"
 #include "policy/coordinator.h"

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fuseopt.base import arguments
+from fuseopt.base import c_boundary
 from fuseopt.core import config
 from fuseopt.base.errors import InvalidArgumentError
 
@@ -44,16 +44,16 @@ def test_unknown_setting_is_refused():
     (b"grad", "must be a str, not bytes"), (("a",), "must be a str, not tuple")])
 def test_bad_tensor_names(name, message):
     with pytest.raises(InvalidArgumentError, match=message):
-        arguments.c_name_bytes(name)
+        c_boundary.c_name_bytes(name)
     with pytest.raises(InvalidArgumentError, match=message):
-        arguments.derived_name(name, ".grad")
+        c_boundary.derived_name(name, ".grad")
 
 
 def test_good_names_pass_unchanged():
-    assert arguments.c_name_bytes("grad.layer1.weight/ünïcode") == \
+    assert c_boundary.c_name_bytes("grad.layer1.weight/ünïcode") == \
         "grad.layer1.weight/ünïcode".encode()
-    assert arguments.derived_name(None, ".grad") is None
-    assert arguments.derived_name("w", ".grad") == "w.grad"
+    assert c_boundary.derived_name(None, ".grad") is None
+    assert c_boundary.derived_name("w", ".grad") == "w.grad"
 
 
 @pytest.mark.parametrize("value, message", [
@@ -61,11 +61,11 @@ def test_good_names_pass_unchanged():
     (1.0, "must be an int, not float"), (True, "must be an int, not bool"), (None, "not NoneType")])
 def test_root_must_be_an_int32(value, message):
     with pytest.raises(InvalidArgumentError, match="root_rank.*" + message):
-        arguments.checked_int(value, "root_rank of tensor 'x'", arguments.INT32)
+        c_boundary.checked_int(value, "root_rank of tensor 'x'", c_boundary.INT32)
 
 
 def test_scale_factors_must_be_numbers():
-    assert arguments.checked_real(2, "prescale_factor") == 2.0
+    assert c_boundary.checked_real(2, "prescale_factor") == 2.0
     with pytest.raises(InvalidArgumentError, match="prescale_factor must be a number, not str"):
-        arguments.checked_real("2", "prescale_factor")
-    assert math.isnan(arguments.checked_real(float("nan"), "x"))  # the core refuses non-finite
+        c_boundary.checked_real("2", "prescale_factor")
+    assert math.isnan(c_boundary.checked_real(float("nan"), "x"))  # the core refuses non-finite

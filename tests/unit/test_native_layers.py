@@ -58,3 +58,38 @@ def test_no_include_cycle_between_modules():
 
     cycles = sorted(m for m in graph if reaches(m, m, set()))
     assert not cycles, cycles
+
+
+# A function definition at namespace level starts at column 0 (clang-format,
+# .clang-format) and its body closes with a "}" at column 0.
+_DEFINITION = re.compile(r"[A-Za-z_].*\)\s*(const\s*)?(override\s*)?\{$")
+_NOT_A_FUNCTION = re.compile(r"(namespace|class|struct|enum|union|extern)\b")
+
+
+def function_lengths(text):
+    """(first line, body lines) of each namespace-level function in text."""
+    start = None
+    for i, line in enumerate(text.split("\n")):
+        if start is None:
+            if _DEFINITION.match(line) and not _NOT_A_FUNCTION.match(line):
+                start = i
+        elif line.startswith("}"):
+            yield start + 1, i - start - 1
+            start = None
+
+
+def test_function_lengths_are_measured():
+    text = "int f(int a) {\n" + "  a++;\n" * 61 + "}\nnamespace x {\nvoid g() const {\n}\n"
+    assert list(function_lengths(text)) == [(1, 61), (65, 0)]
+
+
+def test_no_native_function_over_60_lines():
+    long = []
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "native")):
+        for f in files:
+            if f.endswith((".h", ".cc")):
+                path = os.path.join(dirpath, f)
+                for line, n in function_lengths(open(path).read()):
+                    if n > 60:
+                        long.append("%s:%d (%d lines)" % (os.path.relpath(path, ROOT), line, n))
+    assert not long, long

@@ -32,7 +32,7 @@ import keras  # noqa: E402
 
 from ...base.errors import UnsupportedError  # noqa: E402
 from .. import ops as _tf_ops  # noqa: E402
-from .. import row_ops as _tf_row_ops  # noqa: E402
+from .. import ragged_ops as _tf_ragged_ops  # noqa: E402
 from ..compression import Compression as _Compression  # noqa: E402
 from ..optimizer import (DistributedKerasOptimizer as _DistKeras,  # noqa: E402
                          DistributedLossScaleOptimizer as _DistLoss)
@@ -67,7 +67,7 @@ def reducescatter(  # type: ignore[no-redef]  # restated: Keras's argument order
         value: Any, name: Optional[str] = None,
         op: Optional[int] = _tf_ops.Average) -> Any:
     """Reduces across ranks; this rank gets its slice of the first dimension."""
-    return _tf_row_ops.reducescatter(value, op=op, name=name)
+    return _tf_ragged_ops.reducescatter(value, op=op, name=name)
 
 
 def load_model(filepath: str, custom_optimizers: Any = None, custom_objects: Any = None,

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "api/context.h"
-#include "base/common.h"
+#include "base/error.h"
 #include "base/dtype.h"
 #include "policy/row_split.h"
 #include "transport/device/device_free.h"

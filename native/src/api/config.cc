@@ -4,7 +4,7 @@
 #include <string>
 
 #include "api/context.h"
-#include "base/common.h"
+#include "base/error.h"
 
 namespace fuseopt {
 

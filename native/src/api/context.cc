@@ -8,6 +8,7 @@
 
 #include "base/dtype.h"
 #include "base/log.h"
+#include "base/poll_schedule.h"
 #include "loop/loop.h"
 #include "transport/mpi/adasum.h"
 #include "transport/mpi/mpi_world.h"

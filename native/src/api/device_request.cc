@@ -10,7 +10,7 @@
 #include <string>
 
 #include "api/context.h"
-#include "base/common.h"
+#include "base/error.h"
 
 namespace fuseopt {
 namespace {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "base/common.h"
+#include "base/error.h"
 
 namespace fuseopt {
 

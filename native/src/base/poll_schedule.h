@@ -10,6 +10,13 @@
 
 namespace fuseopt {
 
+// Seconds on the monotonic clock: what waits, stall checks and the timeline
+// measure time with.
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // Note [Poll schedule]
 // ~~~~~~~~~~~~~~~~~~~~
 // No wait in the core blocks in a library call or sleeps on a fixed timer.

@@ -5,7 +5,8 @@
 #include <cstring>
 #include <sstream>
 
-#include "base/common.h"
+#include "base/error.h"
+#include "base/poll_schedule.h"
 
 namespace fuseopt {
 namespace {

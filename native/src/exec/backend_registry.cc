@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "transport/hccl/hccl_backend.h"
 #include "transport/nccl/nccl_backend.h"
 

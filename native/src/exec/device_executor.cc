@@ -82,6 +82,8 @@ DeviceBackend* DeviceExecutor::backend_for(std::vector<Work*>& bucket) {
   if (factory) {
     DeviceSetup setup;
     setup.device_id = device_id;
+    setup.rank = world_.info().rank;
+    setup.size = world_.info().size;
     setup.host = &host_;
     setup.world = &world_;
     setup.hierarchical = hierarchical_;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/dtype.h"
+#include "base/poll_schedule.h"
 #include "exec/device_executor.h"
 #include "policy/fusion_planner.h"
 #include "transport/mpi/adasum.h"

@@ -14,7 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "base/common.h"
+#include "base/error.h"
+#include "base/poll_schedule.h"
 #include "base/metrics.h"
 #include "base/timeline.h"
 #include "exec/entry.h"

@@ -16,7 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "base/common.h"
+#include "base/error.h"
 
 namespace fuseopt {
 

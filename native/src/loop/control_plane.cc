@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "base/poll_schedule.h"
 
 namespace fuseopt {

@@ -9,7 +9,7 @@
 #include <deque>
 #include <mutex>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "exec/entry.h"
 
 namespace fuseopt {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/log.h"
+#include "base/poll_schedule.h"
 #include "loop/loop.h"
 #include "policy/message_codec.h"
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "base/common.h"
+#include "base/error.h"
 
 namespace fuseopt {
 namespace {

@@ -1,6 +1,6 @@
 #include "transport/backend.h"
 
-#include "base/common.h"
+#include "base/error.h"
 
 namespace fuseopt {
 

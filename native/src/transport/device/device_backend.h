@@ -80,6 +80,7 @@ class DeviceBackend : public Backend {
 // What a device backend needs to bootstrap itself.
 struct DeviceSetup {
   int device_id = 0;
+  int rank = 0, size = 1;          // in the world (the communicator's ranks)
   Backend* host = nullptr;         // MPI over all ranks: broadcasts, agreement
   const MpiWorld* world = nullptr; // topology and node communicators
   bool hierarchical = false;       // FUSEOPT_HIERARCHICAL_ALLREDUCE

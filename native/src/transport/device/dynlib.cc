@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "base/common.h"
+#include "base/error.h"
 
 namespace fuseopt {
 

@@ -71,7 +71,6 @@ struct Api {
                             void* stream);
   Error (*aclrtCreateStream)(void** stream);
   Error (*aclrtDestroyStream)(void* stream);
-  Error (*aclrtSynchronizeStream)(void* stream);
   Error (*aclrtCreateEvent)(void** event);
   Error (*aclrtDestroyEvent)(void* event);
   Error (*aclrtRecordEvent)(void* event, void* stream);

@@ -1,5 +1,5 @@
-// HCCL backend: the same shape as the NCCL backend (nccl_backend.cc), over
-// HCCL and ACL. Differences that matter:
+// HCCL backend: ACL's and HCCL's calls for the skeleton in stream_backend.h,
+// and the collectives. Differences from NCCL that matter:
 //  - HCCL has no average and no pre-multiplied sum: allreduce_scaled says no,
 //    and the executor applies factors in host memory.
 //  - allgather with uneven first dimensions is an HcclAlltoAllV in which
@@ -8,13 +8,14 @@
 //    abandoned, not destroyed (destroying it could wait for the dead peer).
 #include "transport/hccl/hccl_backend.h"
 
+#include <algorithm>
 #include <string>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "base/log.h"
-#include "base/poll_schedule.h"
 #include "transport/device/device_free.h"
 #include "transport/device/dynlib.h"
+#include "transport/device/stream_backend.h"
 #include "transport/hccl/hccl_api.h"
 #include "transport/mpi/mpi_world.h"
 
@@ -53,28 +54,19 @@ int hccl_op(fuseopt_reduce_op_t op) {
   }
 }
 
-class HcclBackend : public DeviceBackend {
+class HcclBackend : public StreamBackend {
  public:
   HcclBackend(std::shared_ptr<HcclLibs> libs, const DeviceSetup& setup)
-      : libs_(std::move(libs)), acl_(libs_->acl), hccl_(libs_->hccl), setup_(setup) {}
+      : StreamBackend("HCCL", "npu", setup),
+        libs_(std::move(libs)),
+        acl_(libs_->acl),
+        hccl_(libs_->hccl) {}
   ~HcclBackend() override;
   const char* name() const override { return "hccl"; }
-  void connect();
 
   void activate() override { acl_check(acl_.aclrtSetDevice(setup_.device_id), "aclrtSetDevice"); }
   void* allocate(int64_t bytes) override;
   void release(void* p) override { acl_.aclrtFree(p); }
-  void copy(void* dst, const void* src, int64_t bytes) override {
-    memcpy_async(dst, src, bytes, acl::kDeviceToDevice);
-  }
-  void upload(void* dst, const void* host, int64_t bytes) override {
-    memcpy_async(dst, host, bytes, acl::kHostToDevice);
-  }
-  void download(void* host, const void* src, int64_t bytes) override {
-    memcpy_async(host, src, bytes, acl::kDeviceToHost);
-  }
-  void wait_for(void* stream, void* event) override;
-  void synchronize() override;
 
   void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                  fuseopt_reduce_op_t op) override;
@@ -86,74 +78,91 @@ class HcclBackend : public DeviceBackend {
   void reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                      fuseopt_dtype_t dtype, fuseopt_reduce_op_t op) override;
 
+ protected:
+  FUSEOPT_STREAM_BACKEND_HOOKS
+
  private:
-  void memcpy_async(void* dst, const void* src, int64_t bytes, int kind);
   // Counts and displacements in bytes, per rank.
   void alltoallv_raw(const void* send, const std::vector<uint64_t>& sc,
                      const std::vector<uint64_t>& sd, void* recv, const std::vector<uint64_t>& rc,
                      const std::vector<uint64_t>& rd);
   void check(hccl::Result r, const char* what) const;
   void acl_check(acl::Error e, const char* what) const;
-  std::string where() const { return "npu:" + std::to_string(setup_.device_id); }
 
   std::shared_ptr<HcclLibs> libs_;
   const acl::Api& acl_;
   const hccl::Api& hccl_;
-  DeviceSetup setup_;
-  int rank_ = 0, size_ = 1;
   hccl::Comm comm_ = nullptr;
-  void* stream_ = nullptr;
-  void* marker_ = nullptr;  // recorded on a framework stream that gave no event
-  void* done_ = nullptr;    // recorded on our stream by synchronize()
 };
 
 void HcclBackend::check(hccl::Result r, const char* what) const {
   if (r == hccl::kSuccess) return;
-  throw Error(FUSEOPT_BACKEND, std::string(what) + " failed on " + where() + ": " +
-                                   hccl_.HcclGetErrorString(r) + " (HcclResult " +
-                                   std::to_string(r) + ")");
+  fail(what, std::string(hccl_.HcclGetErrorString(r)) + " (HcclResult " + std::to_string(r) +
+                 ")");
 }
 
 void HcclBackend::acl_check(acl::Error e, const char* what) const {
   if (e == acl::kSuccess) return;
   const char* detail = acl_.aclGetRecentErrMsg();
-  throw Error(FUSEOPT_BACKEND, std::string(what) + " failed on " + where() + ": aclError " +
-                                   std::to_string(e) + (detail ? std::string(": ") + detail : ""));
+  fail(what, "aclError " + std::to_string(e) + (detail ? std::string(": ") + detail : ""));
 }
 
-// Collective over all ranks; see NcclBackend::connect for the pattern.
-void HcclBackend::connect() {
-  const fuseopt_comm_info_t& info = setup_.world->info();
-  rank_ = info.rank;
-  size_ = info.size;
-  Backend& host = *setup_.host;
-  std::string error;
+std::vector<char> HcclBackend::open_device() {
+  acl::Error init = acl_.aclInit(nullptr);
+  if (init != acl::kRepeatInitialize) acl_check(init, "aclInit");
+  activate();
   hccl::RootInfo root{};
-  try {
-    acl::Error init = acl_.aclInit(nullptr);
-    if (init != acl::kRepeatInitialize) acl_check(init, "aclInit");
-    activate();
-    if (rank_ == 0) check(hccl_.HcclGetRootInfo(&root), "HcclGetRootInfo");
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  std::string agreed = first_error_everywhere(host, size_, error);
-  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "HCCL set-up failed on " + agreed);
-  host.broadcast(&root, sizeof(root), FUSEOPT_UINT8, 0);
-  hccl::Result r = hccl_.HcclCommInitRootInfo(size_, &root, rank_, &comm_);
-  try {
-    check(r, "HcclCommInitRootInfo");
-    acl_check(acl_.aclrtCreateStream(&stream_), "aclrtCreateStream");
-    acl_check(acl_.aclrtCreateEvent(&marker_), "aclrtCreateEvent");
-    acl_check(acl_.aclrtCreateEvent(&done_), "aclrtCreateEvent");
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  agreed = first_error_everywhere(host, size_, error);
-  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "HCCL set-up failed on " + agreed);
+  if (rank_ == 0) check(hccl_.HcclGetRootInfo(&root), "HcclGetRootInfo");
+  return std::vector<char>(root.internal, root.internal + sizeof(root));
+}
+
+void HcclBackend::open_communicator(const std::vector<char>& bytes) {
+  hccl::RootInfo root{};
+  std::copy(bytes.begin(), bytes.end(), root.internal);
+  check(hccl_.HcclCommInitRootInfo(size_, &root, rank_, &comm_), "HcclCommInitRootInfo");
+}
+
+void HcclBackend::connected() {
+  const fuseopt_comm_info_t& info = setup_.world->info();
   if (setup_.hierarchical && info.cross_size > 1 && info.local_size > 1 && rank_ == 0)
     FUSEOPT_LOG(kWarning, "FUSEOPT_HIERARCHICAL_ALLREDUCE is not implemented for HCCL: NPU "
                           "allreduces run flat over all ranks");
+}
+
+void* HcclBackend::create_stream() {
+  void* stream = nullptr;
+  acl_check(acl_.aclrtCreateStream(&stream), "aclrtCreateStream");
+  return stream;
+}
+
+void* HcclBackend::create_event() {
+  void* event = nullptr;
+  acl_check(acl_.aclrtCreateEvent(&event), "aclrtCreateEvent");
+  return event;
+}
+
+void HcclBackend::record(void* event, void* stream) {
+  acl_check(acl_.aclrtRecordEvent(event, stream), "aclrtRecordEvent");
+}
+
+void HcclBackend::stream_wait(void* event) {
+  acl_check(acl_.aclrtStreamWaitEvent(stream_, event), "aclrtStreamWaitEvent");
+}
+
+bool HcclBackend::event_done(void* event) {
+  int status = 0;
+  acl_check(acl_.aclrtQueryEventStatus(event, &status), "aclrtQueryEventStatus");
+  return status == acl::kEventRecordedComplete;
+}
+
+void HcclBackend::check_async_error() {
+  hccl::Result async = hccl::kSuccess;
+  check(hccl_.HcclGetCommAsyncError(comm_, &async), "HcclGetCommAsyncError");
+  if (async == hccl::kSuccess) return;
+  comm_ = nullptr;  // abandoned: see the top of this file
+  peer_failed(std::string(hccl_.HcclGetErrorString(async)) + " (HcclResult " +
+                  std::to_string(async) + ")",
+              "fuseopt has stopped on this rank");
 }
 
 HcclBackend::~HcclBackend() {
@@ -172,45 +181,14 @@ void* HcclBackend::allocate(int64_t bytes) {
   return p;
 }
 
-void HcclBackend::memcpy_async(void* dst, const void* src, int64_t bytes, int kind) {
+void HcclBackend::enqueue_copy(void* dst, const void* src, int64_t bytes, Direction d) {
   if (bytes <= 0 || dst == src) return;
+  const int kind = d == kHostToDevice   ? acl::kHostToDevice
+                   : d == kDeviceToHost ? acl::kDeviceToHost
+                                        : acl::kDeviceToDevice;
   acl_check(acl_.aclrtMemcpyAsync(dst, static_cast<size_t>(bytes), src,
                                   static_cast<size_t>(bytes), kind, stream_),
             "aclrtMemcpyAsync");
-}
-
-void HcclBackend::wait_for(void* stream, void* event) {
-  if (!event) {
-    acl_check(acl_.aclrtRecordEvent(marker_, stream), "aclrtRecordEvent");
-    event = marker_;
-  }
-  acl_check(acl_.aclrtStreamWaitEvent(stream_, event), "aclrtStreamWaitEvent");
-}
-
-void HcclBackend::synchronize() {
-  // Poll an event instead of blocking in aclrtSynchronizeStream, so that
-  // HCCL's asynchronous error (a failed peer) can end the wait.
-  acl_check(acl_.aclrtRecordEvent(done_, stream_), "aclrtRecordEvent");
-  poll_until(
-      [&] {
-        int status = 0;
-        acl_check(acl_.aclrtQueryEventStatus(done_, &status), "aclrtQueryEventStatus");
-        if (status == acl::kEventRecordedComplete) return true;
-        hccl::Result async = hccl::kSuccess;
-        check(hccl_.HcclGetCommAsyncError(comm_, &async), "HcclGetCommAsyncError");
-        if (async != hccl::kSuccess) {
-          comm_ = nullptr;  // abandoned: see the top of this file
-          throw Error(FUSEOPT_BACKEND,
-                      "HCCL reported an asynchronous error on " + where() + ": " +
-                          hccl_.HcclGetErrorString(async) + " (HcclResult " +
-                          std::to_string(async) +
-                          "). A peer rank has probably failed or lost its network; fuseopt has "
-                          "stopped on this rank");
-        }
-        return false;
-      },
-      kStreamPoll);
-  acl_check(acl_.aclrtSynchronizeStream(stream_), "aclrtSynchronizeStream");
 }
 
 void HcclBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
@@ -227,9 +205,7 @@ void HcclBackend::broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int
 
 void HcclBackend::allgatherv(const void* send, int64_t send_bytes, void* recv,
                              const std::vector<int64_t>& recv_bytes) {
-  bool even = true;
-  for (int64_t b : recv_bytes) even = even && b == recv_bytes[0];
-  if (even) {
+  if (even(recv_bytes)) {
     check(hccl_.HcclAllGather(const_cast<void*>(send), recv, send_bytes, hccl::kInt8, comm_,
                               stream_),
           "HcclAllGather");
@@ -273,25 +249,11 @@ void HcclBackend::alltoallv_raw(const void* send, const std::vector<uint64_t>& s
 void HcclBackend::reducescatter(const void* send, void* recv,
                                 const std::vector<int64_t>& recv_counts, fuseopt_dtype_t dtype,
                                 fuseopt_reduce_op_t op) {
-  for (int64_t c : recv_counts)
-    if (c != recv_counts[0]) unsupported("reducescatter with uneven parts (the executor pads)");
+  require_even(recv_counts);
   check(hccl_.HcclReduceScatter(const_cast<void*>(send), recv, recv_counts[0], hccl_dtype(dtype),
                                 hccl_op(op), comm_, stream_),
         "HcclReduceScatter");
 }
-
-class HcclFactory : public DeviceBackendFactory {
- public:
-  explicit HcclFactory(std::shared_ptr<HcclLibs> libs) : libs_(std::move(libs)) {}
-  std::unique_ptr<DeviceBackend> connect(const DeviceSetup& setup) override {
-    std::unique_ptr<HcclBackend> b(new HcclBackend(libs_, setup));
-    b->connect();
-    return std::unique_ptr<DeviceBackend>(b.release());
-  }
-
- private:
-  std::shared_ptr<HcclLibs> libs_;
-};
 
 }  // namespace
 
@@ -307,7 +269,6 @@ std::unique_ptr<DeviceBackendFactory> open_hccl() {
                           FUSEOPT_SYMBOL(a, aclrtMalloc), FUSEOPT_SYMBOL(a, aclrtFree),
                           FUSEOPT_SYMBOL(a, aclrtMemcpyAsync), FUSEOPT_SYMBOL(a, aclrtCreateStream),
                           FUSEOPT_SYMBOL(a, aclrtDestroyStream),
-                          FUSEOPT_SYMBOL(a, aclrtSynchronizeStream),
                           FUSEOPT_SYMBOL(a, aclrtCreateEvent), FUSEOPT_SYMBOL(a, aclrtDestroyEvent),
                           FUSEOPT_SYMBOL(a, aclrtRecordEvent),
                           FUSEOPT_SYMBOL(a, aclrtStreamWaitEvent),
@@ -323,7 +284,7 @@ std::unique_ptr<DeviceBackendFactory> open_hccl() {
                            FUSEOPT_SYMBOL(h, HcclBroadcast), FUSEOPT_SYMBOL(h, HcclAllGather),
                            FUSEOPT_SYMBOL(h, HcclReduceScatter), FUSEOPT_SYMBOL(h, HcclAlltoAllV)});
   set_device_free(FUSEOPT_DEVICE_NPU, a.aclrtFree);
-  return std::unique_ptr<DeviceBackendFactory>(new HcclFactory(libs));
+  return std::unique_ptr<DeviceBackendFactory>(new StreamBackendFactory<HcclBackend, HcclLibs>(libs));
 }
 
 }  // namespace fuseopt

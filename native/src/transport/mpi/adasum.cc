@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "base/dtype.h"
 #include "transport/mpi/mpi_world.h"
 

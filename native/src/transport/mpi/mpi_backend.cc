@@ -4,7 +4,7 @@
 #include <climits>
 #include <numeric>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "base/dtype.h"
 #include "base/log.h"
 #include "transport/mpi/polite_wait.h"

@@ -11,7 +11,7 @@
 
 #include <unistd.h>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "base/dtype.h"
 #include "base/log.h"
 

@@ -46,7 +46,7 @@ std::shared_ptr<Libraries> load_libraries() {
   libs->cudart_lib->resolve(
       {FUSEOPT_SYMBOL(c, cudaSetDevice), FUSEOPT_SYMBOL(c, cudaMalloc), FUSEOPT_SYMBOL(c, cudaFree),
        FUSEOPT_SYMBOL(c, cudaMemcpyAsync), FUSEOPT_SYMBOL(c, cudaStreamCreateWithFlags),
-       FUSEOPT_SYMBOL(c, cudaStreamDestroy), FUSEOPT_SYMBOL(c, cudaStreamQuery),
+       FUSEOPT_SYMBOL(c, cudaStreamDestroy), FUSEOPT_SYMBOL(c, cudaEventQuery),
        FUSEOPT_SYMBOL(c, cudaStreamWaitEvent), FUSEOPT_SYMBOL(c, cudaEventCreateWithFlags),
        FUSEOPT_SYMBOL(c, cudaEventRecord), FUSEOPT_SYMBOL(c, cudaEventDestroy),
        FUSEOPT_SYMBOL(c, cudaGetErrorString)});

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "transport/device/dynlib.h"
 
 namespace fuseopt {
@@ -85,11 +85,11 @@ struct Api {
   Error (*cudaMemcpyAsync)(void* dst, const void* src, size_t bytes, int kind, void* stream);
   Error (*cudaStreamCreateWithFlags)(void** stream, unsigned flags);
   Error (*cudaStreamDestroy)(void* stream);
-  Error (*cudaStreamQuery)(void* stream);
   Error (*cudaStreamWaitEvent)(void* stream, void* event, unsigned flags);
   Error (*cudaEventCreateWithFlags)(void** event, unsigned flags);
   Error (*cudaEventRecord)(void* event, void* stream);
   Error (*cudaEventDestroy)(void* event);
+  Error (*cudaEventQuery)(void* event);
   const char* (*cudaGetErrorString)(Error error);
 };
 

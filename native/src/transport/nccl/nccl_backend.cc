@@ -1,47 +1,37 @@
-// NCCL backend. Vocabulary: the *stream* is this backend's own CUDA stream;
-// every copy and collective is enqueued on it, after a wait on the
-// framework's stream (wait_for), so device tensors are reduced only once the
-// kernels that produced them have run. synchronize() polls the stream and,
-// while it is busy, NCCL's asynchronous error: a peer that died makes NCCL
-// report ncclRemoteError / ncclSystemError here, and the communicator is
-// aborted rather than waited on forever.
+// NCCL backend: CUDA's and NCCL's calls for the skeleton in stream_backend.h
+// (connect, streams, events, synchronize), and the collectives. A peer that
+// died makes NCCL report ncclRemoteError / ncclSystemError while
+// synchronize() polls; both communicators are then aborted rather than
+// waited on forever.
 #include "transport/nccl/nccl_backend.h"
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
-#include "base/common.h"
+#include "base/error.h"
 #include "base/dtype.h"
 #include "base/log.h"
-#include "base/poll_schedule.h"
 #include "transport/mpi/mpi_world.h"
+#include "transport/device/stream_backend.h"
 #include "transport/nccl/nccl_api.h"
 
 namespace fuseopt {
 namespace {
 
-class NcclBackend : public DeviceBackend {
+class NcclBackend : public StreamBackend {
  public:
   NcclBackend(std::shared_ptr<nccl::Libraries> libs, const DeviceSetup& setup)
-      : libs_(std::move(libs)), cuda_(libs_->cuda), nccl_(libs_->nccl), setup_(setup) {}
+      : StreamBackend("NCCL", "cuda", setup),
+        libs_(std::move(libs)),
+        cuda_(libs_->cuda),
+        nccl_(libs_->nccl) {}
   ~NcclBackend() override;
   const char* name() const override { return "nccl"; }
-  void connect();
 
   void activate() override { cuda_check(cuda_.cudaSetDevice(setup_.device_id), "cudaSetDevice"); }
   void* allocate(int64_t bytes) override;
   void release(void* p) override { cuda_.cudaFree(p); }
-  void copy(void* dst, const void* src, int64_t bytes) override {
-    memcpy_async(dst, src, bytes, cuda::kDeviceToDevice);
-  }
-  void upload(void* dst, const void* host, int64_t bytes) override {
-    memcpy_async(dst, host, bytes, cuda::kHostToDevice);
-  }
-  void download(void* host, const void* src, int64_t bytes) override {
-    memcpy_async(host, src, bytes, cuda::kDeviceToHost);
-  }
-  void wait_for(void* stream, void* event) override;
-  void synchronize() override;
 
   void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
                  fuseopt_reduce_op_t op) override;
@@ -58,20 +48,18 @@ class NcclBackend : public DeviceBackend {
   void reducescatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                      fuseopt_dtype_t dtype, fuseopt_reduce_op_t op) override;
 
+ protected:
+  FUSEOPT_STREAM_BACKEND_HOOKS
+
  private:
-  void memcpy_async(void* dst, const void* src, int64_t bytes, int kind);
-  void connect_node();
   int scaled_op(fuseopt_dtype_t dtype, fuseopt_reduce_op_t op, double factor, bool* created);
-  void check_async(nccl::Comm comm);
+  bool async_error(nccl::Comm comm, nccl::Result* error);
   void check(nccl::Result r, const char* what) const;
   void cuda_check(cuda::Error e, const char* what) const;
-  std::string where() const { return "cuda:" + std::to_string(setup_.device_id); }
 
   std::shared_ptr<nccl::Libraries> libs_;
   const cuda::Api& cuda_;
   const nccl::Api& nccl_;
-  DeviceSetup setup_;
-  int rank_ = 0, size_ = 1;
   nccl::Comm comm_ = nullptr;
   // FUSEOPT_HIERARCHICAL_ALLREDUCE on several nodes of several ranks: a
   // second communicator of this node's ranks; allreduce is then an NCCL
@@ -80,77 +68,77 @@ class NcclBackend : public DeviceBackend {
   bool hierarchical_ = false;
   nccl::Comm node_comm_ = nullptr;
   std::vector<char> staging_;  // the leader's host copy
-  void* stream_ = nullptr;
-  void* marker_ = nullptr;  // recorded on a framework stream that gave no event
 };
 
 void NcclBackend::check(nccl::Result r, const char* what) const {
   if (r == nccl::kSuccess) return;
-  throw Error(FUSEOPT_BACKEND, std::string(what) + " failed on " + where() + ": " +
-                                   nccl_.ncclGetErrorString(r) + " (ncclResult_t " +
-                                   std::to_string(r) + ")");
+  fail(what, std::string(nccl_.ncclGetErrorString(r)) + " (ncclResult_t " + std::to_string(r) +
+                 ")");
 }
 
 void NcclBackend::cuda_check(cuda::Error e, const char* what) const {
   if (e == cuda::kSuccess) return;
-  throw Error(FUSEOPT_BACKEND, std::string(what) + " failed on " + where() + ": " +
-                                   cuda_.cudaGetErrorString(e) + " (cudaError_t " +
-                                   std::to_string(e) + ")");
+  fail(what, std::string(cuda_.cudaGetErrorString(e)) + " (cudaError_t " + std::to_string(e) +
+                 ")");
 }
 
-// Collective over all ranks. Rank 0 makes the unique id and broadcasts it
-// over MPI; every step that can fail on one rank alone is agreed on before
-// the next collective step, so a failure is an error everywhere, not a hang.
-void NcclBackend::connect() {
-  const fuseopt_comm_info_t& info = setup_.world->info();
-  rank_ = info.rank;
-  size_ = info.size;
-  Backend& host = *setup_.host;
-  std::string error;
+std::vector<char> NcclBackend::open_device() {
+  activate();
   nccl::UniqueId id{};
-  try {
-    activate();
-    if (rank_ == 0) check(nccl_.ncclGetUniqueId(&id), "ncclGetUniqueId");
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  std::string agreed = first_error_everywhere(host, size_, error);
-  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "NCCL set-up failed on " + agreed);
-  host.broadcast(&id, sizeof(id), FUSEOPT_UINT8, 0);
-  nccl::Result r = nccl_.ncclCommInitRank(&comm_, size_, id, rank_);
-  try {
-    check(r, "ncclCommInitRank");
-    cuda_check(cuda_.cudaStreamCreateWithFlags(&stream_, cuda::kStreamNonBlocking),
-               "cudaStreamCreateWithFlags");
-    cuda_check(cuda_.cudaEventCreateWithFlags(&marker_, cuda::kEventDisableTiming),
-               "cudaEventCreateWithFlags");
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  agreed = first_error_everywhere(host, size_, error);
-  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "NCCL set-up failed on " + agreed);
-  hierarchical_ = setup_.hierarchical && info.cross_size > 1 && info.local_size > 1;
-  if (hierarchical_) connect_node();
+  if (rank_ == 0) check(nccl_.ncclGetUniqueId(&id), "ncclGetUniqueId");
+  return std::vector<char>(id.internal, id.internal + sizeof(id));
+}
+
+void NcclBackend::open_communicator(const std::vector<char>& bytes) {
+  nccl::UniqueId id{};
+  std::copy(bytes.begin(), bytes.end(), id.internal);
+  check(nccl_.ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+}
+
+void* NcclBackend::create_stream() {
+  void* stream = nullptr;
+  cuda_check(cuda_.cudaStreamCreateWithFlags(&stream, cuda::kStreamNonBlocking),
+             "cudaStreamCreateWithFlags");
+  return stream;
+}
+
+void* NcclBackend::create_event() {
+  void* event = nullptr;
+  cuda_check(cuda_.cudaEventCreateWithFlags(&event, cuda::kEventDisableTiming),
+             "cudaEventCreateWithFlags");
+  return event;
+}
+
+void NcclBackend::record(void* event, void* stream) {
+  cuda_check(cuda_.cudaEventRecord(event, stream), "cudaEventRecord");
+}
+
+void NcclBackend::stream_wait(void* event) {
+  cuda_check(cuda_.cudaStreamWaitEvent(stream_, event, 0), "cudaStreamWaitEvent");
+}
+
+bool NcclBackend::event_done(void* event) {
+  cuda::Error e = cuda_.cudaEventQuery(event);
+  if (e == cuda::kNotReady) return false;
+  cuda_check(e, "cudaEventQuery");
+  return true;
 }
 
 // Collective: each node's leader makes an id and broadcasts it within its node.
-void NcclBackend::connect_node() {
+void NcclBackend::connected() {
   const fuseopt_comm_info_t& info = setup_.world->info();
+  hierarchical_ = setup_.hierarchical && info.cross_size > 1 && info.local_size > 1;
+  if (!hierarchical_) return;
   nccl::UniqueId id{};
-  std::string error;
-  if (info.local_rank == 0) {
-    nccl::Result r = nccl_.ncclGetUniqueId(&id);
-    if (r != nccl::kSuccess) error = std::string("ncclGetUniqueId: ") + nccl_.ncclGetErrorString(r);
-  }
-  std::string agreed = first_error_everywhere(*setup_.host, size_, error);
-  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "NCCL node set-up failed on " + agreed);
+  agree("NCCL node set-up", [&] {
+    if (info.local_rank == 0) check(nccl_.ncclGetUniqueId(&id), "ncclGetUniqueId");
+  });
   mpi_check(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, setup_.world->local_comm()),
             "MPI_Bcast(NCCL node id)");
-  nccl::Result r = nccl_.ncclCommInitRank(&node_comm_, info.local_size, id, info.local_rank);
-  error = r == nccl::kSuccess ? "" : std::string("ncclCommInitRank(node): ") +
-                                         nccl_.ncclGetErrorString(r);
-  agreed = first_error_everywhere(*setup_.host, size_, error);
-  if (!agreed.empty()) throw Error(FUSEOPT_BACKEND, "NCCL node set-up failed on " + agreed);
+  agree("NCCL node set-up", [&] {
+    check(nccl_.ncclCommInitRank(&node_comm_, info.local_size, id, info.local_rank),
+          "ncclCommInitRank(node)");
+  });
   FUSEOPT_LOG(kInfo, "NCCL hierarchical allreduce: NCCL within each node of "
                          << info.local_size << " ranks, MPI among " << info.cross_size
                          << " node leaders");
@@ -158,6 +146,7 @@ void NcclBackend::connect_node() {
 
 NcclBackend::~NcclBackend() {
   free_fusion_buffer();
+  if (done_) cuda_.cudaEventDestroy(done_);
   if (marker_) cuda_.cudaEventDestroy(marker_);
   if (stream_) cuda_.cudaStreamDestroy(stream_);
   if (node_comm_) nccl_.ncclCommDestroy(node_comm_);
@@ -170,50 +159,32 @@ void* NcclBackend::allocate(int64_t bytes) {
   return p;
 }
 
-void NcclBackend::memcpy_async(void* dst, const void* src, int64_t bytes, int kind) {
+void NcclBackend::enqueue_copy(void* dst, const void* src, int64_t bytes, Direction d) {
   if (bytes <= 0 || dst == src) return;
+  const int kind = d == kHostToDevice   ? cuda::kHostToDevice
+                   : d == kDeviceToHost ? cuda::kDeviceToHost
+                                        : cuda::kDeviceToDevice;
   cuda_check(cuda_.cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream_),
              "cudaMemcpyAsync");
 }
 
-void NcclBackend::wait_for(void* stream, void* event) {
-  if (!event) {
-    // No event from the framework: mark "now" on its stream ourselves.
-    cuda_check(cuda_.cudaEventRecord(marker_, stream), "cudaEventRecord");
-    event = marker_;
-  }
-  cuda_check(cuda_.cudaStreamWaitEvent(stream_, event, 0), "cudaStreamWaitEvent");
+bool NcclBackend::async_error(nccl::Comm comm, nccl::Result* error) {
+  *error = nccl::kSuccess;
+  if (comm) check(nccl_.ncclCommGetAsyncError(comm, error), "ncclCommGetAsyncError");
+  return *error != nccl::kSuccess && *error != nccl::kInProgress;
 }
 
-void NcclBackend::synchronize() {
-  // Poll rather than block in cudaStreamSynchronize: a collective whose peer
-  // has died never finishes, and only NCCL's async error says so.
-  poll_until(
-      [&] {
-        cuda::Error e = cuda_.cudaStreamQuery(stream_);
-        if (e == cuda::kSuccess) return true;
-        if (e != cuda::kNotReady) cuda_check(e, "cudaStreamQuery");
-        check_async(comm_);
-        if (node_comm_) check_async(node_comm_);
-        return false;
-      },
-      kStreamPoll);
-}
-
-void NcclBackend::check_async(nccl::Comm comm) {
-  nccl::Result async = nccl::kSuccess;
-  check(nccl_.ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
-  if (async == nccl::kSuccess || async == nccl::kInProgress) return;
+void NcclBackend::check_async_error() {
+  nccl::Result error = nccl::kSuccess;
+  if (!async_error(comm_, &error) && !async_error(node_comm_, &error)) return;
   // NCCL's rule after an async error: abort. Both communicators are done for.
   for (nccl::Comm* c : {&comm_, &node_comm_}) {
     if (*c) nccl_.ncclCommAbort(*c);
     *c = nullptr;
   }
-  throw Error(FUSEOPT_BACKEND,
-              "NCCL reported an asynchronous error on " + where() + ": " +
-                  nccl_.ncclGetErrorString(async) + " (ncclResult_t " + std::to_string(async) +
-                  "). A peer rank has probably failed or lost its network; the NCCL "
-                  "communicator was aborted and fuseopt has stopped on this rank");
+  peer_failed(std::string(nccl_.ncclGetErrorString(error)) + " (ncclResult_t " +
+                  std::to_string(error) + ")",
+              "the NCCL communicator was aborted and fuseopt has stopped on this rank");
 }
 
 void NcclBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
@@ -292,8 +263,7 @@ bool NcclBackend::reducescatter_scaled(const void* send, void* recv,
                                        const std::vector<int64_t>& recv_counts,
                                        fuseopt_dtype_t dtype, fuseopt_reduce_op_t op,
                                        double factor) {
-  for (int64_t c : recv_counts)
-    if (c != recv_counts[0]) return false;
+  if (!even(recv_counts)) return false;
   bool created = false;
   const int o = scaled_op(dtype, op, factor, &created);
   if (o < 0) return false;
@@ -311,9 +281,7 @@ void NcclBackend::broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int
 
 void NcclBackend::allgatherv(const void* send, int64_t send_bytes, void* recv,
                              const std::vector<int64_t>& recv_bytes) {
-  bool even = true;
-  for (int64_t b : recv_bytes) even = even && b == recv_bytes[0];
-  if (even) {
+  if (even(recv_bytes)) {
     check(nccl_.ncclAllGather(send, recv, send_bytes, nccl::kUint8, comm_, stream_),
           "ncclAllGather");
     return;
@@ -354,30 +322,16 @@ void NcclBackend::alltoallv(const void* send, const std::vector<int64_t>& send_b
 void NcclBackend::reducescatter(const void* send, void* recv,
                                 const std::vector<int64_t>& recv_counts, fuseopt_dtype_t dtype,
                                 fuseopt_reduce_op_t op) {
-  for (int64_t c : recv_counts)
-    if (c != recv_counts[0]) unsupported("reducescatter with uneven parts (the executor pads)");
+  require_even(recv_counts);
   check(nccl_.ncclReduceScatter(send, recv, recv_counts[0], nccl::data_type(dtype),
                                 nccl::red_op(op), comm_, stream_),
         "ncclReduceScatter");
 }
 
-class NcclFactory : public DeviceBackendFactory {
- public:
-  explicit NcclFactory(std::shared_ptr<nccl::Libraries> libs) : libs_(std::move(libs)) {}
-  std::unique_ptr<DeviceBackend> connect(const DeviceSetup& setup) override {
-    std::unique_ptr<NcclBackend> b(new NcclBackend(libs_, setup));
-    b->connect();
-    return std::unique_ptr<DeviceBackend>(b.release());
-  }
-
- private:
-  std::shared_ptr<nccl::Libraries> libs_;
-};
-
 }  // namespace
 
 std::unique_ptr<DeviceBackendFactory> open_nccl() {
-  return std::unique_ptr<DeviceBackendFactory>(new NcclFactory(nccl::load_libraries()));
+  return std::unique_ptr<DeviceBackendFactory>(new StreamBackendFactory<NcclBackend, nccl::Libraries>(nccl::load_libraries()));
 }
 
 }  // namespace fuseopt

@@ -12,7 +12,7 @@ import tensorflow as tf
 from ..api import ops as _np
 from ..core import process_sets as _ps
 from ..core import requests as _rq
-from ..base.arguments import derived_name
+from ..base.c_boundary import derived_name
 from ..training.compression import NoneCompressor, as_compressor, one_payload_each
 from ..base.errors import InvalidArgumentError
 from . import _tensors as _t

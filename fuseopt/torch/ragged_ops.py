@@ -10,7 +10,7 @@ import torch
 from ..api import ops as _np
 from ..core import process_sets as _ps
 from ..core import requests as _rq
-from ..base.arguments import derived_name
+from ..base.c_boundary import derived_name
 from ..base.errors import InvalidArgumentError
 from ..core.handles import Then
 from . import _tensors as _t

@@ -1,8 +1,7 @@
-// Internal vocabulary shared by every part of the core: the error type that
-// carries a status code, and small helpers. Nothing here is exported.
+// How the core reports failure inside itself: the Error it throws, carrying a
+// status code, and the Outcome a handle ends with. Nothing here is exported.
 #pragma once
 
-#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -28,11 +27,5 @@ struct Outcome {
   std::string message;
   bool ok() const { return status == FUSEOPT_OK; }
 };
-
-// Seconds on the monotonic clock (timestamps for stall checks).
-inline double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace fuseopt
