@@ -9,6 +9,7 @@ from ..core import horovod_env
 from ..base.launch_records import METRICS_SUMMARY_ENV
 from . import horovod_flags
 from . import hosts as _hosts
+from ..runner.rank_env import INTERFACE_VARIABLES
 from .usage import UsageError
 
 
@@ -37,12 +38,6 @@ def network_interface(args):
     if interface and "," in interface:
         raise UsageError("--network-interfaces %s: fuseoptrun takes one interface" % interface)
     return interface
-
-
-# Hydra's -iface steers only its own connections (and ch3's TCP netmod, which
-# the mpich wheel does not use): MPI's data goes through ch4's UCX netmod (the
-# wheel's default) or its OFI netmod, which choose devices by these variables.
-INTERFACE_VARIABLES = ("UCX_NET_DEVICES", "FI_TCP_IFACE")
 
 
 def rank_environment(args, total_ranks, host_list, environ, horovod_settings):

@@ -178,7 +178,7 @@ def _outcomes(job_dir, kind):
 def _collect(job_dir, code, tail, min_num_proc):
     errors = _outcomes(job_dir, "error")
     if errors:
-        _raise_rank_error(errors)
+        raise_rank_error(errors, "fuseopt.run")
     results = _outcomes(job_dir, "result")
     if code != 0 or not results:
         raise RuntimeError("fuseopt.run: the job failed (fuseoptrun exit code %d) before every "
@@ -194,13 +194,15 @@ def _collect(job_dir, code, tail, min_num_proc):
     return values[:min_num_proc] if min_num_proc else values
 
 
-def _raise_rank_error(errors):
-    """The first failure that was not a consequence of another rank's."""
+def raise_rank_error(errors, where):
+    """Raises the first failure that was not a consequence of another
+    rank's. ``errors``: {rank: the error payload fuseopt/runner/task.py
+    writes}; ``where``: the caller's name, for the note."""
     own = {r: e for r, e in errors.items() if e["type"].rsplit(".", 1)[-1]
            not in _FAILURES_OF_OTHERS}
     rank, error = min((own or errors).items(), key=lambda item: (item[1]["time"], item[0]))
-    note = "raised on rank %d of %d in fuseopt.run; the rank's traceback:\n%s" % (
-        rank, error["size"], error["traceback"])
+    note = "raised on rank %d of %d in %s; the rank's traceback:\n%s" % (
+        rank, error["size"], where, error["traceback"])
     exception = None
     if error["exception"] is not None:
         try:
