@@ -2,7 +2,10 @@
 fuseoptrun (and so mpiexec); each worker asserts and exits non-zero on
 failure, and the parent checks every rank's exit code. Every launch has a
 timeout, so a hang fails in seconds rather than at CI's limit."""
+import ast
+import functools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,6 +61,35 @@ def launch_mpmd(programs, timeout=120, env=None, launcher_args=(), expect_ok=Tru
     if expect_ok and result.code != 0:
         pytest.fail("%s on %d ranks exited %d; output:\n%s" % (script, nranks, result.code, out))
     return result
+
+
+def drive(script, *cases, timeout=240):
+    """Runs tests/workers/<script> with plain python, as a user runs a script
+    that starts jobs itself (fuseopt.run, Ray, Spark), and returns
+    ({case: value} of its ``CASE name: value`` lines, its output)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [WORKERS,
+                                                                      os.environ.get("PYTHONPATH")])))
+    env.pop("FUSEOPT_MPIEXEC", None)
+    proc = subprocess.run([sys.executable, os.path.join(WORKERS, script), *cases],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("CASE "):
+            name, _, value = line[5:].partition(": ")
+            found[name] = ast.literal_eval(value)
+    return found, proc.stdout + proc.stderr
+
+
+@functools.lru_cache(maxsize=None)
+def trained_by_fuseoptrun():
+    """(rank, size, weights' sha256) of tests/workers/run_train.py's loop run
+    as a 2-rank fuseoptrun job, sorted by rank (run once per session: the
+    fuseopt.run, Ray and Spark tests each compare with it)."""
+    job = launch(2, "run_train.py").output
+    # Two ranks' lines may share one line of the job's output.
+    return sorted(ast.literal_eval(found)
+                  for found in re.findall(r"TRAINED (\(\d+, \d+, '[0-9a-f]+'\))", job))
 
 
 @pytest.fixture

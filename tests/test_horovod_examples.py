@@ -77,3 +77,30 @@ def test_tensorflow2_keras_mnist_elastic_grows_after_the_first_epoch(tmp_path):
     assert "starting 1 ranks on localhost:1" in out and "starting 2 ranks on localhost:2" in out, out
     assert "reset 1: the hosts changed" in out, out
     assert (tmp_path / "checkpoint-2.keras").exists(), out
+
+
+def run_driver_script(script, *args, cwd, timeout=300):
+    """A script that starts its ranks itself (Ray, Spark): plain python."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYSPARK_PYTHON=sys.executable)
+    env.pop("FUSEOPT_MPIEXEC", None)
+    p = subprocess.run([sys.executable, os.path.join(HOROVOD_EXAMPLES, script), *args],
+                       capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout + p.stderr
+
+
+def test_tensorflow2_keras_ray(tmp_path):
+    # A local Ray cluster of this machine's 2 CPUs, 2 workers of 1 CPU each.
+    out = run_driver_script("tensorflow2_keras_ray.py", "--num-workers", "2", "--epochs", "2",
+                            "--steps", "32", cwd=tmp_path)
+    accuracies = re.search(r"final accuracy per rank: ([\d.]+), ([\d.]+)", out)
+    assert accuracies and accuracies.group(1) == accuracies.group(2), out  # one model
+    assert (tmp_path / "ray-checkpoint-2.keras").exists(), out
+
+
+def test_keras_spark_run(tmp_path):
+    out = run_driver_script("keras_spark_run.py", "--num-proc", "2", "--epochs", "2",
+                            cwd=tmp_path)
+    assert re.search(r"Best validation loss: [\d.]+", out), out
+    assert re.search(r"\w{3} \w{3} +\d+ [\d:]+ \d{4} \[0\]<stdout>:Epoch 2/2", out), out
+    assert (tmp_path / "checkpoint.keras").stat().st_size > 1000, out

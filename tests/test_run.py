@@ -3,28 +3,11 @@ user or a notebook calls it: results in rank order, a rank's exception raised
 in the caller naming the rank, refused arguments, and a training loop that
 gives the same weights, bit for bit, as the same loop in a fuseoptrun job.
 The driver is tests/workers/run_driver.py."""
-import ast
-import os
-import re
-import subprocess
-import sys
-
-from conftest import WORKERS
+from conftest import drive as conftest_drive, trained_by_fuseoptrun
 
 
-def drive(case, timeout=240):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [WORKERS,
-                                                                      os.environ.get("PYTHONPATH")])))
-    env.pop("FUSEOPT_MPIEXEC", None)
-    proc = subprocess.run([sys.executable, os.path.join(WORKERS, "run_driver.py"), case],
-                          capture_output=True, text=True, timeout=timeout, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    cases = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("CASE "):
-            name, _, value = line[5:].partition(": ")
-            cases[name] = ast.literal_eval(value)
-    return cases, proc.stdout
+def drive(case):
+    return conftest_drive("run_driver.py", case)
 
 
 def test_results_come_back_in_rank_order():
@@ -47,12 +30,10 @@ def test_a_rank_error_is_raised_in_the_caller_naming_the_rank():
     assert cases["refused ['cooldown_range']"] == "UnsupportedError", out
 
 
-def test_training_matches_a_fuseoptrun_job_bit_for_bit(run_ranks):
+def test_training_matches_a_fuseoptrun_job_bit_for_bit():
     cases, out = drive("training")
     through_run = cases["training"]
-    job = run_ranks(2, "run_train.py").output
-    # Two ranks' lines may share one line of the job's output.
-    through_job = sorted(ast.literal_eval(found)
-                         for found in re.findall(r"TRAINED (\(\d+, \d+, '[0-9a-f]+'\))", job))
-    assert [r for r, _, _ in through_run] == [0, 1] and through_run == through_job, (out, job)
+    through_job = trained_by_fuseoptrun()
+    assert [r for r, _, _ in through_run] == [0, 1] and through_run == through_job, (out,
+                                                                                     through_job)
     assert through_run[0][2] == through_run[1][2]  # data parallel: every rank the same weights

@@ -22,8 +22,11 @@ from .runner import run
 from .task import get_available_devices
 
 
-def run_elastic(*args, **kwargs) -> NoReturn:
-    """Horovod's elastic Spark run: not in fuseopt."""
+def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None,  # noqa: B006
+                max_num_proc=None, start_timeout=None, elastic_timeout=None, reset_limit=None,
+                env=None, stdout=None, stderr=None, verbose=1, nics=None,
+                prefix_output_with_timestamp=False, min_np=None, max_np=None) -> NoReturn:
+    """Horovod's elastic Spark run (its signature): not in fuseopt, raises."""
     raise UnsupportedError(
         "fuseopt.spark.run_elastic: fuseopt has no elastic Spark runner; its elastic jobs "
         "restart as a new MPI world from commits each host keeps on disk, which fuseoptrun's "

@@ -36,7 +36,8 @@ log = logging.getLogger("fuseopt.spark")
 _jobs = itertools.count(1)
 
 
-def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Optional[Dict] = None,
+def run(fn: Callable[..., Any], args: Sequence[Any] = (),
+        kwargs: Dict[str, Any] = {},  # noqa: B006 (Horovod's default; copied, never changed)
         num_proc: Optional[int] = None, start_timeout: Optional[float] = None,
         use_mpi: Optional[bool] = None, use_gloo: Optional[bool] = None,
         extra_mpi_args: Optional[str] = None, env: Optional[Dict[str, str]] = None,

@@ -46,6 +46,10 @@ generated from fuseopt. Paths read, inside that sdist:
 * ``horovod/tensorflow/sync_batch_norm.py``: ``SyncBatchNormalization.__init__``;
 * ``horovod/tensorflow/elastic.py`` (and ``horovod/common/elastic.py`` for
   ``ObjectState.__init__``): ``horovod.tensorflow.elastic``;
+* ``horovod/ray/__init__.py``, ``horovod/ray/runner.py``: ``RayExecutor`` and
+  its methods, ``BaseHorovodWorker``, ``ElasticRayExecutor``;
+* ``horovod/spark/__init__.py``, ``horovod/spark/runner.py``: ``run``,
+  ``run_elastic``;
 * ``horovod/torch/elastic/__init__.py``, ``horovod/torch/elastic/state.py``,
   ``horovod/torch/elastic/sampler.py``: ``horovod.torch.elastic``;
 * ``horovod/tensorflow/keras/elastic.py`` (and ``horovod/_keras/elastic.py``,
@@ -385,6 +389,47 @@ TENSORFLOW_KERAS_CALLBACKS = MappingProxyType(dict(
                              ("save_freq", "'epoch'")),
 ))
 
+# horovod/ray/runner.py (RayExecutor and its methods; ``self`` dropped) and
+# horovod/ray/__init__.py (the names it exports)
+_FN = _sig("fn")
+RAY = MappingProxyType({
+    "RayExecutor": _sig("settings", ("num_workers", "None"), ("num_hosts", "None"),
+                        ("num_workers_per_host", "1"), ("cpus_per_worker", "1"),
+                        ("use_gpu", "False"), ("gpus_per_worker", "None"),
+                        ("use_current_placement_group", "True"), ("min_workers", "None"),
+                        ("max_workers", "None"), ("reset_limit", "None"),
+                        ("cooldown_range", "None"), ("elastic_timeout", "600"),
+                        ("override_discovery", "True")),
+    "RayExecutor.create_settings": _sig(("timeout_s", "30"), ("ssh_identity_file", "None"),
+                                        ("ssh_str", "None"),
+                                        ("placement_group_timeout_s", "100"), ("nics", "None")),
+    "RayExecutor.start": _sig(("executable_cls", "None"), ("executable_args", "None"),
+                              ("executable_kwargs", "None"), ("extra_env_vars", "None")),
+    "RayExecutor.execute": _sig("fn", ("callbacks", "None")),
+    "RayExecutor.run": _sig("fn", ("args", "None"), ("kwargs", "None"), ("callbacks", "None")),
+    "RayExecutor.run_remote": _sig("fn", ("args", "None"), ("kwargs", "None")),
+    "RayExecutor.execute_single": _FN,
+    "RayExecutor.shutdown": NO_ARGS,
+    "BaseHorovodWorker": "class",
+    "ElasticRayExecutor": "class",  # horovod/ray/elastic.py; fuseopt's refuses (migration.md)
+})
+
+# horovod/spark/runner.py (re-exported by horovod/spark/__init__.py)
+SPARK = MappingProxyType({
+    "run": _sig("fn", ("args", "()"), ("kwargs", "{}"), ("num_proc", "None"),
+                ("start_timeout", "None"), ("use_mpi", "None"), ("use_gloo", "None"),
+                ("extra_mpi_args", "None"), ("env", "None"), ("stdout", "None"),
+                ("stderr", "None"), ("verbose", "1"), ("nics", "None"),
+                ("prefix_output_with_timestamp", "False"), ("executable", "None")),
+    "run_elastic": _sig("fn", ("args", "()"), ("kwargs", "{}"), ("num_proc", "None"),
+                        ("min_num_proc", "None"), ("max_num_proc", "None"),
+                        ("start_timeout", "None"), ("elastic_timeout", "None"),
+                        ("reset_limit", "None"), ("env", "None"), ("stdout", "None"),
+                        ("stderr", "None"), ("verbose", "1"), ("nics", "None"),
+                        ("prefix_output_with_timestamp", "False"), ("min_np", "None"),
+                        ("max_np", "None")),
+})
+
 MODULES = MappingProxyType({
     "horovod.torch": TORCH,
     "horovod.torch.elastic": TORCH_ELASTIC,
@@ -393,6 +438,8 @@ MODULES = MappingProxyType({
     "horovod.tensorflow.keras": TENSORFLOW_KERAS,
     "horovod.tensorflow.keras.callbacks": TENSORFLOW_KERAS_CALLBACKS,
     "horovod.tensorflow.keras.elastic": TENSORFLOW_KERAS_ELASTIC,
+    "horovod.ray": RAY,
+    "horovod.spark": SPARK,
 })
 
 # Callables above that are classes in Horovod (their tuple is __init__ without self).
@@ -408,6 +455,8 @@ CLASSES = MappingProxyType({
     "horovod.tensorflow.keras.elastic": frozenset({"KerasState", "CommitStateCallback",
                                                    "UpdateBatchStateCallback",
                                                    "UpdateEpochStateCallback"}),
+    "horovod.ray": frozenset({"RayExecutor"}),
+    "horovod.spark": frozenset(),
 })
 
 # Class attributes that Horovod scripts use.
