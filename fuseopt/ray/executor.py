@@ -113,6 +113,11 @@ class RayExecutor:
         **executable_kwargs)`` in each (what ``execute`` passes to its fn)."""
         if self._placement is not None:
             raise RuntimeError("RayExecutor.start: already started (shutdown() first)")
+        if ray.util.client.ray.is_connected():
+            raise UnsupportedError(
+                "RayExecutor under Ray Client (ray.init('ray://...')): the workers meet through "
+                "a server in the driver's process, which must run on a node of the cluster; "
+                "submit the script as a Ray job (ray job submit) instead")
         self._failure = None
         self._placement = Placement(self._shape, self.settings.placement_group_timeout_s)
         try:

@@ -33,6 +33,8 @@ from ..runner.rank_env import one_interface
 from .task import RankTask, ending
 
 log = logging.getLogger("fuseopt.spark")
+START_TIMEOUT_ENV = "FUSEOPT_SPARK_START_TIMEOUT"
+DEFAULT_START_TIMEOUT_S = 600.0  # Horovod's
 _jobs = itertools.count(1)
 
 
@@ -68,8 +70,8 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         raise RuntimeError("fuseopt.spark.run: no active SparkContext (start a SparkSession "
                            "first, or run this in a PySpark session)")
     size = int(num_proc or context.defaultParallelism)
-    timeout = float(start_timeout or os.environ.get("FUSEOPT_SPARK_START_TIMEOUT") or
-                    os.environ.get("HOROVOD_SPARK_START_TIMEOUT") or 600)
+    timeout = float(start_timeout or os.environ.get(START_TIMEOUT_ENV) or
+                    os.environ.get("HOROVOD_SPARK_START_TIMEOUT") or DEFAULT_START_TIMEOUT_S)
     if verbose:
         log.info("fuseopt.spark.run: %d ranks", size)
     job = _SparkJob(context, size, timeout, _Printer(stdout, stderr, prefix_output_with_timestamp))

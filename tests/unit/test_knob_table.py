@@ -10,6 +10,7 @@ from fuseopt.core import config
 from fuseopt.base._native import ffi, lib
 from fuseopt.launcher.elastic import driver as elastic_driver
 from fuseopt.launcher import rank_wrapper
+from fuseopt.spark import runner as spark_runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,6 +22,7 @@ OTHER_VARIABLES = {
     "FUSEOPT_BUCKET_CAP_MB": buckets.DEFAULT_BUCKET_CAP_MB,
     "FUSEOPT_TIMELINE": "(none)", "FUSEOPT_TIMELINE_MARK_CYCLES": 0,
     "FUSEOPT_NCCL_LIBRARY": None, "FUSEOPT_CUDA_BACKEND": None,
+    spark_runner.START_TIMEOUT_ENV: spark_runner.DEFAULT_START_TIMEOUT_S,
 }
 
 

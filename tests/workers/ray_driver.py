@@ -11,31 +11,14 @@ import numpy as np
 import ray
 
 import fuseopt
+from script_cases import alive, report
 from fuseopt.ray import RayExecutor, ray_logger
 
-
-def report(case, value):
-    print("CASE %s: %r" % (case, value), flush=True)
 
 
 def settings():
     return RayExecutor.create_settings(timeout_s=60)
 
-
-def alive(pids, wait_s=10.0):
-    """The pids still running after up to wait_s."""
-    deadline = time.time() + wait_s
-    while True:
-        left = []
-        for pid in pids:
-            try:
-                os.kill(pid, 0)
-                left.append(pid)
-            except ProcessLookupError:
-                pass
-        if not left or time.time() > deadline:
-            return left
-        time.sleep(0.2)
 
 
 class Counter:

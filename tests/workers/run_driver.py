@@ -8,10 +8,8 @@ import threading
 import numpy as np
 
 import fuseopt
+from script_cases import report
 
-
-def report(case, value):
-    print("CASE %s: %r" % (case, value), flush=True)
 
 
 def collectives(scale, offset=0):

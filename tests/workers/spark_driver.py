@@ -10,26 +10,10 @@ import time
 import numpy as np
 
 import fuseopt
+from script_cases import alive, report
 import fuseopt.spark
 
 
-def report(case, value):
-    print("CASE %s: %r" % (case, value), flush=True)
-
-
-def alive(pids, wait_s=10.0):
-    deadline = time.time() + wait_s
-    while True:
-        left = []
-        for pid in pids:
-            try:
-                os.kill(pid, 0)
-                left.append(pid)
-            except ProcessLookupError:
-                pass
-        if not left or time.time() > deadline:
-            return left
-        time.sleep(0.2)
 
 
 def collectives(scale, offset=0):
@@ -131,8 +115,12 @@ def case_cluster():
 
 def session(master):
     from pyspark.sql import SparkSession
+    # A barrier stage submitted before the executors have registered waits
+    # for this interval (15 s by default) before Spark looks for slots again.
     spark = (SparkSession.builder.master(master).config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
