@@ -11,28 +11,22 @@ A rank that fails ends the run: its exception (or, for a worker that died,
 a RankFailedError naming it) is raised in the caller, naming the rank, and
 every worker is stopped, since the others would otherwise wait for it in
 their next collective. ``start()`` again for a new world.
+
+With ``min_workers`` (Horovod 0.28's elastic form), ``start`` and ``run``
+are ElasticRayExecutor's (elastic.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 import functools
-import logging
-import time
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
 
-from ..base.errors import RankFailedError, ShutDownError, UnsupportedError
-from ..runner.pmi_server import PmiServer
-from ..runner.rank_env import one_interface, oversubscribed
-from .placement import Placement, Shape
-
-log = logging.getLogger("fuseopt.ray")
-
-# Errors a rank raises because another rank failed first: never the one to blame.
-_CONSEQUENCES = (RankFailedError, ShutDownError)
-_BLAME_WINDOW_S = 1.0  # after the first failure, how long other ranks may report theirs
+from ..base.errors import UnsupportedError
+from ..runner.rank_env import one_interface
+from .placement import Shape
+from .world import World, refuse_ray_client
 
 
 @dataclass
@@ -77,23 +71,34 @@ class RayExecutor:
                  override_discovery: bool = True):
         if max_workers and (not min_workers or min_workers <= 0):
             raise ValueError("max_workers needs a positive min_workers (an elastic job)")
-        if min_workers is not None:
-            raise UnsupportedError(
-                "RayExecutor(min_workers=...): fuseopt has no elastic Ray executor; run a fixed "
-                "num_workers, or an elastic job under fuseoptrun --min-np (docs/scaling.md, "
-                "'Running inside Ray')")
+        if min_workers and num_workers:
+            raise ValueError("give num_workers (a fixed job) or min_workers (an elastic one), "
+                             "not both")
+        if cooldown_range is not None:
+            raise UnsupportedError("RayExecutor(cooldown_range=...): a lost worker's node is "
+                                   "offered again as soon as Ray sees it alive (no cooldown)")
+        self.settings = settings
+        self.settings.elastic = min_workers is not None
+        self._interface = one_interface(getattr(settings, "nics", None))
+        self._world: Optional[World] = None
+        self._failure: Optional[str] = None
+        self._elastic = None
+        if min_workers is not None:  # Horovod 0.28's elastic RayExecutor
+            from .elastic import ElasticRayExecutor, ElasticSettings
+            self._elastic = ElasticRayExecutor(
+                ElasticSettings(min_num_proc=min_workers, max_num_proc=max_workers,
+                                reset_limit=reset_limit, elastic_timeout=elastic_timeout,
+                                timeout_s=settings.timeout_s, nics=settings.nics),
+                use_gpu=use_gpu, cpus_per_slot=cpus_per_worker, gpus_per_slot=gpus_per_worker,
+                override_discovery=override_discovery)
+            self._shape = Shape(max_workers or min_workers, None, 1, cpus_per_worker, use_gpu,
+                                gpus_per_worker, False)
+            return
         if (num_workers is None) == (num_hosts is None):
             raise ValueError("give num_workers, or num_hosts (with num_workers_per_host), "
                              "not both")
-        self.settings = settings
-        self.settings.elastic = False
         self._shape = Shape(num_workers, num_hosts, num_workers_per_host, cpus_per_worker,
                             use_gpu, gpus_per_worker, use_current_placement_group)
-        self._interface = one_interface(getattr(settings, "nics", None))
-        self._placement: Optional[Placement] = None
-        self._server: Optional[PmiServer] = None
-        self._where: List[tuple] = []
-        self._failure: Optional[str] = None
 
     @property
     def num_workers(self) -> int:
@@ -101,7 +106,7 @@ class RayExecutor:
 
     @property
     def workers(self) -> List[Any]:
-        return self._placement.workers if self._placement else []
+        return self._world.workers if self._world else []
 
     # ---- start and shutdown -------------------------------------------------
     def start(self, executable_cls: Optional[type] = None,
@@ -111,59 +116,31 @@ class RayExecutor:
         """Places the workers, tells each its rank and the PMI server's
         address, and builds ``executable_cls(*executable_args,
         **executable_kwargs)`` in each (what ``execute`` passes to its fn)."""
-        if self._placement is not None:
+        if self._world is not None:
             raise RuntimeError("RayExecutor.start: already started (shutdown() first)")
-        if ray.util.client.ray.is_connected():
-            raise UnsupportedError(
-                "RayExecutor under Ray Client (ray.init('ray://...')): the workers meet through "
-                "a server in the driver's process, which must run on a node of the cluster; "
-                "submit the script as a Ray job (ray job submit) instead")
+        refuse_ray_client()
+        if self._elastic is not None:
+            if executable_cls is not None:
+                raise UnsupportedError("an elastic RayExecutor (min_workers=) runs functions "
+                                       "with run(); executable_cls is for fixed-size jobs")
+            self._elastic.env_vars.update(extra_env_vars or {})
+            return self._elastic.start()
         self._failure = None
-        self._placement = Placement(self._shape, self.settings.placement_group_timeout_s)
+        self._world = World(self._shape, self.settings.placement_group_timeout_s,
+                            self.settings.timeout_s, self._interface,
+                            dict(extra_env_vars or {}))
         try:
-            workers = self._placement.start_workers()
-            self._where = ray.get([w.placement.remote() for w in workers],
-                                  timeout=self.settings.timeout_s)
-            self._placement.share_gpus([node for node, _, _, _ in self._where])
-            self._open_world(workers, dict(extra_env_vars or {}))
-            ray.get([w.start_executable.remote(executable_cls, executable_args,
-                                               executable_kwargs) for w in workers])
+            self._world.start((executable_cls, executable_args, executable_kwargs))
         except BaseException:
-            self.shutdown()
+            self._world = None
             raise
-
-    def _open_world(self, workers, extra_env):
-        hosts = [host for _, host, _, _ in self._where]
-        cpus = {host: n for _, host, n, _ in self._where}
-        order = list(dict.fromkeys(hosts))  # hosts in rank order of first appearance
-        self._server = PmiServer(len(workers), host=ray.util.get_node_ip_address(),
-                                 nodes=[order.index(h) for h in hosts],
-                                 on_failure=self._on_world_failure).start()
-        crowded = oversubscribed(hosts, cpus)
-        ray.get([w.join_world.remote(self._server.env(rank), rank, len(workers), crowded,
-                                     self._interface, extra_env)
-                 for rank, w in enumerate(workers)])
-
-    def _on_world_failure(self, reason: str, kind: str) -> None:
-        self._failure = reason
-        if kind == "abort":  # MPICH 5's MPI_Abort returns: stop the job, as Hydra would
-            log.error("fuseopt.ray: %s; stopping every worker", reason)
-            self._stop_workers()
-
-    def _stop_workers(self):
-        if self._server is not None:
-            self._server.on_failure = None
-            self._server.close()
-            self._server = None
-        if self._placement is not None:
-            self._placement.remove()
 
     def shutdown(self) -> None:
         """Stops every worker (their processes end) and removes the
         placement group this executor made."""
-        self._stop_workers()
-        self._placement = None
-        self._where = []
+        if self._world is not None:
+            self._world.stop()
+        self._world = None
 
     # ---- running functions --------------------------------------------------
     def execute(self, fn: Callable[[Any], Any],
@@ -175,98 +152,49 @@ class RayExecutor:
             kwargs: Optional[Dict] = None,
             callbacks: Optional[List[Callable]] = None) -> List[Any]:
         """``fn(*args, **kwargs)`` on every worker; the results in rank order.
-        ``callbacks`` receive each value rank 0 logs with ``ray_logger.log``."""
-        call = functools.partial(_call, fn, tuple(args or ()), dict(kwargs or {}))
-        return self._gather(call, callbacks, "run")
+        ``callbacks`` receive each value rank 0 logs with ``ray_logger.log``.
+        Elastic (``min_workers=``): ``fn`` runs in a new world after each reset
+        (ElasticRayExecutor.run)."""
+        if self._elastic is not None:
+            return self._elastic.run(functools.partial(fn, *(args or ()), **(kwargs or {})),
+                                     callbacks)
+        return self._gather(call_with(fn, args, kwargs), callbacks, "run")
 
     def run_remote(self, fn: Callable[..., Any], args: Optional[List] = None,
                    kwargs: Optional[Dict] = None) -> List[Any]:
         """As ``run``, without waiting: one ObjectRef per rank, for
         ``ray.get``. Failures are then the caller's to handle."""
-        call = functools.partial(_call, fn, tuple(args or ()), dict(kwargs or {}))
-        return [w.execute.remote(call) for w in self._started("run_remote")]
+        call = call_with(fn, args, kwargs)
+        return [w.execute.remote(call) for w in self._started("run_remote").workers]
 
     def execute_single(self, fn: Callable[[Any], Any]) -> Any:
         """``fn(executable)`` on rank 0 only."""
-        return ray.get(self._started("execute_single")[0].execute.remote(fn))
+        return ray.get(self._started("execute_single").workers[0].execute.remote(fn))
 
-    def _started(self, method):
-        if self._placement is None or not self._placement.workers:
+    def _started(self, method) -> World:
+        if self._elastic is not None:
+            raise UnsupportedError("RayExecutor.%s: an elastic RayExecutor (min_workers=) "
+                                   "runs functions with run() only" % method)
+        if self._world is None:
             raise RuntimeError("RayExecutor.%s: no workers (call start() first%s)" % (
                 method, "; the last run failed: " + self._failure if self._failure else ""))
-        return self._placement.workers
+        return self._world
 
     def _gather(self, fn, callbacks, method):
-        workers = self._started(method)
-        queue = _callback_queue(workers, callbacks)
-        refs = [w.execute.remote(fn) for w in workers]
-        rank_of = {ref: rank for rank, ref in enumerate(refs)}
-        results: Dict[int, Any] = {}
-        failures: Dict[int, BaseException] = {}
-        first_failure = None
-        pending = list(refs)
-        while pending and not (first_failure and time.monotonic() - first_failure >
-                               _BLAME_WINDOW_S):
-            ready, pending = ray.wait(pending, num_returns=1, timeout=0.2)
-            _drain(queue, callbacks)
-            for ref in ready:
-                try:
-                    results[rank_of[ref]] = ray.get(ref)
-                except (RayActorError, RayTaskError) as e:
-                    failures[rank_of[ref]] = e
-                    first_failure = first_failure or time.monotonic()
-        _drain(queue, callbacks, last=True)
+        world = self._started(method)
+        results, failures = world.collect(fn, callbacks)
         if failures:
-            self._fail(failures, method)
-        return [results[r] for r in range(len(workers))]
+            self._world = None
+            self._failure = "a rank failed"
+            world.raise_failure(failures, "RayExecutor." + method)
+        return [results[r] for r in range(len(world.workers))]
 
-    def _fail(self, failures: Dict[int, BaseException], method: str):
-        """Stops every worker and raises the failure of the rank to blame."""
-        size = self.num_workers
-        where = dict(enumerate(self._where))
-        self._stop_workers()
-        self._placement = None
-        own = {r: e for r, e in failures.items()
-               if not isinstance(_cause(e), _CONSEQUENCES)}
-        rank, error = min((own or failures).items())
-        _, host, _, pid = where.get(rank, (None, "?", 0, 0))
-        self._failure = "rank %d of %d failed" % (rank, size)
-        if isinstance(error, RayTaskError) and isinstance(_cause(error), BaseException):
-            cause = _cause(error)
-            cause.add_note("raised on rank %d of %d (Ray worker on %s, pid %s) in "
-                           "RayExecutor.%s; every worker was stopped"
-                           % (rank, size, host, pid, method))
-            raise cause
-        raise RankFailedError(
-            "RayExecutor.%s: rank %d of %d (Ray worker on %s, pid %s) died: %s. Every worker "
-            "was stopped; start() again for a new job" % (method, rank, size, host, pid,
-                                                           str(error).splitlines()[0].rstrip(".")))
+
+def call_with(fn, args, kwargs):
+    """What a worker's execute() calls for run(fn, args, kwargs)."""
+    return functools.partial(_call, fn, tuple(args or ()), dict(kwargs or {}))
 
 
 def _call(fn, args, kwargs, executable):
     return fn(*args, **kwargs)
 
-
-def _cause(error):
-    return getattr(error, "cause", None)
-
-
-def _callback_queue(workers, callbacks):
-    """A Ray queue that rank 0's ray_logger.log feeds, when callbacks listen."""
-    if not callbacks:
-        ray.get([w.set_queue.remote(None) for w in workers])
-        return None
-    from ray.util.queue import Queue
-    queue = Queue()
-    ray.get([w.set_queue.remote(queue if rank == 0 else None)
-             for rank, w in enumerate(workers)])
-    return queue
-
-
-def _drain(queue, callbacks, last=False):
-    while queue is not None and not queue.empty():
-        value = queue.get()
-        for callback in callbacks:
-            callback(value)
-    if last and queue is not None:
-        queue.shutdown()  # the queue's actor

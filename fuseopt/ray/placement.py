@@ -71,7 +71,7 @@ class Placement:
                 "placement_group_timeout_s in RayExecutor.create_settings"
                 % (bundles, per_bundle, strategy, timeout_s, ray.available_resources()))
 
-    def start_workers(self) -> List[Any]:
+    def start_workers(self, **actor_options) -> List[Any]:
         shape = self.shape
         actor = ray.remote(Worker)
         per_bundle = shape.num_workers_per_host if shape.num_workers is None else 1
@@ -82,7 +82,7 @@ class Placement:
                 num_gpus=(shape.gpus_per_worker or 1) * int(shape.use_gpu),
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=self.group, placement_group_bundle_index=bundle,
-                    placement_group_capture_child_tasks=False))
+                    placement_group_capture_child_tasks=False), **actor_options)
             self.workers.append(options.remote())
         return self.workers
 

@@ -51,6 +51,13 @@ class Worker:
             self.executable = executable_cls(*(executable_args or []),
                                              **(executable_kwargs or {}))
 
+    def notify_hosts_changed(self, hosts) -> None:
+        """ElasticRayExecutor: the slots changed. The notice goes where
+        fuseopt's elastic state looks at each commit (its launch directory);
+        the ranks agree on it in that commit's allreduce."""
+        from ..training import elastic_protocol
+        elastic_protocol.write_notice(os.environ["FUSEOPT_LAUNCH_DIR"], hosts)
+
     def set_queue(self, queue) -> None:
         ray_logger.configure(queue)
 

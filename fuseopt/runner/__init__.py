@@ -194,12 +194,25 @@ def _collect(job_dir, code, tail, min_num_proc):
     return values[:min_num_proc] if min_num_proc else values
 
 
+def add_note(exception: BaseException, note: str) -> None:
+    """``exception.add_note(note)``, also on Python 3.10 (which keeps the note
+    in ``__notes__`` without printing it)."""
+    if hasattr(exception, "add_note"):
+        exception.add_note(note)
+    else:
+        setattr(exception, "__notes__", list(getattr(exception, "__notes__", [])) + [note])
+
+
+def consequence(error) -> bool:
+    """Whether a rank's error payload is only the loss of another rank."""
+    return error["type"].rsplit(".", 1)[-1] in _FAILURES_OF_OTHERS
+
+
 def raise_rank_error(errors, where):
     """Raises the first failure that was not a consequence of another
     rank's. ``errors``: {rank: the error payload fuseopt/runner/task.py
     writes}; ``where``: the caller's name, for the note."""
-    own = {r: e for r, e in errors.items() if e["type"].rsplit(".", 1)[-1]
-           not in _FAILURES_OF_OTHERS}
+    own = {r: e for r, e in errors.items() if not consequence(e)}
     rank, error = min((own or errors).items(), key=lambda item: (item[1]["time"], item[0]))
     note = "raised on rank %d of %d in %s; the rank's traceback:\n%s" % (
         rank, error["size"], where, error["traceback"])
@@ -210,7 +223,7 @@ def raise_rank_error(errors, where):
         except Exception:
             exception = None
     if isinstance(exception, BaseException):
-        exception.add_note(note)
+        add_note(exception, note)
         raise exception
     raise RuntimeError("rank %d of %d raised %s: %s\n%s" % (
         rank, error["size"], error["type"], error["message"], note))

@@ -26,7 +26,7 @@ import time
 import cloudpickle
 
 from ..base.errors import RankFailedError, UnsupportedError
-from ..runner import raise_rank_error
+from ..runner import consequence, raise_rank_error
 from ..runner.outcome_channel import OutcomeListener, by_rank
 from ..runner.pmi_server import PmiServer
 from ..runner.rank_env import one_interface
@@ -102,7 +102,7 @@ class _SparkJob:
         self.context, self.size, self.timeout, self.printer = context, size, timeout, printer
         self.group = "fuseopt.spark.run.%d.%d" % (os.getpid(), next(_jobs))
         self.messages: List[tuple] = []
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.cancelled = False
         self.listener: Optional[OutcomeListener] = None
 
@@ -111,6 +111,7 @@ class _SparkJob:
             return self.printer.line(message[1], message[2], message[3])
         with self.lock:
             self.messages.append(message)
+            self.lock.notify_all()
         failed = message[0] == "error" or (message[0] == "exit" and message[2] != 0)
         if failed:
             self.cancel("rank %d failed" % message[1])
@@ -138,12 +139,22 @@ class _SparkJob:
         try:
             spark.start()
             spark.join()
-            server.wait(5)
-            time.sleep(0.1)  # the listener threads hand over the last messages
+            self._wait_for_exits(2.0 if failure else 30.0)
         finally:
             server.close()
             listener.close()
         return self._results(failure, server.failure)
+
+    def _wait_for_exits(self, timeout):
+        """Every task sends its rank's exit before it returns, but the
+        listener's threads may still be handing it over when the job ends."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while sum(m[0] == "exit" for m in self.messages) < self.size:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.lock.wait(left)
 
     def _stage(self, task, failure):
         try:
@@ -157,9 +168,9 @@ class _SparkJob:
         with self.lock:
             messages = list(self.messages)
         errors = {r: pickle.loads(p) for r, p in by_rank(messages, "error").items()}
-        if errors:
-            raise_rank_error(errors, "fuseopt.spark.run")
         died = [m for m in messages if m[0] == "exit" and m[2] != 0]  # in order of arrival
+        if errors and not (died and all(consequence(e) for e in errors.values())):
+            raise_rank_error(errors, "fuseopt.spark.run")
         if died:  # the first is the one that failed; the others were stopped for it
             _, rank, code, host = died[0]
             raise RankFailedError("fuseopt.spark.run: rank %d of %d (on %s) ended with %s "

@@ -47,7 +47,9 @@ generated from fuseopt. Paths read, inside that sdist:
 * ``horovod/tensorflow/elastic.py`` (and ``horovod/common/elastic.py`` for
   ``ObjectState.__init__``): ``horovod.tensorflow.elastic``;
 * ``horovod/ray/__init__.py``, ``horovod/ray/runner.py``: ``RayExecutor`` and
-  its methods, ``BaseHorovodWorker``, ``ElasticRayExecutor``;
+  its methods, ``BaseHorovodWorker``; ``horovod/ray/elastic.py``:
+  ``ElasticRayExecutor`` and its methods, ``RayHostDiscovery``,
+  ``TestDiscovery``;
 * ``horovod/spark/__init__.py``, ``horovod/spark/runner.py``: ``run``,
   ``run_elastic``;
 * ``horovod/torch/elastic/__init__.py``, ``horovod/torch/elastic/state.py``,
@@ -411,7 +413,26 @@ RAY = MappingProxyType({
     "RayExecutor.execute_single": _FN,
     "RayExecutor.shutdown": NO_ARGS,
     "BaseHorovodWorker": "class",
-    "ElasticRayExecutor": "class",  # horovod/ray/elastic.py; fuseopt's refuses (migration.md)
+    # horovod/ray/elastic.py
+    "ElasticRayExecutor": _sig("settings", ("use_gpu", "False"), ("cpus_per_slot", "1"),
+                               ("gpus_per_slot", "None"), ("env_vars", "None"),
+                               ("override_discovery", "True")),
+    "ElasticRayExecutor.create_settings": _sig(
+        ("min_num_proc", "1"), ("max_num_proc", "None"), ("reset_limit", "None"),
+        ("elastic_timeout", "600"), ("timeout_s", "30"), ("ssh_identity_file", "None"),
+        ("nics", "None"), ("min_np", "None"), ("max_np", "None"), "**kwargs"),
+    "ElasticRayExecutor.start": NO_ARGS,
+    "ElasticRayExecutor.run": _sig("worker_fn", ("callbacks", "None")),
+})
+
+# horovod/ray/elastic.py (each class's __init__)
+RAY_ELASTIC = MappingProxyType({
+    "ElasticRayExecutor": RAY["ElasticRayExecutor"],
+    "RayHostDiscovery": _sig(("use_gpu", "False"), ("cpus_per_slot", "1"),
+                             ("gpus_per_slot", "1")),
+    "TestDiscovery": _sig("min_hosts", "max_hosts", "change_frequency_s", ("use_gpu", "False"),
+                          ("cpus_per_slot", "1"), ("gpus_per_slot", "1"), ("verbose", "True"),
+                          ("_graceful", "True")),
 })
 
 # horovod/spark/runner.py (re-exported by horovod/spark/__init__.py)
@@ -439,6 +460,7 @@ MODULES = MappingProxyType({
     "horovod.tensorflow.keras.callbacks": TENSORFLOW_KERAS_CALLBACKS,
     "horovod.tensorflow.keras.elastic": TENSORFLOW_KERAS_ELASTIC,
     "horovod.ray": RAY,
+    "horovod.ray.elastic": RAY_ELASTIC,
     "horovod.spark": SPARK,
 })
 
@@ -455,7 +477,8 @@ CLASSES = MappingProxyType({
     "horovod.tensorflow.keras.elastic": frozenset({"KerasState", "CommitStateCallback",
                                                    "UpdateBatchStateCallback",
                                                    "UpdateEpochStateCallback"}),
-    "horovod.ray": frozenset({"RayExecutor"}),
+    "horovod.ray": frozenset({"RayExecutor", "ElasticRayExecutor"}),
+    "horovod.ray.elastic": frozenset(RAY_ELASTIC),
     "horovod.spark": frozenset(),
 })
 

@@ -46,6 +46,7 @@ FUSEOPT_MODULES = {
     "horovod.tensorflow.keras.callbacks": "fuseopt.tensorflow.keras.callbacks",
     "horovod.tensorflow.keras.elastic": "fuseopt.tensorflow.keras.elastic",
     "horovod.ray": "fuseopt.ray",
+    "horovod.ray.elastic": "fuseopt.ray.elastic",
     "horovod.spark": "fuseopt.spark",
 }
 SHORT = {
@@ -57,6 +58,7 @@ SHORT = {
     "horovod.tensorflow.keras.callbacks": "keras.callbacks",
     "horovod.tensorflow.keras.elastic": "keras.elastic",
     "horovod.ray": "ray",
+    "horovod.ray.elastic": "ray.elastic",
     "horovod.spark": "spark",
 }
 

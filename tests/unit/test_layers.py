@@ -17,7 +17,7 @@ LAYERS = [
     ("api", ["api"]),
     ("training", ["training"]),
     ("runner", ["runner"]),
-    ("package", ["__init__"]),
+    ("package", ["__init__", "errors", "checkpoint", "elastic"]),
     ("bindings", ["torch", "tensorflow", "keras", "common", "mxnet"]),
     ("tools", ["tools", "launcher", "__main__", "ray", "spark"]),
 ]

@@ -70,10 +70,14 @@ def case_placement():
         RayExecutor(settings(), num_workers=2, num_hosts=1)
     except ValueError as e:
         report("both shapes", type(e).__name__)
-    try:
-        RayExecutor(settings(), min_workers=1, max_workers=2)
-    except fuseopt.UnsupportedError as e:
-        report("elastic", "fuseoptrun" in str(e))
+    refused = []
+    for kwargs in ({"min_workers": 1, "num_workers": 2},
+                   {"min_workers": 1, "cooldown_range": [1, 2]}):
+        try:
+            RayExecutor(settings(), **kwargs)
+        except (ValueError, fuseopt.UnsupportedError) as e:
+            refused.append(type(e).__name__)
+    report("elastic shapes", tuple(refused))
     tight = RayExecutor(RayExecutor.create_settings(placement_group_timeout_s=2), num_workers=4,
                         cpus_per_worker=1)
     try:
@@ -159,17 +163,78 @@ def node_and_sum():
 def case_nodes():
     """Two Ray nodes (two raylets) on this machine, one worker each through
     num_hosts=2: Horovod's STRICT_SPREAD placement, one bundle per node."""
-    from ray.cluster_utils import Cluster
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
-                                                            "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     executor = RayExecutor(settings(), num_hosts=2, num_workers_per_host=1)
     executor.start()
     results = executor.run(node_and_sum)
     executor.shutdown()
     report("nodes", ([r[:2] for r in results], len({r[2] for r in results}),
                      len(ray.nodes())))
+
+
+EPOCHS = 5
+
+
+def train_elastic(fail_at=None, kill_at=None, pause_alone=0.3):
+    """Horovod's elastic pattern at the numpy level (no framework to import
+    in each new world): an ObjectState committed every epoch, in a function
+    wrapped by elastic's run. Returns (rank, size, epochs done, the epoch this
+    world started at, resets before this world, the sum of every epoch's
+    allreduce of ones: the committed state carried across worlds). ``pause_alone``: seconds per
+    epoch while the job has one rank (room for the driver to add a node)."""
+    import fuseopt.elastic
+    fuseopt.init()
+    state = fuseopt.elastic.ObjectState(fuseopt.broadcast_object, fuseopt.rank, epoch=0,
+                                        total=0.0)
+    resets = int(os.environ.get("FUSEOPT_ELASTIC_RESETS", "0"))
+
+    @fuseopt.elastic.run_fn
+    def train(state):
+        started = state.epoch
+        while state.epoch < EPOCHS:
+            state.total += float(fuseopt.allreduce(np.ones(1), name="ray.elastic",
+                                                   op=fuseopt.Sum)[0])
+            if resets == 0 and state.epoch == kill_at and fuseopt.rank() == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if state.epoch == fail_at and fuseopt.rank() == 0:
+                raise WorkerError("epoch %d is bad" % state.epoch)
+            state.epoch += 1
+            state.commit()
+            ray_logger.log({"epoch": state.epoch, "size": fuseopt.size()})
+            time.sleep(pause_alone if fuseopt.size() == 1 else 0.1)
+        return fuseopt.rank(), fuseopt.size(), state.epoch, started, resets, state.total
+    return train(state)
+
+
+def case_elastic():
+    """ElasticRayExecutor on raylets of one CPU each (emulated nodes): grows
+    from 1 to 2 workers when a second node appears, resets after a killed
+    worker, and ends on an error of the function; a static RayExecutor then
+    puts one worker on each node (case_nodes)."""
+    from ray.cluster_utils import Cluster
+    from fuseopt.ray import ElasticRayExecutor
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
+                                                            "include_dashboard": False})
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    settings = ElasticRayExecutor.create_settings(min_num_proc=1, max_num_proc=2,
+                                                  elastic_timeout=60, reset_limit=3)
+    executor = ElasticRayExecutor(settings, cpus_per_slot=1)
+    executor.start()
+    sizes = []
+
+    def grow(info):  # after the first commit on one node, a second node joins
+        sizes.append(info["size"])
+        if len(ray.nodes()) == 1:
+            cluster.add_node(num_cpus=1)
+    grown = executor.run(lambda: train_elastic(pause_alone=1.5), callbacks=[grow])
+    report("elastic grown", (grown, sorted(set(sizes))))
+    case_nodes()  # the cluster has two nodes now
+    executor = ElasticRayExecutor(settings, cpus_per_slot=1)
+    executor.start()
+    report("elastic killed", executor.run(lambda: train_elastic(kill_at=2)))
+    try:
+        executor.run(lambda: train_elastic(fail_at=1))
+    except WorkerError as e:
+        report("elastic error", (str(e), e.__notes__[0].split(" (")[0]))
     ray.shutdown()
     cluster.shutdown()
 
@@ -178,8 +243,8 @@ if __name__ == "__main__":
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR",
              log_to_driver=False)
     for name in sys.argv[1:]:
-        if name != "nodes":
+        if name != "elastic":
             globals()["case_" + name]()
     ray.shutdown()
-    if "nodes" in sys.argv[1:]:
-        case_nodes()
+    if "elastic" in sys.argv[1:]:  # with a cluster of its own (and case_nodes)
+        case_elastic()
