@@ -1,5 +1,6 @@
 """Modules that stand where Horovod has something fuseopt does not have
-(fuseopt.ray, fuseopt.spark, fuseopt.mxnet, fuseopt.tensorflow.data):
+(fuseopt.mxnet, fuseopt.tensorflow.data, the Spark Estimators'
+fuseopt.spark.keras / .torch / .lightning / .common):
 importing one raises UnsupportedError saying what is missing and what to
 use, so that a script migrated with ``s/horovod/fuseopt/`` stops at its first
 line with that, not with a bare ModuleNotFoundError."""
