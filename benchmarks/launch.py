@@ -65,7 +65,7 @@ def answer(seconds):
 def serve_ray():
     import ray
     from fuseopt.ray import RayExecutor
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     executor = None
     for line in sys.stdin:
         started = time.perf_counter()

@@ -91,8 +91,9 @@ def run_driver_script(script, *args, cwd, timeout=300):
 
 def test_tensorflow2_keras_ray(tmp_path):
     # A local Ray cluster of this machine's 2 CPUs, 2 workers of 1 CPU each.
-    out = run_driver_script("tensorflow2_keras_ray.py", "--num-workers", "2", "--epochs", "2",
-                            "--steps", "32", cwd=tmp_path)
+    # --address local: a cluster of its own, not one another test left registered.
+    out = run_driver_script("tensorflow2_keras_ray.py", "--address", "local", "--num-workers",
+                            "2", "--epochs", "2", "--steps", "32", cwd=tmp_path)
     accuracies = re.search(r"final accuracy per rank: ([\d.]+), ([\d.]+)", out)
     assert accuracies and accuracies.group(1) == accuracies.group(2), out  # one model
     assert (tmp_path / "ray-checkpoint-2.keras").exists(), out

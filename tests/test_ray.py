@@ -61,6 +61,8 @@ def test_elastic_executor_grows_recovers_and_stops_on_errors(cases):
     assert killed == [(r, 2, 5, killed[0][3], 1, 10.0) for r in (0, 1)], out
     assert "reset 1: lost worker(s) of rank 1" in out, out
     assert found["elastic error"] == ("epoch 1 is bad", "raised on rank 0 of 2"), out
+    # RayExecutor(min_workers=1, max_workers=2): the same executor, both nodes used.
+    assert found["elastic executor form"] == [(r, 2, 5, 0, 0, 10.0) for r in (0, 1)], out
 
 
 def test_training_matches_a_fuseoptrun_job_bit_for_bit(cases):

@@ -211,13 +211,21 @@ def case_elastic():
     worker, and ends on an error of the function; a static RayExecutor then
     puts one worker on each node (case_nodes)."""
     from ray.cluster_utils import Cluster
-    from fuseopt.ray import ElasticRayExecutor
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
                                                             "include_dashboard": False})
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    settings = ElasticRayExecutor.create_settings(min_num_proc=1, max_num_proc=2,
-                                                  elastic_timeout=60, reset_limit=3)
-    executor = ElasticRayExecutor(settings, cpus_per_slot=1)
+    try:
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        elastic_cases(cluster)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def elastic_cases(cluster):
+    from fuseopt.ray import ElasticRayExecutor
+    elastic = ElasticRayExecutor.create_settings(min_num_proc=1, max_num_proc=2,
+                                                 elastic_timeout=60, reset_limit=3)
+    executor = ElasticRayExecutor(elastic, cpus_per_slot=1)
     executor.start()
     sizes = []
 
@@ -228,20 +236,24 @@ def case_elastic():
     grown = executor.run(lambda: train_elastic(pause_alone=1.5), callbacks=[grow])
     report("elastic grown", (grown, sorted(set(sizes))))
     case_nodes()  # the cluster has two nodes now
-    executor = ElasticRayExecutor(settings, cpus_per_slot=1)
+    executor = ElasticRayExecutor(elastic, cpus_per_slot=1)
     executor.start()
     report("elastic killed", executor.run(lambda: train_elastic(kill_at=2)))
     try:
         executor.run(lambda: train_elastic(fail_at=1))
     except WorkerError as e:
         report("elastic error", (str(e), e.__notes__[0].split(" (")[0]))
-    ray.shutdown()
-    cluster.shutdown()
+    # Horovod 0.28's spelling: a RayExecutor with min_workers is elastic.
+    executor = RayExecutor(settings(), min_workers=1, max_workers=2, cpus_per_worker=1)
+    executor.start()
+    report("elastic executor form", executor.run(train_elastic, kwargs={"pause_alone": 0.1}))
+    executor.shutdown()
 
 
 if __name__ == "__main__":
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False)
+    # "local": a new cluster of our own, whatever `ray start` left on this machine.
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False,
+             logging_level="ERROR", log_to_driver=False)
     for name in sys.argv[1:]:
         if name != "elastic":
             globals()["case_" + name]()
