@@ -57,10 +57,14 @@ def test_killed_job_resumes_to_the_weights_of_an_uninterrupted_run(run_ranks, tm
 
 def test_resume_on_fewer_ranks(run_ranks, tmp_path):
     full, elastic, per_rank = tmp_path / "full", tmp_path / "elastic", tmp_path / "per_rank"
-    run_ranks(4, "checkpoint_torch.py", full, "full", 30, "--dropout", 0, timeout=240)
-    run_ranks(4, "checkpoint_torch.py", elastic, "first", 20, "--dropout", 0, timeout=240)
+    # The 4-rank run keeps a copy of its checkpoint after step 20: the state a
+    # job stopped there would have left.
+    run_ranks(4, "checkpoint_torch.py", full, "full", 30, "--dropout", 0, "--copy-at", 20,
+              timeout=240)
+    elastic.mkdir()
     per_rank.mkdir()
-    shutil.copy(elastic / "ckpt.pt", per_rank / "ckpt.pt")
+    shutil.copy(full / "ckpt-20.pt", elastic / "ckpt.pt")
+    shutil.copy(full / "ckpt-20.pt", per_rank / "ckpt.pt")
     # Rule 1: keep the global batch (each rank's batch doubles): lr unchanged.
     r = run_ranks(2, "checkpoint_torch.py", elastic, "resumed", 30, "--dropout", 0, timeout=240)
     assert "resumed at step 20 from 4 ranks on 2; lr scale 1.00" in r.output, r

@@ -93,15 +93,15 @@ def test_tensorflow2_keras_ray(tmp_path):
     # A local Ray cluster of this machine's 2 CPUs, 2 workers of 1 CPU each.
     # --address local: a cluster of its own, not one another test left registered.
     out = run_driver_script("tensorflow2_keras_ray.py", "--address", "local", "--num-workers",
-                            "2", "--epochs", "2", "--steps", "32", cwd=tmp_path)
+                            "2", "--epochs", "1", "--steps", "32", cwd=tmp_path)
     accuracies = re.search(r"final accuracy per rank: ([\d.]+), ([\d.]+)", out)
     assert accuracies and accuracies.group(1) == accuracies.group(2), out  # one model
-    assert (tmp_path / "ray-checkpoint-2.keras").exists(), out
+    assert (tmp_path / "ray-checkpoint-1.keras").exists(), out
 
 
 def test_keras_spark_run(tmp_path):
-    out = run_driver_script("keras_spark_run.py", "--num-proc", "2", "--epochs", "2",
+    out = run_driver_script("keras_spark_run.py", "--num-proc", "2", "--epochs", "1",
                             cwd=tmp_path)
     assert re.search(r"Best validation loss: [\d.]+", out), out
-    assert re.search(r"\w{3} \w{3} +\d+ [\d:]+ \d{4} \[0\]<stdout>:Epoch 2/2", out), out
+    assert re.search(r"\w{3} \w{3} +\d+ [\d:]+ \d{4} \[0\]<stdout>:\d+/\d+ - .* val_loss: ", out), out
     assert (tmp_path / "checkpoint.keras").stat().st_size > 1000, out

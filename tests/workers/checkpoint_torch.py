@@ -9,6 +9,7 @@ run resumed on another number of ranks sees the same global batches. Rank 0
 writes DIR/final-TAG.pt with the final weights."""
 import argparse
 import os
+import shutil
 import signal
 
 import numpy as np
@@ -32,6 +33,8 @@ def main():
     p.add_argument("--global-batch", type=int, default=32)
     p.add_argument("--dropout", type=float, default=0.2)
     p.add_argument("--keep", default="global_batch")
+    p.add_argument("--copy-at", type=int, default=-1,
+                   help="after saving at this step, also copy the checkpoint to ckpt-<step>.pt")
     args = p.parse_args()
     hvd.init()
     torch.set_num_threads(1)
@@ -71,6 +74,8 @@ def main():
             hvd.save_checkpoint(path, model, opt, step=step,
                                 extra={"samples_seen": (step + 1) * global_batch,
                                        "global_batch": global_batch})
+            if step + 1 == args.copy_at and hvd.rank() == 0:
+                shutil.copy(path, os.path.join(args.dir, "ckpt-%d.pt" % args.copy_at))
     if hvd.rank() == 0:
         torch.save(model.state_dict(), os.path.join(args.dir, "final-%s.pt" % args.tag))
     print("[rank %d] done at step %d, loss %.4f" % (hvd.rank(), args.steps, loss.item()),

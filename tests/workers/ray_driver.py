@@ -78,7 +78,7 @@ def case_placement():
         except (ValueError, fuseopt.UnsupportedError) as e:
             refused.append(type(e).__name__)
     report("elastic shapes", tuple(refused))
-    tight = RayExecutor(RayExecutor.create_settings(placement_group_timeout_s=2), num_workers=4,
+    tight = RayExecutor(RayExecutor.create_settings(placement_group_timeout_s=1), num_workers=4,
                         cpus_per_worker=1)
     try:
         tight.start()
