@@ -40,7 +40,7 @@ from ..base.errors import UnsupportedError
 from ..training import elastic_protocol as _proto
 from ..runner.rank_env import one_interface
 from .placement import Shape
-from .world import CONSEQUENCES, World, cause, refuse_ray_client
+from .world import World, cause, own_failures, refuse_ray_client
 
 log = logging.getLogger("fuseopt.ray")
 DISCOVERY_INTERVAL_S = 1.0  # Horovod's
@@ -239,24 +239,11 @@ class ElasticRayExecutor:
     def _run_world(self, size, worker_fn, callbacks):
         self._say("starting %d workers" % size)
         world = self._world(size)
-        notified = [size]
-
-        def watch_slots():
-            if time.monotonic() < watch_slots.next:
-                return
-            watch_slots.next = time.monotonic() + DISCOVERY_INTERVAL_S
-            wanted = self._slots()
-            if wanted not in notified and wanted >= (self.settings.min_num_proc or 1):
-                notified.append(wanted)
-                self._say("%d slots now: the job resets at its next commit" % wanted)
-                world.workers[0].notify_hosts_changed.remote([("ray", wanted)])
-        watch_slots.next = time.monotonic() + DISCOVERY_INTERVAL_S
-
+        watch = _SlotWatch(self, world, size)
         results, failures = world.collect(functools.partial(_elastic_call, worker_fn),
-                                          callbacks, on_tick=watch_slots)
-        own = [e for e in failures.values() if cause(e) is not None
-               and not isinstance(cause(e), CONSEQUENCES)]
-        if own:  # an error of the function, not a lost worker: the run ends
+                                          callbacks, on_tick=watch.poll)
+        # An exception of the function (a dead worker raised none) ends the run.
+        if any(cause(e) is not None for e in own_failures(failures).values()):
             world.raise_failure(failures, "ElasticRayExecutor.run")
         world.stop()
         if failures:
@@ -264,6 +251,26 @@ class ElasticRayExecutor:
         if any(isinstance(v, _Reset) for v in results.values()):
             return "reset", "the slots changed"
         return "done", [results[r] for r in range(size)]
+
+
+class _SlotWatch:
+    """While a world runs: polls discovery every DISCOVERY_INTERVAL_S and
+    tells rank 0 once about each new number of slots."""
+
+    def __init__(self, executor, world, size):
+        self.executor, self.world = executor, world
+        self.told = {size}
+        self.next = time.monotonic() + DISCOVERY_INTERVAL_S
+
+    def poll(self):
+        if time.monotonic() < self.next:
+            return
+        self.next = time.monotonic() + DISCOVERY_INTERVAL_S
+        wanted = self.executor._slots()
+        if wanted not in self.told and wanted >= (self.executor.settings.min_num_proc or 1):
+            self.told.add(wanted)
+            self.executor._say("%d slots now: the job resets at its next commit" % wanted)
+            self.world.workers[0].notify_hosts_changed.remote([("ray", wanted)])
 
 
 def _remove_everywhere(path):

@@ -114,7 +114,7 @@ class World:
         the first that was not a consequence of another's."""
         size, where = len(self.where), dict(enumerate(self.where))
         self.stop()
-        own = {r: e for r, e in failures.items() if not isinstance(cause(e), CONSEQUENCES)}
+        own = own_failures(failures)
         rank, error = next(iter((own or failures).items()))
         _, host, _, pid = where.get(rank, (None, "?", 0, 0))
         if isinstance(error, RayTaskError) and isinstance(cause(error), BaseException):
@@ -124,6 +124,12 @@ class World:
         raise RankFailedError(
             "%s: rank %d of %d (Ray worker on %s, pid %s) died: %s. Every worker was stopped"
             % (method, rank, size, host, pid, str(error).splitlines()[0].rstrip(".")))
+
+
+def own_failures(failures: Dict[int, BaseException]) -> Dict[int, BaseException]:
+    """The failures that are not only the loss of another rank (a dead
+    worker's counts: it is the loss)."""
+    return {r: e for r, e in failures.items() if not isinstance(cause(e), CONSEQUENCES)}
 
 
 def refuse_ray_client():
