@@ -16,6 +16,10 @@ def test_tf_ops(run_ranks, nranks):
     run_ranks(nranks, "tf_ops.py", timeout=240)
 
 
+def test_compiled_kernel_and_its_cache(run_ranks):
+    run_ranks(1, "tf_kernel_cache.py", timeout=240)
+
+
 def test_keras_training(run_ranks):
     run_ranks(2, "tf_training.py", timeout=600)
 

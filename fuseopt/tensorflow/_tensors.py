@@ -16,7 +16,9 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
 from ..base.dtypes import CODES
-from ..base.errors import InvalidArgumentError, UnsupportedError
+from ..base.errors import FuseoptError, InvalidArgumentError, UnsupportedError
+from . import kernels
+from .tf_errors import graph_status
 
 _SUPPORTED = set(CODES)  # the core's dtype names, which are TensorFlow's too
 _trace_names = itertools.count()
@@ -68,6 +70,20 @@ def unique_in_graph(names):
     return out
 
 
+def _returning_status(fn, out_dtypes):
+    """fn returning its outputs plus (status code, message) instead of
+    raising a fuseopt error, which the status kernel then raises with the
+    TensorFlow class Horovod's ops give."""
+    def call(*arrays):
+        try:
+            return list(fn(*arrays)) + [np.int32(0), b""]
+        except FuseoptError as e:
+            code, message = graph_status(e)
+            empty = [np.zeros(0, tf.as_dtype(d).as_numpy_dtype) for d in out_dtypes]
+            return empty + [np.int32(code), message.encode("utf-8", "replace")]
+    return call
+
+
 def run(fn, inputs, out_dtypes, what, blocking=True):
     """Runs fn(*numpy_arrays) -> list of arrays, eagerly or as a graph op.
     An op that only enqueues (blocking=False) can run in any order relative
@@ -78,9 +94,17 @@ def run(fn, inputs, out_dtypes, what, blocking=True):
     check_not_xla(what)
     graph = tf.compat.v1.get_default_graph()
     previous = _last_op.get(graph) if blocking else None
+    status = kernels.status_module()
     with tf.control_dependencies([previous] if previous is not None else []):
-        outs = tf.numpy_function(lambda *a: fn(*a), list(inputs), list(out_dtypes),
-                                 stateful=True, name="fuseopt_" + what)
+        if status is None:
+            outs = tf.numpy_function(lambda *a: fn(*a), list(inputs), list(out_dtypes),
+                                     stateful=True, name="fuseopt_" + what)
+        else:
+            outs = tf.numpy_function(_returning_status(fn, out_dtypes), list(inputs),
+                                     list(out_dtypes) + [tf.int32, tf.string],
+                                     stateful=True, name="fuseopt_" + what)
+            outs = status.fuseopt_check_status(outs[-2], outs[-1], outs[:-2],
+                                               name="fuseopt_%s_status" % what)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     if outs and blocking:
         _last_op[graph] = outs[0].op

@@ -1,30 +1,35 @@
 """fuseopt's errors as TensorFlow's, where Horovod's TensorFlow ops raise
 ``tf.errors`` classes: ranks that disagree on a tensor (shape, dtype, root)
 give ``tf.errors.FailedPreconditionError``, a bad argument
-``tf.errors.InvalidArgumentError``. The raised exception is both: a script
+``tf.errors.InvalidArgumentError``, what fuseopt does not implement
+``tf.errors.UnimplementedError`` (also a ``NotImplementedError``). The raised exception is both: a script
 written for Horovod catches it with ``except tf.errors....``, one written for
 fuseopt with ``except hvd.MismatchError``.
 
 Eagerly, and for the checks made when a ``tf.function`` is traced, that is
-what the public functions raise (``with_tf_errors``). A failure inside a
-traced graph's collective surfaces as ``tf.errors.UnknownError`` carrying
-fuseopt's message: the collective runs in a ``tf.numpy_function``, whose
-errors TensorFlow maps to a few codes by Python type only."""
+what the public functions raise (``with_tf_errors``). Inside a traced graph
+the collective runs in a ``tf.numpy_function``, whose errors TensorFlow maps
+to a few codes by Python type only; there the collective hands its error to
+fuseopt's compiled kernel (``kernels``), which raises the same TensorFlow
+class with ``<fuseopt class>: <message>`` (``graph_status``). Without the
+kernel, such an error is ``tf.errors.UnknownError`` with that message."""
 import functools
 from typing import Any, Callable, Dict, Type, TypeVar
 
 import tensorflow as tf
 
-from ..base.errors import FuseoptError, InvalidArgumentError, MismatchError
+from ..base.errors import FuseoptError, InvalidArgumentError, MismatchError, UnsupportedError
 
-_TF_CLASS = ((MismatchError, tf.errors.FailedPreconditionError),
-             (InvalidArgumentError, tf.errors.InvalidArgumentError))
+# fuseopt's class -> the TensorFlow class and status code Horovod's ops give.
+_TF_CLASS = ((MismatchError, tf.errors.FailedPreconditionError, tf.errors.FAILED_PRECONDITION),
+             (InvalidArgumentError, tf.errors.InvalidArgumentError, tf.errors.INVALID_ARGUMENT),
+             (UnsupportedError, tf.errors.UnimplementedError, tf.errors.UNIMPLEMENTED))
 _both: Dict[type, type] = {}
 
 
 def _class_for(cls: Type[FuseoptError]) -> Any:
     """The class that is both ``cls`` and its TensorFlow twin, or None."""
-    twin = next((tf_cls for base, tf_cls in _TF_CLASS if issubclass(cls, base)), None)
+    twin = next((tf_cls for base, tf_cls, _ in _TF_CLASS if issubclass(cls, base)), None)
     if twin is None:
         return None
     if cls not in _both:
@@ -43,6 +48,12 @@ def as_tf_error(error: BaseException) -> BaseException:
         return error
     cls = _class_for(type(error))
     return error if cls is None else cls(str(error))
+
+
+def graph_status(error: FuseoptError):
+    """(status code, message) for ``error`` raised inside a traced graph."""
+    code = next((c for base, _, c in _TF_CLASS if isinstance(error, base)), tf.errors.UNKNOWN)
+    return code, "%s: %s" % (type(error).__name__, error)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -51,3 +51,14 @@ def test_torchrun_variables_from_each_launcher():
         "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
     assert torchrun_variables({"MPI_LOCALNRANKS": "4"}, cpus=2)["OMP_NUM_THREADS"] == "1"
     assert torchrun_variables({}, cpus=2) == {}
+
+
+def test_the_tensorflow_kernel_source_ships_as_package_data():
+    # Built at run time from this file (fuseopt/tensorflow/kernels), so a
+    # wheel without it could never build the kernel.
+    import fnmatch
+    data = re.search(r'^fuseopt = \[(.*)\]$', PYPROJECT, re.M).group(1)
+    patterns = re.findall(r'"([^"]+)"', data)
+    source = os.path.join("tensorflow", "kernels", "status_op.cc")
+    assert os.path.exists(os.path.join(ROOT, "fuseopt", source))
+    assert any(fnmatch.fnmatch(source, p) for p in patterns), patterns

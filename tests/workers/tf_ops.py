@@ -253,10 +253,11 @@ def check_abandoned_bucket_is_finished_by_the_next_start():
     with graph.as_default():
         x = tf.constant(np.full(3, hvd.rank() + 1.0, np.float32))
         reduced = ops._started_allreduce([x], ["abandon.x"], ops.Sum, 1.0, 1.0, 0, None)
+        # the start's PyFunc, then the status kernel that passes its token on
         start = [o for o in graph.get_operations() if o.name.startswith("fuseopt_allreduce_start")]
-    assert len(start) == 1, start
+    assert [o.type for o in start] == ["PyFunc", "FuseoptCheckStatus"], start
     with tf.compat.v1.Session(graph=graph) as session:
-        session.run(start[0].outputs[0])  # abandoned: never waited
+        session.run(start[-1].outputs[0])  # abandoned: never waited
         for _ in range(2):
             out = session.run(reduced)[0]
             close(out, np.full(3, n * (n + 1) / 2.0), "allreduce after an abandoned start")
@@ -327,6 +328,31 @@ def check_errors():
                              [tf.ones([1, 1 + r])], name="e.gshape"), "shape")):
             e = harness.expect_error(tf.errors.FailedPreconditionError, fn)
             assert isinstance(e, htf.MismatchError) and word in str(e), (type(e).__mro__, e)
+        # Inside a traced graph and a TF1 session the same classes come from
+        # fuseopt's compiled status kernel (tf.numpy_function alone would make
+        # each an UnknownError), with fuseopt's class and message.
+        @tf.function
+        def gathered(x):
+            return htf.allgather(x, name="e.graph")
+
+        e = harness.expect_error(tf.errors.FailedPreconditionError,
+                                 lambda: gathered(tf.ones([1, r + 1])), "MismatchError",
+                                 "ranks disagree")
+        assert "e.graph" in e.message, e.message
+        close(gathered(tf.ones([1, 2])), np.ones([n, 2]), "the traced op runs after its error")
+        with tf.Graph().as_default():
+            y = htf.broadcast(tf.ones([1]), root_rank=r, name="e.tf1")
+            with tf.compat.v1.Session() as session:
+                harness.expect_error(tf.errors.FailedPreconditionError,
+                                     lambda: session.run(y), "MismatchError", "root=")
+
+    @tf.function
+    def exchanged(x, splits):
+        return htf.alltoall(x, splits=splits)[0]
+
+    harness.expect_error(tf.errors.InvalidArgumentError,
+                         lambda: exchanged(tf.ones([3]), tf.constant([5] * n, tf.int32)),
+                         "InvalidArgumentError", "splits")
     # Allgathered sparse rows can only be summed or averaged, unscaled (as
     # Horovod): the rest is refused, not silently summed.
     rows = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([0]), tf.constant([3, 2]))
