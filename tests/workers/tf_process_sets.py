@@ -65,15 +65,28 @@ def check_collectives(mine, other):
                 htf.broadcast(x, members[-1], process_set=mine),
                 htf.reducescatter(tf.constant(scatter) + 1000.0 * R, op=hvd.Sum,
                                   process_set=mine),
-                htf.alltoall(tf.range(2 * n, dtype=tf.float32) + 100.0 * R, process_set=mine))
+                htf.alltoall(tf.range(2 * n, dtype=tf.float32) + 100.0 * R, process_set=mine),
+                htf.grouped_allgather([x, 2 * x], process_set=mine),
+                htf.grouped_reducescatter([tf.constant(scatter) + 1000.0 * R,
+                                           2 * tf.constant(scatter) + 2000.0 * R],
+                                          op=hvd.Sum, process_set=mine),
+                htf.size_op(mine.process_set_id), htf.process_set_included_op(
+                    mine.process_set_id), htf.process_set_included_op(other.process_set_id))
 
+    gathered = np.array([[r + 1, 2 * (r + 1)] for r in members])
     for mode, fn in (("eager", body), ("graph", tf.function(body))):
-        s, avg, grp, gat, bc, rs, a2a = fn(x)
+        s, avg, grp, gat, bc, rs, a2a, ggat, grs, size, inside, outside = fn(x)
         soft(close, s, [[total, 2 * total]], mode + " sum")
         soft(close, avg, [[total / n, 2 * total / n]], mode + " average")
         soft(close, grp[0], [[total, 2 * total]], mode + " grouped 0")
         soft(close, grp[1], [[2 * total, 4 * total]], mode + " grouped 1")
-        soft(close, gat, np.array([[r + 1, 2 * (r + 1)] for r in members]), mode + " allgather")
+        soft(close, gat, gathered, mode + " allgather")
+        soft(close, ggat[0], gathered, mode + " grouped allgather 0")
+        soft(close, ggat[1], 2 * gathered, mode + " grouped allgather 1")
+        soft(close, grs[0], scatter_sum[2 * k:2 * k + 2], mode + " grouped reducescatter 0")
+        soft(close, grs[1], 2 * scatter_sum[2 * k:2 * k + 2], mode + " grouped reducescatter 1")
+        expect((int(size), int(inside), int(outside)) == (n, 1, 0),
+               "%s size_op / process_set_included_op: %s" % (mode, (size, inside, outside)))
         soft(close, bc, [[members[-1] + 1, 2 * (members[-1] + 1)]], mode + " broadcast")
         soft(close, rs, scatter_sum[2 * k:2 * k + 2], mode + " reducescatter")
         soft(close, a2a, np.concatenate([np.arange(2 * k, 2 * k + 2) + 100.0 * r
@@ -126,6 +139,24 @@ def check_gradients(mine, other):
         loss = tf.reduce_sum(htf.broadcast(w, root, name="g.bc", process_set=mine) * (R + 1))
     soft(close, tape.gradient(loss, w), np.full(3, total / n if R == root else 0.0),
          "broadcast gradient in the set")
+    # The set's size and positions, not the world's (3 ranks: a set of 2 and of 1).
+    x = tf.Variable(tf.ones([2 * n, 1]))
+    rows_of_member = np.repeat(np.array(members) + 1.0, 2).reshape(2 * n, 1)
+
+    def set_gradients(w, x):
+        with tf.GradientTape(persistent=True) as tape:
+            grouped = htf.grouped_allreduce([w, 2 * w], process_set=mine)
+            losses = (tf.reduce_sum((grouped[0] + grouped[1]) * (R + 1)),
+                      tf.reduce_sum(htf.alltoall(x, process_set=mine) * (R + 1)),
+                      tf.reduce_sum(htf.reducescatter(x, op=hvd.Sum, process_set=mine)
+                                    * (R + 1)))
+        return [tape.gradient(loss, v) for loss, v in zip(losses, (w, x, x))]
+
+    for mode, fn in (("eager", set_gradients), ("graph", tf.function(set_gradients))):
+        grouped, exchanged, scattered = fn(w, x)
+        soft(close, grouped, np.full(3, 3 * total / n), mode + " grouped allreduce gradient")
+        soft(close, exchanged, rows_of_member, mode + " alltoall gradient in the set")
+        soft(close, scattered, rows_of_member * n, mode + " reducescatter Sum gradient")
 
 
 def model_for(seed, width=3):
