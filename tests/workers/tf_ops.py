@@ -311,6 +311,19 @@ def check_explicit_groups_are_reduced_as_units():
                          "positive integer")
 
 
+def check_fp16_compressor_dtypes():
+    # Horovod's compress(t) -> (tensor, ctx): every floating dtype travels as
+    # float16 and comes back as itself; other dtypes pass untouched.
+    import fuseopt.tensorflow as htf
+    for dtype in (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.uint8, tf.int8, tf.uint16,
+                  tf.int16, tf.int32, tf.int64, tf.bool):
+        sent, ctx = htf.Compression.fp16.compress(tf.ones([5], dtype=dtype))
+        assert sent.dtype == (tf.float16 if dtype.is_floating else dtype), (dtype, sent.dtype)
+        back = htf.Compression.fp16.decompress(sent, ctx)
+        assert back.dtype == dtype, (dtype, back.dtype)
+        close(tf.cast(back, tf.float64), np.ones(5), "fp16 round trip of %s" % dtype.name)
+
+
 def check_errors():
     harness.expect_error(hvd.InvalidArgumentError,
                          lambda: hvd.allreduce(tf.constant([True, False])), "bool")
@@ -387,4 +400,5 @@ if __name__ == "__main__":
                  check_broadcast_gradient_in_a_tf1_graph,
                  check_gradients_through_collectives, check_alltoall_and_reducescatter_gradients,
                  check_abandoned_bucket_is_finished_by_the_next_start,
-                 check_explicit_groups_are_reduced_as_units, check_errors])
+                 check_explicit_groups_are_reduced_as_units, check_fp16_compressor_dtypes,
+                 check_errors])

@@ -85,8 +85,8 @@ def check_custom_loop_tape_and_apply_gradients():
     # bucket_cap_mb=0: every gradient's allreduce is started by its own
     # non-blocking op, and a single op waits for them all.
     ops = step.get_concrete_function(xr[:B], yr[:B]).graph.get_operations()
-    starts = [o for o in ops if o.name.startswith("fuseopt_allreduce_start")]
-    waits = [o for o in ops if o.name.startswith("fuseopt_allreduce_wait")]
+    starts = [o for o in ops if o.name.startswith("fuseopt_allreduce_start") and o.type == "PyFunc"]
+    waits = [o for o in ops if o.name.startswith("fuseopt_allreduce_wait") and o.type == "PyFunc"]
     assert len(starts) == len(model.trainable_variables) and len(waits) == 1, \
         (len(starts), len(waits), len(model.trainable_variables))
 
@@ -290,6 +290,22 @@ def check_local_sgd_callback():
     assert len(set(counts)) == 1 and counts[0] >= 1, counts
 
 
+class UsersRMSprop(keras.optimizers.RMSprop):
+    """An optimizer class a saved file names, unknown to Keras."""
+
+
+def same_optimizer_state(loaded, saved, what):
+    """Learning rate, step count and every slot as saved (by position: a
+    loaded model's variables get new paths)."""
+    assert float(loaded.learning_rate) == float(saved.learning_rate), what
+    got, want = [np.array(v) for v in loaded.variables], [np.array(v) for v in saved.variables]
+    assert [a.shape for a in got] == [a.shape for a in want], what
+    assert sum(np.any(a != 0) for a in want if a.size > 1) >= 2, \
+        "%s: no slot moved, nothing to compare" % what
+    for a, b in zip(got, want):
+        close(a, b, what, 0)
+
+
 def check_save_and_load_model():
     model, _ = fit_pair(lambda: keras.optimizers.Adam(0.01))
     path = "/tmp/fuseopt_test_model_rank%d.keras" % hvd.rank()
@@ -299,18 +315,32 @@ def check_save_and_load_model():
     assert type(loaded.optimizer.inner_optimizer).__name__ == "Adam"
     for w, v in zip(loaded.get_weights(), model.get_weights()):
         close(w, v, "loaded weights", 0)
+    same_optimizer_state(loaded.optimizer, model.optimizer, "keras.models.load_model")
     x, y = global_data(7, 2 * hvd.size() * B)
     loaded.fit(rank_rows(x, B, 2), rank_rows(y, B, 2), batch_size=B, verbose=0, shuffle=False)
     weights_equal_across_ranks(loaded, "training after load")
     # Horovod's hvd.load_model: a model saved with a plain optimizer comes back
     # with it wrapped (and trains in step across ranks).
     plain = make_model(seed=hvd.rank())
-    plain.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    plain.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                  loss="sparse_categorical_crossentropy")
     plain.fit(x[:B], y[:B], batch_size=B, verbose=0)
     plain_path = "/tmp/fuseopt_test_plain_rank%d.keras" % hvd.rank()
     plain.save(plain_path)
     rewrapped = hvd.load_model(plain_path, compression=hvd.Compression.fp16)
     assert type(rewrapped.optimizer).__name__ == "DistributedKerasOptimizer"
+    # Wrapped with its momentum and step count kept, as Horovod's load_model.
+    same_optimizer_state(rewrapped.optimizer.inner_optimizer, plain.optimizer, "hvd.load_model")
+    assert rewrapped.optimizer.momentum == 0.9
+    # An optimizer class of the user's, named by custom_optimizers.
+    custom = make_model()
+    custom.compile(optimizer=hvd.DistributedOptimizer(UsersRMSprop(0.002)),
+                   loss="sparse_categorical_crossentropy")
+    custom.fit(x[:B], y[:B], batch_size=B, verbose=0)
+    custom.save(plain_path)
+    back = hvd.load_model(plain_path, custom_optimizers=[UsersRMSprop])
+    assert type(back.optimizer.inner_optimizer) is UsersRMSprop, type(back.optimizer)
+    same_optimizer_state(back.optimizer, custom.optimizer, "custom_optimizers")
     rewrapped.fit(rank_rows(x, B, 2), rank_rows(y, B, 2), batch_size=B, verbose=0, shuffle=False,
                   callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                              hvd.callbacks.MetricAverageCallback(device="/cpu:0")])
@@ -327,22 +357,37 @@ def check_save_and_load_model():
 
 
 def check_partial_distributed_optimizer_keeps_local_layers_local():
-    """Horovod's PartialDistributedOptimizer: the local layer's gradient is
-    this rank's own divided by size() (scale_local_gradients), the others'
-    are averaged."""
+    """Horovod's PartialDistributedOptimizer, with 0, 1 and 2 local layers of
+    three: a local layer's gradient is this rank's own, divided by size()
+    with scale_local_gradients (the default) and as it is without; the other
+    layers' gradients are averaged."""
     r, n = hvd.rank(), hvd.size()
+    mean = sum(k + 1 for k in range(n)) / n
+    for local_count in (0, 1, 2):
+        for scale in (True, False):
+            layers = [keras.layers.Dense(2) for _ in range(3)]
+            model = keras.Sequential([keras.Input((3,))] + layers)
+            local = layers[:local_count]
+            opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=local,
+                                                  scale_local_gradients=scale)
+            variables = model.trainable_variables
+            before = [np.array(v) for v in variables]
+            opt.apply([tf.fill(v.shape, float(r + 1)) for v in variables], variables)
+            what = "%d local layers, scale_local_gradients=%s" % (local_count, scale)
+            for layer in layers:
+                step = ((r + 1) / (n if scale else 1)) if layer in local else mean
+                for v in layer.trainable_weights:
+                    b = before[[id(u) for u in variables].index(id(v))]
+                    close(np.array(v), b - step, "%s: %s" % (what, v.path))
+    # A single layer, not in a list, as Horovod also takes it.
     shared_layer, local_layer = keras.layers.Dense(2), keras.layers.Dense(2)
     model = keras.Sequential([keras.Input((3,)), shared_layer, local_layer])
     opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(1.0), local_layers=local_layer)
-    variables = model.trainable_variables
-    before = [np.array(v) for v in variables]
-    grads = [tf.fill(v.shape, float(r + 1)) for v in variables]
-    opt.apply(grads, variables)
-    mean = sum(k + 1 for k in range(n)) / n
-    for v, b in zip(shared_layer.trainable_weights, before[:2]):
-        close(np.array(v), b - mean, "shared layer: averaged gradient")
-    for v, b in zip(local_layer.trainable_weights, before[2:]):
-        close(np.array(v), b - (r + 1) / n, "local layer: own gradient / size")
+    before = [np.array(v) for v in local_layer.trainable_weights]
+    opt.apply([tf.fill(v.shape, float(r + 1)) for v in model.trainable_variables],
+              model.trainable_variables)
+    for v, b in zip(local_layer.trainable_weights, before):
+        close(np.array(v), b - (r + 1) / n, "a single local layer")
 
 
 def check_jit_compile_true_is_a_clear_error():
