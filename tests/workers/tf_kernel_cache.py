@@ -39,7 +39,12 @@ def check_a_corrupt_library_is_built_again_and_loads():
         tf.errors.ABORTED, "gone", []), "gone")
 
 
-def check_files_others_may_write_are_not_loaded():
+def check_unusable_caches_are_refused_not_loaded():
+    # a cache that cannot be created (here under a plain file: root may
+    # write anywhere, so no permission bit would stop this test's user)
+    not_a_dir = os.path.join(tempfile.mkstemp()[1], "cache")
+    harness.expect_error(kernels.KernelBuildError, lambda: kernels.build_and_load(not_a_dir),
+                         "cannot be used", not_a_dir)
     open_dir = _private_dir()
     os.chmod(open_dir, 0o777)
     harness.expect_error(kernels.KernelBuildError, lambda: kernels.build_and_load(open_dir),
@@ -93,6 +98,6 @@ def check_the_switch_turns_the_kernel_off():
 
 if __name__ == "__main__":
     harness.run([check_a_corrupt_library_is_built_again_and_loads,
-                 check_files_others_may_write_are_not_loaded,
+                 check_unusable_caches_are_refused_not_loaded,
                  check_a_failing_compiler_is_a_warning_and_collectives_still_run,
                  check_the_switch_turns_the_kernel_off])

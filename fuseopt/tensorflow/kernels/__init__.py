@@ -84,7 +84,8 @@ def _compile(path):
     except (OSError, subprocess.TimeoutExpired) as e:
         raise KernelBuildError("the compiler did not run: %s" % e) from None
     if done.returncode != 0:
-        os.path.exists(tmp) and os.unlink(tmp)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         tail = "\n".join(done.stderr.strip().splitlines()[-5:])
         raise KernelBuildError("the compiler failed (%s):\n%s"
                                % (shlex.join(_build_command(tmp)[:2]), tail))
@@ -106,20 +107,20 @@ def build_and_load(directory=None):
     directory = directory or cache_dir()
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError as e:
-        raise KernelBuildError("cannot create %s: %s" % (directory, e)) from None
-    _check_private(directory)
-    path = library_path(directory)
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(path):
-            _check_private(path)
-            try:
-                return _load(path)
-            except KernelBuildError:
-                os.unlink(path)  # a truncated or stale file: build it again
-        _compile(path)
-        return _load(path)
+        _check_private(directory)
+        path = library_path(directory)
+        with open(path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.path.exists(path):
+                _check_private(path)
+                try:
+                    return _load(path)
+                except KernelBuildError:
+                    os.unlink(path)  # a truncated or stale file: build it again
+            _compile(path)
+            return _load(path)
+    except OSError as e:  # a read-only or vanished cache, a full disk
+        raise KernelBuildError("the cache %s cannot be used: %s" % (directory, e)) from None
 
 
 def status_module():
@@ -132,6 +133,10 @@ def status_module():
             if os.environ.get("FUSEOPT_TF_KERNELS", "1") != "0":
                 try:
                     _module = build_and_load()
+                    if not hasattr(_module, "fuseopt_check_status"):
+                        _module = None  # the op came from another file loaded before
+                        raise KernelBuildError("another copy of the kernel is loaded in this "
+                                               "process")
                 except KernelBuildError as e:
                     warnings.warn(
                         "fuseopt could not build its TensorFlow kernel (%s). Collectives work "
