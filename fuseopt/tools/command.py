@@ -2,6 +2,7 @@
 
     fuseopt timeline summarize FILE [--top N]
     fuseopt timeline plot FILE --output timeline.png [--tensors N]
+    fuseopt build-tf-kernel
 """
 import argparse
 import sys
@@ -24,11 +25,27 @@ def build_parser():
     plot.add_argument("--tensors", type=int, default=12, help="rows to draw (default 12)")
     plot.add_argument("--last-ms", type=float, default=None,
                       help="draw only the trace's last this many milliseconds")
+    sub.add_parser("build-tf-kernel", help="build fuseopt's TensorFlow kernel into its cache "
+                   "now (a container image, a cluster's shared home) instead of at the first "
+                   "traced collective")
     return p
+
+
+def build_tf_kernel():
+    from ..tensorflow import kernels
+    try:
+        kernels.build_and_load()
+    except kernels.KernelBuildError as e:
+        print("fuseopt: %s" % e, file=sys.stderr)
+        return 1
+    print("fuseopt: %s" % kernels.library_path(kernels.cache_dir()))
+    return 0
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.command == "build-tf-kernel":
+        return build_tf_kernel()
     try:
         events = timeline_summary.load(args.file)
     except (OSError, ValueError) as e:

@@ -21,12 +21,20 @@ def _private_dir():
 
 
 def check_a_corrupt_library_is_built_again_and_loads():
+    # through `fuseopt build-tf-kernel`, the way to build it ahead of a job
+    from fuseopt.tools import command
     directory = _private_dir()
-    library = kernels.library_path(directory)
-    with open(library, "wb") as f:
-        f.write(b"\x7fELF truncated")
-    os.chmod(library, 0o700)
-    module = kernels.build_and_load(directory)
+    os.environ["FUSEOPT_CACHE_DIR"] = directory
+    try:
+        library = kernels.library_path(kernels.cache_dir())
+        os.makedirs(os.path.dirname(library), mode=0o700)
+        with open(library, "wb") as f:
+            f.write(b"\x7fELF truncated")
+        os.chmod(library, 0o700)
+        assert command.main(["build-tf-kernel"]) == 0
+        module = kernels.build_and_load()
+    finally:
+        del os.environ["FUSEOPT_CACHE_DIR"]
     assert os.path.getsize(library) > 10000, os.path.getsize(library)
     values = module.fuseopt_check_status(0, "", [tf.constant([1.0, 2.0]), tf.constant(3)])
     close(values[0], [1.0, 2.0], "forwarded values")
@@ -68,6 +76,8 @@ def check_a_failing_compiler_is_a_warning_and_collectives_still_run():
         harness.expect_error(kernels.KernelBuildError,
                              lambda: kernels.build_and_load(kernels.cache_dir()),
                              "the compiler failed")
+        from fuseopt.tools import command
+        assert command.main(["build-tf-kernel"]) == 1
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             assert kernels.status_module() is None
