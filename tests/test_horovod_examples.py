@@ -34,7 +34,7 @@ def test_pytorch_synthetic_benchmark(flags):
 
 
 def test_tensorflow2_synthetic_benchmark():
-    out = run("tensorflow2_synthetic_benchmark.py", "--no-cuda", "--model", "MobileNetV3Small",
+    out = run("tensorflow2_synthetic_benchmark.py", "--no-cuda", "--model", "MobileNet",
               "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches-per-iter", "1",
               "--num-iters", "2")
     assert re.search(r"Total img/sec on 2 CPU\(s\): [\d.]+", out), out
@@ -55,7 +55,7 @@ def test_pytorch_synthetic_benchmark_elastic():
 
 def test_tensorflow2_synthetic_benchmark_elastic():
     out = run("tensorflow2_synthetic_benchmark_elastic.py", "--no-cuda", "--model",
-              "MobileNetV3Small", "--batch-size", "2", "--num-warmup-batches", "1",
+              "MobileNet", "--batch-size", "2", "--num-warmup-batches", "1",
               "--num-batches-per-iter", "1", "--num-iters", "2",
               launcher_args=("-np", "2", "--min-np", "1", "--max-np", "2"))
     assert re.search(r"Total img/sec on 2 CPU\(s\): [\d.]+", out), out

@@ -2,9 +2,10 @@
 ``tf.errors`` classes: ranks that disagree on a tensor (shape, dtype, root)
 give ``tf.errors.FailedPreconditionError``, a bad argument
 ``tf.errors.InvalidArgumentError``, what fuseopt does not implement
-``tf.errors.UnimplementedError`` (also a ``NotImplementedError``). The raised exception is both: a script
-written for Horovod catches it with ``except tf.errors....``, one written for
-fuseopt with ``except hvd.MismatchError``.
+``tf.errors.UnimplementedError`` (also a ``NotImplementedError``). The
+raised exception is both: a script written for Horovod catches it with
+``except tf.errors....``, one written for fuseopt with ``except
+hvd.MismatchError``.
 
 Eagerly, and for the checks made when a ``tf.function`` is traced, that is
 what the public functions raise (``with_tf_errors``). Inside a traced graph

@@ -1,8 +1,9 @@
 """fuseopt's compiled TensorFlow kernel and its cache (fuseopt/tensorflow/kernels):
-built from nothing, a corrupt library built again, unsafe files refused, a
-failing compiler a warning after which collectives still work. One rank, in
-a process of its own: a library loads into a process once, so the first
-check must be the first load."""
+a corrupt library built again, unsafe files refused, a failing compiler a
+warning after which collectives still work; then tf_ops.py's checks at one
+rank, through the kernel built here. A library loads into a process once, so
+the first check must be the first load; FUSEOPT_CACHE_DIR is the test's own
+directory, never the user's cache."""
 import os
 import tempfile
 import warnings
@@ -23,18 +24,13 @@ def _private_dir():
 def check_a_corrupt_library_is_built_again_and_loads():
     # through `fuseopt build-tf-kernel`, the way to build it ahead of a job
     from fuseopt.tools import command
-    directory = _private_dir()
-    os.environ["FUSEOPT_CACHE_DIR"] = directory
-    try:
-        library = kernels.library_path(kernels.cache_dir())
-        os.makedirs(os.path.dirname(library), mode=0o700)
-        with open(library, "wb") as f:
-            f.write(b"\x7fELF truncated")
-        os.chmod(library, 0o700)
-        assert command.main(["build-tf-kernel"]) == 0
-        module = kernels.build_and_load()
-    finally:
-        del os.environ["FUSEOPT_CACHE_DIR"]
+    library = kernels.library_path(kernels.cache_dir())
+    os.makedirs(os.path.dirname(library), mode=0o700)
+    with open(library, "wb") as f:
+        f.write(b"\x7fELF truncated")
+    os.chmod(library, 0o700)
+    assert command.main(["build-tf-kernel"]) == 0
+    module = kernels.build_and_load()
     assert os.path.getsize(library) > 10000, os.path.getsize(library)
     values = module.fuseopt_check_status(0, "", [tf.constant([1.0, 2.0]), tf.constant(3)])
     close(values[0], [1.0, 2.0], "forwarded values")
@@ -107,7 +103,9 @@ def check_the_switch_turns_the_kernel_off():
 
 
 if __name__ == "__main__":
+    assert os.environ.get("FUSEOPT_CACHE_DIR"), "give it a cache of its own (FUSEOPT_CACHE_DIR)"
+    import tf_ops
     harness.run([check_a_corrupt_library_is_built_again_and_loads,
                  check_unusable_caches_are_refused_not_loaded,
                  check_a_failing_compiler_is_a_warning_and_collectives_still_run,
-                 check_the_switch_turns_the_kernel_off])
+                 check_the_switch_turns_the_kernel_off] + tf_ops.CHECKS)

@@ -394,11 +394,13 @@ def check_errors():
         raise AssertionError("jit_compile=True did not raise")
 
 
+CHECKS = [check_keras_module_signatures, check_ops_eager_and_graph,
+          check_grouped_rows_in_place_broadcast_and_value_ops,
+          check_broadcast_gradient_in_a_tf1_graph,
+          check_gradients_through_collectives, check_alltoall_and_reducescatter_gradients,
+          check_abandoned_bucket_is_finished_by_the_next_start,
+          check_explicit_groups_are_reduced_as_units, check_fp16_compressor_dtypes,
+          check_errors]
+
 if __name__ == "__main__":
-    harness.run([check_keras_module_signatures, check_ops_eager_and_graph,
-                 check_grouped_rows_in_place_broadcast_and_value_ops,
-                 check_broadcast_gradient_in_a_tf1_graph,
-                 check_gradients_through_collectives, check_alltoall_and_reducescatter_gradients,
-                 check_abandoned_bucket_is_finished_by_the_next_start,
-                 check_explicit_groups_are_reduced_as_units, check_fp16_compressor_dtypes,
-                 check_errors])
+    harness.run(CHECKS)
