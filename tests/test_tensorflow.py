@@ -6,13 +6,37 @@ jit_compile error, SyncBatchNormalization (tests/workers/tf_training.py); the pl
 module's Horovod-only pieces (sparse grouped allreduce, object broadcasts,
 local sources, hvd.elastic states: tests/workers/tf_module.py); what Horovod's Keras
 tests promise, on Keras 3 (tests/workers/tf_keras_behaviours.py), and of the plain
-module's collectives (tests/workers/tf_collective_behaviours.py).
-Each worker imports TensorFlow once and runs all its checks."""
-from conftest import launch
+module's collectives (tests/workers/tf_collective_behaviours.py); fuseopt's
+compiled kernel and its cache (tests/workers/tf_kernel_cache.py).
+Each worker imports TensorFlow once and runs all its checks; the 2-rank
+workers that can share a process run as one job (tf_two_ranks.py)."""
+import ast
+import os
+
+import pytest
+
+from conftest import WORKERS, launch
 
 
-def test_tf_ops(run_ranks):
-    run_ranks(2, "tf_ops.py", timeout=240)
+@pytest.fixture(scope="module")
+def two_rank_job():
+    """tf_ops, tf_module and tf_keras_behaviours in one 2-rank job."""
+    return launch(2, "tf_two_ranks.py", timeout=600, expect_ok=False).output
+
+
+def assert_checks_passed(output, module):
+    """Every check in the worker module's CHECKS list reported success on
+    rank 0, and none failed on any rank (the harness prints both)."""
+    with open(os.path.join(WORKERS, module + ".py")) as f:
+        tree = ast.parse(f.read())
+    names = next([e.id for e in node.value.elts] for node in tree.body
+                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CHECKS")
+    failed = [n for n in names if "FAIL %s\n" % n in output or "[rank 0] %s: " % n not in output]
+    assert not failed, "%s: %s did not pass\n%s" % (module, failed, output)
+
+
+def test_tf_ops(two_rank_job):
+    assert_checks_passed(two_rank_job, "tf_ops")
 
 
 def test_compiled_kernel_its_cache_and_the_ops_at_one_rank(tmp_path):
@@ -30,7 +54,7 @@ def test_keras_training(run_ranks):
 # loop, compression tolerances and uneven SyncBatchNormalization batches. The
 # others (callbacks, save/load, loss scaling, ...) ran at 2 ranks above; this
 # halves the run (57 s for every check at 4 ranks).
-RANK_COUNT_CHECKS = ("check_fit_equals_single_process_sgd_adam",
+RANK_COUNT_CHECKS = ("check_fit_with_a_bucket_per_gradient",
                      "check_accumulation_equals_concatenated_batch",
                      "check_custom_loop_tape_and_apply_gradients",
                      "check_compression_and_sparse_gradients",
@@ -42,12 +66,12 @@ def test_keras_training_at_4_ranks(run_ranks):
     run_ranks(4, "tf_training.py", *RANK_COUNT_CHECKS, timeout=600)
 
 
-def test_tf_module_as_horovods(run_ranks):
-    run_ranks(2, "tf_module.py", timeout=240)
+def test_tf_module_as_horovods(two_rank_job):
+    assert_checks_passed(two_rank_job, "tf_module")
 
 
-def test_keras_behaviours_horovod_promises(run_ranks):
-    run_ranks(2, "tf_keras_behaviours.py", timeout=300)
+def test_keras_behaviours_horovod_promises(two_rank_job):
+    assert_checks_passed(two_rank_job, "tf_keras_behaviours")
 
 
 def test_collective_behaviours_horovod_promises(run_ranks):

@@ -6,6 +6,7 @@ that leaves ranks out of step would hang the others, so checks that can fail
 on one rank only must still run their collectives to completion."""
 import contextlib
 import sys
+import time
 import traceback
 
 import fuseopt
@@ -16,8 +17,12 @@ def run(checks, **init_settings):
     rank = fuseopt.rank()
     failures = 0
     for check in checks:
+        start = time.monotonic()
         try:
             check()
+            if rank == 0:  # where a worker's time goes, for keeping the suite short
+                print("[rank 0] %s: %.1f s" % (check.__name__, time.monotonic() - start),
+                      flush=True)
         except Exception:
             failures += 1
             print("[rank %d] FAIL %s\n%s" % (rank, check.__name__, traceback.format_exc()),

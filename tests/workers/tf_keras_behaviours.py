@@ -240,9 +240,11 @@ def check_elastic_state_sync_restore_commit():
     assert state.epoch == 11
 
 
+CHECKS = [check_aggregation_pass_by_pass, check_aggregation_with_local_variables,
+          check_infinite_gradient_does_not_leak_into_the_next_cycle,
+          check_sparse_as_dense_embedding, check_broadcast_callback_keeps_local_variables,
+          check_chained_learning_rate_callbacks, check_metric_average_callback_value,
+          check_elastic_state_sync_restore_commit]
+
 if __name__ == "__main__":
-    harness.run([check_aggregation_pass_by_pass, check_aggregation_with_local_variables,
-                 check_infinite_gradient_does_not_leak_into_the_next_cycle,
-                 check_sparse_as_dense_embedding, check_broadcast_callback_keeps_local_variables,
-                 check_chained_learning_rate_callbacks, check_metric_average_callback_value,
-                 check_elastic_state_sync_restore_commit])
+    harness.run(CHECKS)

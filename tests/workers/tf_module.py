@@ -199,8 +199,10 @@ def check_tensorflow_keras_state_with_an_uncompiled_model():
         keras.Sequential([keras.layers.Dense(2)])), "built")
 
 
+CHECKS = [check_grouped_allreduce_of_indexed_slices, check_object_broadcasts_as_horovod,
+          check_partial_tape_keeps_local_layers_local,
+          check_tensorflow_state_saves_restores_and_syncs,
+          check_tensorflow_keras_state_with_an_uncompiled_model]
+
 if __name__ == "__main__":
-    harness.run([check_grouped_allreduce_of_indexed_slices, check_object_broadcasts_as_horovod,
-                 check_partial_tape_keeps_local_layers_local,
-                 check_tensorflow_state_saves_restores_and_syncs,
-                 check_tensorflow_keras_state_with_an_uncompiled_model])
+    harness.run(CHECKS)
