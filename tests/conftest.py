@@ -9,11 +9,17 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = os.path.join(HERE, "workers")
+
+# fuseopt's TensorFlow kernel is built into a cache of the session's own, so
+# each run starts cold as on a fresh machine (the first TensorFlow job's
+# ranks build it together) and the user's own cache is left alone.
+os.environ.setdefault("FUSEOPT_CACHE_DIR", tempfile.mkdtemp(prefix="fuseopt-test-cache-"))
 
 
 class RunResult:

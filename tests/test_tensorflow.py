@@ -12,6 +12,7 @@ Each worker imports TensorFlow once and runs all its checks; the 2-rank
 workers that can share a process run as one job (tf_two_ranks.py)."""
 import ast
 import os
+import re
 
 import pytest
 
@@ -21,7 +22,9 @@ from conftest import WORKERS, launch
 @pytest.fixture(scope="module")
 def two_rank_job():
     """tf_ops, tf_module and tf_keras_behaviours in one 2-rank job."""
-    return launch(2, "tf_two_ranks.py", timeout=600, expect_ok=False).output
+    job = launch(2, "tf_two_ranks.py", timeout=600, expect_ok=False)
+    assert job.code == 0 or "FAIL " in job.output, job.output  # a failure names its check
+    return job.output
 
 
 def assert_checks_passed(output, module):
@@ -33,6 +36,9 @@ def assert_checks_passed(output, module):
                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CHECKS")
     failed = [n for n in names if "FAIL %s\n" % n in output or "[rank 0] %s: " % n not in output]
     assert not failed, "%s: %s did not pass\n%s" % (module, failed, output)
+    # Both ranks reached the end (a crash at shutdown is not a pass).
+    assert all(re.search(r"\[rank %d\] \d+ checks, \d+ failed" % r, output) for r in (0, 1)), \
+        output
 
 
 def test_tf_ops(two_rank_job):

@@ -94,16 +94,13 @@ def run(fn, inputs, out_dtypes, what, blocking=True):
     check_not_xla(what)
     graph = tf.compat.v1.get_default_graph()
     previous = _last_op.get(graph) if blocking else None
-    status = kernels.status_module()
+    kernel = kernels.status_kernel()
+    body, dtypes = (fn, list(out_dtypes)) if kernel is None else (
+        _returning_status(fn, out_dtypes), list(out_dtypes) + [tf.int32, tf.string])
     with tf.control_dependencies([previous] if previous is not None else []):
-        if status is None:
-            outs = tf.numpy_function(lambda *a: fn(*a), list(inputs), list(out_dtypes),
-                                     stateful=True, name="fuseopt_" + what)
-        else:
-            outs = tf.numpy_function(_returning_status(fn, out_dtypes), list(inputs),
-                                     list(out_dtypes) + [tf.int32, tf.string],
-                                     stateful=True, name="fuseopt_" + what)
-            outs = status.fuseopt_check_status(outs[-2], outs[-1], outs[:-2],
+        outs = tf.numpy_function(body, list(inputs), dtypes, stateful=True, name="fuseopt_" + what)
+        if kernel is not None:
+            outs = kernel.fuseopt_check_status(outs[-2], outs[-1], outs[:-2],
                                                name="fuseopt_%s_status" % what)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     if outs and blocking:

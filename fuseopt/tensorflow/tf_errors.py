@@ -28,11 +28,18 @@ _TF_CLASS = ((MismatchError, tf.errors.FailedPreconditionError, tf.errors.FAILED
 _both: Dict[type, type] = {}
 
 
+def _twin(cls: Type[FuseoptError]) -> Any:
+    """(TensorFlow class, status code) for fuseopt's ``cls``, or None."""
+    return next(((tf_cls, code) for base, tf_cls, code in _TF_CLASS if issubclass(cls, base)),
+                None)
+
+
 def _class_for(cls: Type[FuseoptError]) -> Any:
     """The class that is both ``cls`` and its TensorFlow twin, or None."""
-    twin = next((tf_cls for base, tf_cls, _ in _TF_CLASS if issubclass(cls, base)), None)
-    if twin is None:
+    found = _twin(cls)
+    if found is None:
         return None
+    twin = found[0]
     if cls not in _both:
         def __init__(self, message):
             twin.__init__(self, None, None, message)
@@ -53,8 +60,8 @@ def as_tf_error(error: BaseException) -> BaseException:
 
 def graph_status(error: FuseoptError):
     """(status code, message) for ``error`` raised inside a traced graph."""
-    code = next((c for base, _, c in _TF_CLASS if isinstance(error, base)), tf.errors.UNKNOWN)
-    return code, "%s: %s" % (type(error).__name__, error)
+    found = _twin(type(error))
+    return (found[1] if found else tf.errors.UNKNOWN), "%s: %s" % (type(error).__name__, error)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

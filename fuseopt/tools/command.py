@@ -34,8 +34,8 @@ def build_parser():
 def build_tf_kernel():
     from ..tensorflow import kernels
     try:
-        kernels.build_and_load()
-    except kernels.KernelBuildError as e:
+        kernels.build_and_load(ahead=True)
+    except kernels.KernelUnavailable as e:
         print("fuseopt: %s" % e, file=sys.stderr)
         return 1
     print("fuseopt: %s" % kernels.library_path(kernels.cache_dir()))

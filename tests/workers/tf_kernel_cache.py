@@ -5,6 +5,7 @@ rank, through the kernel built here. A library loads into a process once, so
 the first check must be the first load; FUSEOPT_CACHE_DIR is the test's own
 directory, never the user's cache."""
 import os
+import shutil
 import tempfile
 import warnings
 
@@ -41,24 +42,56 @@ def check_a_corrupt_library_is_built_again_and_loads():
                              [tf.constant(1.0)]), "MismatchError: ranks disagree")
     harness.expect_error(tf.errors.AbortedError, lambda: module.fuseopt_check_status(
         tf.errors.ABORTED, "gone", []), "gone")
+    # A second copy of the library would break the first: refused, kept.
+    other = _private_dir()
+    copy = kernels.library_path(other)
+    shutil.copy(library, copy)
+    harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(other),
+                         "already loaded the kernel from " + library)
+    assert os.path.exists(copy)
+    close(module.fuseopt_check_status(0, "", [tf.constant(2.0)])[0], 2.0, "first copy still runs")
+
+
+def check_nested_tapes_through_a_traced_collective():
+    # The op has no gradient of its own, like the tf.numpy_function before
+    # it: a second-order tape through a collective gives what it gave
+    # without the kernel instead of "no gradient registered".
+    @tf.function
+    def second_order(x):
+        with tf.GradientTape() as outer:
+            outer.watch(x)
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                y = tf.reduce_sum(hvd.allreduce(x * x, name="kernel.nested"))
+            first = inner.gradient(y, x)
+        return first, outer.gradient(first, x)
+
+    first, _ = second_order(tf.constant([1.0, 3.0]))
+    close(first, [2.0, 6.0], "first-order gradient through the kernel")
+    assert kernels.status_kernel() is not None
 
 
 def check_unusable_caches_are_refused_not_loaded():
     # a cache that cannot be created (here under a plain file: root may
     # write anywhere, so no permission bit would stop this test's user)
     not_a_dir = os.path.join(tempfile.mkstemp()[1], "cache")
-    harness.expect_error(kernels.KernelBuildError, lambda: kernels.build_and_load(not_a_dir),
+    harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(not_a_dir),
                          "cannot be used", not_a_dir)
     open_dir = _private_dir()
     os.chmod(open_dir, 0o777)
-    harness.expect_error(kernels.KernelBuildError, lambda: kernels.build_and_load(open_dir),
+    harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(open_dir),
                          open_dir, "other users")
+    shared_parent = _private_dir()
+    os.chmod(shared_parent, 0o777)  # writable by all, not sticky: the child could be swapped
+    inside = os.path.join(shared_parent, "cache")
+    harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(inside),
+                         shared_parent + " may be written by other users")
     directory = _private_dir()
     library = kernels.library_path(directory)
     with open(library, "wb") as f:
         f.write(b"planted")
     os.chmod(library, 0o666)
-    harness.expect_error(kernels.KernelBuildError, lambda: kernels.build_and_load(directory),
+    harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(directory),
                          library, "other users")
     with open(library, "rb") as f:
         assert f.read() == b"planted"  # refused, neither loaded nor replaced
@@ -66,17 +99,29 @@ def check_unusable_caches_are_refused_not_loaded():
 
 def check_a_failing_compiler_is_a_warning_and_collectives_still_run():
     saved = dict(os.environ)
-    os.environ.update(CXX="false", FUSEOPT_CACHE_DIR=_private_dir())
-    kernels._tried, kernels._module = False, None
+    cache = _private_dir()
+    runs = os.path.join(cache, "compiler-runs")
+    compiler = os.path.join(cache, "failing-compiler.sh")
+    with open(compiler, "w") as f:
+        f.write('echo run >> "%s"; echo "no such header" >&2; exit 1\n' % runs)
+    os.environ.update(CXX="sh " + compiler, FUSEOPT_CACHE_DIR=cache)
+    kernels._tried, kernels._kernel = False, None
     try:
-        harness.expect_error(kernels.KernelBuildError,
+        harness.expect_error(kernels.KernelUnavailable,
                              lambda: kernels.build_and_load(kernels.cache_dir()),
-                             "the compiler failed")
+                             "the compiler failed", "no such header")
+        # Not tried again by every process (a slow or broken build would
+        # cost each one its time) until the command that builds ahead does.
+        harness.expect_error(kernels.KernelUnavailable,
+                             lambda: kernels.build_and_load(kernels.cache_dir()),
+                             "an earlier build failed", "build-tf-kernel", "no such header")
         from fuseopt.tools import command
         assert command.main(["build-tf-kernel"]) == 1
+        with open(runs) as f:
+            assert f.read().split() == ["run", "run"]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            assert kernels.status_module() is None
+            assert kernels.status_kernel() is None
 
             @tf.function
             def total(x):
@@ -88,7 +133,7 @@ def check_a_failing_compiler_is_a_warning_and_collectives_still_run():
     finally:
         os.environ.clear()
         os.environ.update(saved)
-        kernels._tried, kernels._module = False, None
+        kernels._tried, kernels._kernel = False, None
 
 
 def check_the_switch_turns_the_kernel_off():
@@ -96,16 +141,17 @@ def check_the_switch_turns_the_kernel_off():
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # off is quiet
-            assert kernels.status_module() is None
+            assert kernels.status_kernel() is None
     finally:
         del os.environ["FUSEOPT_TF_KERNELS"]
-        kernels._tried, kernels._module = False, None
+        kernels._tried, kernels._kernel = False, None
 
 
 if __name__ == "__main__":
     assert os.environ.get("FUSEOPT_CACHE_DIR"), "give it a cache of its own (FUSEOPT_CACHE_DIR)"
     import tf_ops
     harness.run([check_a_corrupt_library_is_built_again_and_loads,
+                 check_nested_tapes_through_a_traced_collective,
                  check_unusable_caches_are_refused_not_loaded,
                  check_a_failing_compiler_is_a_warning_and_collectives_still_run,
                  check_the_switch_turns_the_kernel_off] + tf_ops.CHECKS)

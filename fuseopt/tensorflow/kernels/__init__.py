@@ -4,17 +4,20 @@ TensorFlow that is installed.
 fuseopt ships no TensorFlow binary: a kernel built for one TensorFlow does
 not load into another, and ``pip install fuseopt`` must not depend on which
 TensorFlow comes later. The first traced collective builds the kernel with
-the compiler that built fuseopt's core (about 6 s), into a per-user cache
-keyed by the source, the TensorFlow version and its compile flags; every
-later process loads it from there. When it cannot be built (no compiler,
-no TensorFlow headers, a read-only cache) fuseopt warns once and works
-without it: only the TensorFlow class of an error raised inside a traced
-graph changes (see ``tf_errors``).
+``$CXX`` (default ``g++``; about 6 s here) into a per-user cache keyed by
+the source, the TensorFlow version and its compile flags; every later
+process loads it from there. ``fuseopt build-tf-kernel`` builds it ahead of
+a job. When it cannot be had (no compiler, no TensorFlow headers, an unsafe
+or read-only cache) fuseopt warns once and works without it: only the
+TensorFlow class of an error raised inside a traced graph changes (see
+``tf_errors``). A build that failed is not tried again by every process: a
+``.failed`` file next to the library says why, until the next
+``fuseopt build-tf-kernel``.
 
-The cache is a directory of the user's own (0700) and a library is loaded
-only from a directory and a file that the user owns and nobody else may
-write: a library planted by another user is never loaded, and one that
-fails to load is built again.
+A library is loaded only from a file owned by this user (or root) that
+nobody else may write, in a directory whose every ancestor is owned by this
+user or root and writable by no one else (or sticky, as /tmp): a library
+another user could have planted or swapped is never loaded.
 
 Knobs: ``FUSEOPT_TF_KERNELS=0`` never builds nor loads them;
 ``FUSEOPT_CACHE_DIR`` moves the cache (default
@@ -30,16 +33,27 @@ import threading
 import warnings
 
 import tensorflow as tf
+from tensorflow.python.framework import op_def_registry
 
+OP = "FuseoptCheckStatus"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "status_op.cc")
-BUILD_TIMEOUT_S = 600
+# A build at a collective's first trace stays well inside the peer timeout
+# (30 s by default) that ranks already waiting in a collective apply;
+# `fuseopt build-tf-kernel` waits longer.
+TRACE_BUILD_TIMEOUT_S = 20
+AHEAD_BUILD_TIMEOUT_S = 600
 _lock = threading.Lock()
-_module = None
+_loaded = {}  # library path -> module: a process loads its kernel once
+_kernel = None
 _tried = False
 
+# The op forwards its values unchanged and, like the tf.numpy_function that
+# feeds it, has no gradient of its own: the collectives define theirs.
+tf.no_gradient(OP)
 
-class KernelBuildError(RuntimeError):
-    """Why the kernels could not be built or loaded (it becomes a warning)."""
+
+class KernelUnavailable(RuntimeError):
+    """Why the kernel cannot be built or loaded (it becomes a warning)."""
 
 
 def cache_dir():
@@ -65,83 +79,115 @@ def library_path(directory):
     return os.path.join(directory, "status_op-%s.so" % key.hexdigest()[:16])
 
 
-def _check_private(path):
-    """Raises unless ``path`` belongs to this user and nobody else may write it."""
-    info = os.stat(path)
-    if info.st_uid != os.getuid():
-        raise KernelBuildError("%s belongs to uid %d, not to this user (uid %d)"
-                               % (path, info.st_uid, os.getuid()))
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise KernelBuildError("%s may be written by other users; fuseopt loads kernels only "
-                               "from files and a directory nobody else may write" % path)
+def _check_safe(path):
+    """Raises unless ``path`` and every directory above it belong to this
+    user or root and nobody else may write them (a sticky directory, as
+    /tmp, may be shared: others cannot rename what is ours in it)."""
+    trusted = (os.getuid(), 0)
+    path = os.path.abspath(path)
+    while True:
+        info = os.stat(path)
+        if info.st_uid not in trusted:
+            raise KernelUnavailable("%s belongs to uid %d, neither this user (uid %d) nor root"
+                                    % (path, info.st_uid, os.getuid()))
+        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if shared and not (stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX):
+            raise KernelUnavailable("%s may be written by other users; fuseopt loads kernels "
+                                    "only from files and directories nobody else may write"
+                                    % path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
 
 
-def _compile(path):
+def _compile(path, timeout):
     tmp = "%s.%d.tmp" % (path, os.getpid())
+    command = _build_command(tmp)
     try:
-        done = subprocess.run(_build_command(tmp), capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT_S)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+            raise KernelUnavailable("the compiler failed (%s):\n%s"
+                                    % (shlex.join(command[:2]), tail))
+        os.chmod(tmp, 0o700)
+        os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise KernelBuildError("the compiler did not run: %s" % e) from None
-    if done.returncode != 0:
+        raise KernelUnavailable("the compiler did not finish: %s" % e) from None
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-        raise KernelBuildError("the compiler failed (%s):\n%s"
-                               % (shlex.join(_build_command(tmp)[:2]), tail))
-    os.chmod(tmp, 0o700)
-    os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one
 
 
 def _load(path):
+    if path in _loaded:
+        return _loaded[path]
+    if op_def_registry.get(OP) is not None:
+        # A second library registering the same kernel would break the first.
+        raise KernelUnavailable("this process already loaded the kernel from %s"
+                                % (", ".join(_loaded) or "another file"))
     try:
-        return tf.load_op_library(path)
+        _loaded[path] = tf.load_op_library(path)
     except (tf.errors.OpError, OSError) as e:
-        raise KernelBuildError("%s did not load: %s" % (path, e)) from None
+        raise KernelUnavailable("%s did not load: %s" % (path, e)) from None
+    return _loaded[path]
 
 
-def build_and_load(directory=None):
+def build_and_load(directory=None, ahead=False):
     """The loaded kernel module, built into ``directory`` if needed. Ranks
     that start together take turns on a lock file, so one of them compiles
-    and the others load its result."""
+    and the others load its result. ``ahead``: `fuseopt build-tf-kernel`,
+    which tries again after a failed build and may take longer."""
     directory = directory or cache_dir()
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        _check_private(directory)
+        _check_safe(directory)
         path = library_path(directory)
+        failed = path + ".failed"
         with open(path + ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if os.path.exists(path):
-                _check_private(path)
+                _check_safe(path)
                 try:
                     return _load(path)
-                except KernelBuildError:
+                except KernelUnavailable:
+                    if path in _loaded or op_def_registry.get(OP) is not None:
+                        raise
                     os.unlink(path)  # a truncated or stale file: build it again
-            _compile(path)
-            return _load(path)
+            if os.path.exists(failed) and not ahead:
+                with open(failed) as f:
+                    raise KernelUnavailable("an earlier build failed (%s; `fuseopt "
+                                            "build-tf-kernel` tries again):\n%s"
+                                            % (failed, f.read()))
+            try:
+                _compile(path, AHEAD_BUILD_TIMEOUT_S if ahead else TRACE_BUILD_TIMEOUT_S)
+                module = _load(path)
+            except KernelUnavailable as e:
+                with open(failed, "w") as f:
+                    f.write(str(e))
+                raise
+            if os.path.exists(failed):
+                os.unlink(failed)
+            return module
     except OSError as e:  # a read-only or vanished cache, a full disk
-        raise KernelBuildError("the cache %s cannot be used: %s" % (directory, e)) from None
+        raise KernelUnavailable("the cache %s cannot be used: %s" % (directory, e)) from None
 
 
-def status_module():
-    """The kernel module, or None when the kernels are off or cannot be had
+def status_kernel():
+    """The kernel module, or None when the kernel is off or cannot be had
     (warned once per process)."""
-    global _module, _tried
+    global _kernel, _tried
     with _lock:
         if not _tried:
             _tried = True
             if os.environ.get("FUSEOPT_TF_KERNELS", "1") != "0":
                 try:
-                    _module = build_and_load()
-                    if not hasattr(_module, "fuseopt_check_status"):
-                        _module = None  # the op came from another file loaded before
-                        raise KernelBuildError("another copy of the kernel is loaded in this "
-                                               "process")
-                except KernelBuildError as e:
+                    _kernel = build_and_load()
+                except KernelUnavailable as e:
                     warnings.warn(
-                        "fuseopt could not build its TensorFlow kernel (%s). Collectives work "
-                        "as before; an error inside a traced graph arrives as "
+                        "fuseopt cannot use its TensorFlow kernel (%s). Collectives work as "
+                        "before; an error inside a traced graph arrives as "
                         "tf.errors.UnknownError instead of Horovod's class. Set "
                         "FUSEOPT_TF_KERNELS=0 to silence this." % e, RuntimeWarning,
                         stacklevel=3)
-        return _module
+        return _kernel
