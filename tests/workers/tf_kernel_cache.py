@@ -2,8 +2,9 @@
 a corrupt library built again, unsafe files refused, a failing compiler a
 warning after which collectives still work; then tf_ops.py's checks at one
 rank, through the kernel built here. A library loads into a process once, so
-the first check must be the first load; FUSEOPT_CACHE_DIR is the test's own
+the checks that load nothing come first; FUSEOPT_CACHE_DIR is the test's own
 directory, never the user's cache."""
+import logging
 import os
 import shutil
 import tempfile
@@ -49,6 +50,10 @@ def check_a_corrupt_library_is_built_again_and_loads():
     harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(other),
                          "already loaded the kernel from " + library)
     assert os.path.exists(copy)
+    empty = _private_dir()  # nor built for nothing
+    harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(empty),
+                         "already loaded")
+    assert os.listdir(empty) == [], os.listdir(empty)
     close(module.fuseopt_check_status(0, "", [tf.constant(2.0)])[0], 2.0, "first copy still runs")
 
 
@@ -121,13 +126,25 @@ def check_a_failing_compiler_is_a_warning_and_collectives_still_run():
             assert f.read().split() == ["run", "run"]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            assert kernels.status_kernel() is None
 
             @tf.function
             def total(x):
                 return hvd.allreduce(x, op=hvd.Sum, name="kernel.fallback")
 
-            close(total(tf.constant([1.0, 2.0])), [1.0, 2.0], "allreduce without the kernel")
+            # The kernel is first asked for while this traces: AutoGraph must
+            # leave fuseopt's cache and compiler calls alone (it warned about
+            # each of them).
+            records = []
+            handler = logging.Handler()
+            handler.emit = records.append
+            logging.getLogger("tensorflow").addHandler(handler)
+            try:
+                close(total(tf.constant([1.0, 2.0])), [1.0, 2.0], "allreduce without the kernel")
+            finally:
+                logging.getLogger("tensorflow").removeHandler(handler)
+            converted = [r.getMessage() for r in records if "AutoGraph" in r.getMessage()]
+            assert not converted, converted
+            assert kernels.status_kernel() is None
         text = " ".join(str(w.message) for w in caught)
         assert "the compiler failed" in text and "FUSEOPT_TF_KERNELS=0" in text, text
     finally:
@@ -150,8 +167,10 @@ def check_the_switch_turns_the_kernel_off():
 if __name__ == "__main__":
     assert os.environ.get("FUSEOPT_CACHE_DIR"), "give it a cache of its own (FUSEOPT_CACHE_DIR)"
     import tf_ops
-    harness.run([check_a_corrupt_library_is_built_again_and_loads,
-                 check_nested_tapes_through_a_traced_collective,
-                 check_unusable_caches_are_refused_not_loaded,
+    # Nothing is loaded before the corrupt-library check; after it, a
+    # process refuses every other copy.
+    harness.run([check_unusable_caches_are_refused_not_loaded,
                  check_a_failing_compiler_is_a_warning_and_collectives_still_run,
-                 check_the_switch_turns_the_kernel_off] + tf_ops.CHECKS)
+                 check_the_switch_turns_the_kernel_off,
+                 check_a_corrupt_library_is_built_again_and_loads,
+                 check_nested_tapes_through_a_traced_collective] + tf_ops.CHECKS)

@@ -119,13 +119,16 @@ def _compile(path, timeout):
             os.unlink(tmp)
 
 
+def _refuse_a_second_copy(path):
+    # A second library registering the same kernel would break the first.
+    if path not in _loaded and op_def_registry.get(OP) is not None:
+        raise KernelUnavailable("this process already loaded the kernel from %s"
+                                % (", ".join(_loaded) or "another file"))
+
+
 def _load(path):
     if path in _loaded:
         return _loaded[path]
-    if op_def_registry.get(OP) is not None:
-        # A second library registering the same kernel would break the first.
-        raise KernelUnavailable("this process already loaded the kernel from %s"
-                                % (", ".join(_loaded) or "another file"))
     try:
         _loaded[path] = tf.load_op_library(path)
     except (tf.errors.OpError, OSError) as e:
@@ -143,6 +146,7 @@ def build_and_load(directory=None, ahead=False):
         os.makedirs(directory, mode=0o700, exist_ok=True)
         _check_safe(directory)
         path = library_path(directory)
+        _refuse_a_second_copy(path)
         failed = path + ".failed"
         with open(path + ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -151,8 +155,6 @@ def build_and_load(directory=None, ahead=False):
                 try:
                     return _load(path)
                 except KernelUnavailable:
-                    if path in _loaded or op_def_registry.get(OP) is not None:
-                        raise
                     os.unlink(path)  # a truncated or stale file: build it again
             if os.path.exists(failed) and not ahead:
                 with open(failed) as f:
@@ -173,6 +175,9 @@ def build_and_load(directory=None, ahead=False):
         raise KernelUnavailable("the cache %s cannot be used: %s" % (directory, e)) from None
 
 
+# Called while a tf.function is traced: AutoGraph would otherwise try to
+# convert the cache and compiler calls and warn about each.
+@tf.autograph.experimental.do_not_convert
 def status_kernel():
     """The kernel module, or None when the kernel is off or cannot be had
     (warned once per process)."""
