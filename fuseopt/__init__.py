@@ -32,6 +32,7 @@ if TYPE_CHECKING:
                           grouped_allreduce_async, grouped_allreduce_async_, join, poll,
                           reducescatter, reducescatter_async, synchronize)
     from .api.objects import allgather_object, broadcast_object
+    from .api.agreed import AgreedReduction
     from .core.process_sets import (ProcessSet, add_process_set, global_process_set,
                                     remove_process_set)
     from .training.checkpoint import CheckpointError

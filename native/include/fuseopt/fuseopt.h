@@ -356,6 +356,88 @@ int fuseopt_stop_timeline(fuseopt_ctx_t* ctx);
 /* Handles enqueued and not yet released: for leak checks. */
 int fuseopt_pending_handles(fuseopt_ctx_t* ctx, int64_t* count);
 
+/* ---- Agreed reductions ------------------------------------------------
+ * A sum of the same count float64 values that the caller repeats under one
+ * name, and waits for at once (SyncBatchNorm statistics, metrics, counts).
+ * The first call is negotiated like any allreduce: ranks that disagree about
+ * the name, count or process set fail there with FUSEOPT_MISMATCH. Every
+ * later call is one MPI collective run on the calling thread, without a
+ * negotiation round or the loop thread; the ranks check in its payload that
+ * they all called the same reduction (FUSEOPT_MISMATCH on every rank if not).
+ * Only members of process_set may create one for it. Not for device memory.
+ * Every rank must call agreed reductions in the same order; a peer that
+ * never calls ends the wait after FUSEOPT_PEER_TIMEOUT_S (RANK_FAILED). */
+typedef struct fuseopt_agreed fuseopt_agreed_t;
+
+/* Local. count >= 1 values; reduce_op FUSEOPT_SUM or FUSEOPT_AVERAGE. The
+ * object refers to ctx: free it before the context is shut down, or calls on
+ * it fail with FUSEOPT_SHUT_DOWN. */
+int fuseopt_agreed_create(fuseopt_ctx_t* ctx, const char* name, int64_t count,
+                          int32_t process_set, int32_t reduce_op, fuseopt_agreed_t** out);
+/* Collective among the set's members: values (count doubles) is replaced by
+ * the reduction, in place. Blocks until done. On an error values is left
+ * unspecified. */
+int fuseopt_agreed_allreduce(fuseopt_agreed_t* agreed, double* values);
+/* NULL is a no-op. */
+void fuseopt_agreed_free(fuseopt_agreed_t* agreed);
+
+/* ---- Batch normalization kernels ----------------------------------------
+ * A host tensor seen as [outer][channels][inner], strides in elements: NCHW
+ * is (N, C, H*W) with strides (C*H*W, H*W, 1); NHWC is (N*H*W, C, 1) with
+ * strides (C, 1, 1). dtype FLOAT32, FLOAT64, FLOAT16 or BFLOAT16 (these two
+ * compute in float32); sums are accumulated in float64. */
+typedef struct {
+  void* data;
+  int32_t dtype;
+  int64_t outer, channels, inner;
+  int64_t outer_stride, channel_stride, inner_stride;
+} fuseopt_channel_view_t;
+
+/* Training-mode batch normalization of x into y (which may be x) over the
+ * batch of every rank: per channel, count, sum and sum of squares are summed
+ * by `stats`, an agreed reduction of 1 + 2 * channels values (NULL: this
+ * rank's batch alone), then y = (x - mean) * invstd * weight + bias. The
+ * per-channel arrays are `channels` values of param_dtype (weight, bias) or
+ * running_dtype (running_mean, running_var); NULL weight/bias mean 1 and 0,
+ * NULL running buffers are not updated (else they move by momentum towards
+ * the batch mean and the unbiased batch variance). saved_mean and
+ * saved_invstd (channels doubles each) and saved_count receive what the
+ * backward pass needs. FUSEOPT_INVALID_ARG when the global batch is empty. */
+typedef struct {
+  size_t struct_size;
+  fuseopt_channel_view_t x, y;
+  int32_t param_dtype, running_dtype;
+  const void* weight;
+  const void* bias;
+  void* running_mean;
+  void* running_var;
+  double momentum, eps;
+  double* saved_mean;
+  double* saved_invstd;
+  double* saved_count;
+} fuseopt_batch_norm_forward_t;
+
+int fuseopt_batch_norm_forward(fuseopt_agreed_t* stats, const fuseopt_batch_norm_forward_t* args);
+
+/* The gradient of the forward pass above with respect to x, into dx (which
+ * may be dy): `sums`, an agreed reduction of 2 * channels values (NULL: this
+ * rank alone), sums sum(dy) and sum(dy * x_hat) over the ranks. grad_weight
+ * and grad_bias (param_dtype, or NULL) receive this rank's own sum(dy * x_hat)
+ * and sum(dy): the optimizer averages them like any gradient. */
+typedef struct {
+  size_t struct_size;
+  fuseopt_channel_view_t x, dy, dx;
+  int32_t param_dtype;
+  const void* weight;
+  const double* saved_mean;
+  const double* saved_invstd;
+  double saved_count;
+  void* grad_weight;
+  void* grad_bias;
+} fuseopt_batch_norm_backward_t;
+
+int fuseopt_batch_norm_backward(fuseopt_agreed_t* sums, const fuseopt_batch_norm_backward_t* args);
+
 const char* fuseopt_status_string(int status);
 const char* fuseopt_dtype_name(int dtype);
 int fuseopt_dtype_size(int dtype);  /* bytes per element; 0 for an unknown code */

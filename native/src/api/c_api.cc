@@ -6,10 +6,13 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
+#include "api/agreed_reduction.h"
 #include "api/context.h"
 #include "base/error.h"
 #include "base/dtype.h"
+#include "kernels/batch_norm.h"
 #include "policy/row_split.h"
 #include "transport/device/device_free.h"
 #include "transport/mpi/mpi_world.h"
@@ -17,6 +20,11 @@
 struct fuseopt_ctx {
   fuseopt::Context context;
   explicit fuseopt_ctx(const fuseopt_config_t& c) : context(c) {}
+};
+
+struct fuseopt_agreed {
+  fuseopt_ctx* ctx;
+  fuseopt::AgreedReduction reduction;
 };
 
 namespace {
@@ -259,6 +267,76 @@ const char* fuseopt_last_error(void) { return t_last_error.c_str(); }
 
 int64_t fuseopt_reducescatter_rows(int64_t rows, int rank, int size) {
   return size > 0 ? fuseopt::reducescatter_rows(rows, rank, size) : 0;
+}
+
+int fuseopt_agreed_create(fuseopt_ctx_t* ctx, const char* name, int64_t count,
+                          int32_t process_set, int32_t reduce_op, fuseopt_agreed_t** out) {
+  REQUIRE_CTX(ctx);
+  if (!name || !*name || !out) return fail(FUSEOPT_INVALID_ARG, "name is empty or out is NULL");
+  return guarded([&] {
+    *out = new fuseopt_agreed{ctx, fuseopt::AgreedReduction(
+                                       ctx->context, name, count, process_set,
+                                       static_cast<fuseopt_reduce_op_t>(reduce_op))};
+  });
+}
+
+int fuseopt_agreed_allreduce(fuseopt_agreed_t* agreed, double* values) {
+  if (!agreed || !values) return fail(FUSEOPT_INVALID_ARG, "agreed reduction or values is NULL");
+  const int rc = guarded([&] { agreed->reduction.run(values); });
+  if (rc != FUSEOPT_OK) agreed->ctx->context.note_error_delivered();
+  return rc;
+}
+
+void fuseopt_agreed_free(fuseopt_agreed_t* agreed) { delete agreed; }
+
+namespace {
+
+// The agreed reduction of a batch-norm pass, checked against its size.
+fuseopt::AgreedReduction* reduction_of(fuseopt_agreed_t* agreed, int64_t count) {
+  if (!agreed) return nullptr;
+  if (agreed->reduction.count() != count)
+    throw fuseopt::Error(FUSEOPT_INVALID_ARG,
+                         "batch norm: the agreed reduction holds " +
+                             std::to_string(agreed->reduction.count()) + " values, the layer needs " +
+                             std::to_string(count));
+  return &agreed->reduction;
+}
+
+int finish_kernel(fuseopt_agreed_t* agreed, int rc) {
+  if (rc != FUSEOPT_OK && agreed) agreed->ctx->context.note_error_delivered();
+  return rc;
+}
+
+}  // namespace
+
+int fuseopt_batch_norm_forward(fuseopt_agreed_t* stats, const fuseopt_batch_norm_forward_t* args) {
+  if (!args || args->struct_size < sizeof(*args))
+    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments are NULL or too short");
+  return finish_kernel(stats, guarded([&] {
+    fuseopt::kernels::check_forward(*args);
+    const int64_t c = args->x.channels;
+    fuseopt::AgreedReduction* reduction = reduction_of(stats, 1 + 2 * c);
+    std::vector<double> sums(1 + 2 * c);
+    fuseopt::kernels::batch_norm_local_stats(args->x, sums.data());
+    if (reduction) reduction->run(sums.data());
+    fuseopt::kernels::batch_norm_normalize(*args, sums.data());
+  }));
+}
+
+int fuseopt_batch_norm_backward(fuseopt_agreed_t* sums,
+                                const fuseopt_batch_norm_backward_t* args) {
+  if (!args || args->struct_size < sizeof(*args))
+    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments are NULL or too short");
+  return finish_kernel(sums, guarded([&] {
+    fuseopt::kernels::check_backward(*args);
+    const int64_t c = args->x.channels;
+    fuseopt::AgreedReduction* reduction = reduction_of(sums, 2 * c);
+    std::vector<double> local(2 * c), total;
+    fuseopt::kernels::batch_norm_local_grad_sums(*args, local.data());
+    total = local;
+    if (reduction) reduction->run(total.data());
+    fuseopt::kernels::batch_norm_grad_input(*args, local.data(), total.data());
+  }));
 }
 
 }  // extern "C"

@@ -56,6 +56,9 @@ class Context {
   Outcome wait(int64_t handle, int64_t timeout_ms, OwnedOutput* out);
   Outcome wait_all(const int64_t* handles, int64_t count, int64_t timeout_ms);
   const ProcessSetTable& process_sets() const { return process_sets_; }
+  // Loop::agreed_allreduce, unless the context is shutting down (then throws
+  // Error(SHUT_DOWN)); the loop outlives the call as it outlives a helper.
+  bool agreed_allreduce(int32_t set, double* wire, int64_t words, double check);
   const Metrics& metrics() const { return metrics_; }
   Timeline& timeline() { return timeline_; }
 

@@ -48,4 +48,14 @@ int64_t Context::help(const int64_t* handles, int64_t count, int64_t timeout_ms)
   return std::max<int64_t>(0, left.count());
 }
 
+bool Context::agreed_allreduce(int32_t set, double* wire, int64_t words, double check) {
+  helpers_.fetch_add(1);
+  struct Leave {
+    std::atomic<int>& helpers;
+    ~Leave() { helpers.fetch_sub(1); }
+  } leave{helpers_};
+  if (closing_.load() || !loop_) throw Error(FUSEOPT_SHUT_DOWN, "fuseopt has shut down");
+  return loop_->agreed_allreduce(set, wire, words, check);
+}
+
 }  // namespace fuseopt

@@ -89,7 +89,21 @@ class Loop {
     double since_s;
     const char* what;
   };
-  Busy busy() const { return Busy{busy_since_s_.load(), busy_what_.load()}; }
+  Busy busy() const {
+    const double agreed = agreed_since_s_.load(), round = busy_since_s_.load();
+    if (agreed > 0 && (round == 0 || agreed < round)) return Busy{agreed, "in an agreed reduction"};
+    return Busy{round, busy_what_.load()};
+  }
+
+  // Note [Agreed reductions] (loop_agreed.cc). Sums wire (words doubles: the
+  // check words, then the values) among process set's members, on the
+  // calling thread. False when the ranks called different agreed reductions
+  // (check differs; every rank sees it), after which wire holds garbage.
+  // Throws Error when the context was aborted or shut down.
+  bool agreed_allreduce(int32_t set, double* wire, int64_t words, double check);
+  // Doubles in an agreed reduction's first collective, whatever its size;
+  // the wire is at least this long.
+  static constexpr int64_t kAgreedFirstWords = 128;
 
  private:
   void start();             // MPI, backend, agreed configuration
@@ -177,6 +191,11 @@ class Loop {
   void tune(int64_t bytes, double begin_s, double end_s);  // rank 0
   void log_trial(const TuneTrial& t, size_t number, const char* note);  // 1-based number
 
+  // One non-blocking sum of values among the members of a set, polled:
+  // before() runs under the rounds' mutex just before it is posted.
+  template <typename Before>
+  void await_agreed(Before before, double* values, int64_t count, const MPI_Comm* comm);
+
   Entry* own_entry(ProcessSet& ps, const Response& response);
   int64_t words_per_section() const { return (config_.cache_capacity + 63) / 64; }
   ProcessSet& global() { return *sets_.at(0); }
@@ -199,6 +218,7 @@ class Loop {
   int rank_ = 0, size_ = 1;
   std::atomic<double> busy_since_s_{0};
   std::atomic<const char*> busy_what_{""};
+  std::atomic<double> agreed_since_s_{0};  // a framework thread in agreed_allreduce
 
   bool stalled_here_ = false;  // a stall shutdown named this rank as missing
   bool joined_ = false;

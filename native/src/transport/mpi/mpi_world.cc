@@ -190,6 +190,8 @@ void MpiWorld::split_nodes(int node) {
   MPI_Comm_set_errhandler(cross_comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(cross_comm_, &info_.cross_rank);
   MPI_Comm_size(cross_comm_, &info_.cross_size);
+  mpi_check(MPI_Comm_dup(comm_, &agreed_comm_), "MPI_Comm_dup(agreed)");
+  MPI_Comm_set_errhandler(agreed_comm_, MPI_ERRORS_RETURN);
 }
 
 std::unique_ptr<MpiWorld> MpiWorld::subset(bool member) const {
@@ -206,7 +208,7 @@ MpiWorld::~MpiWorld() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&cross_comm_, &local_comm_, &comm_})
+  for (MPI_Comm* c : {&agreed_comm_, &cross_comm_, &local_comm_, &comm_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 

@@ -30,6 +30,9 @@ class MpiWorld {
   MPI_Comm comm() const { return comm_; }
   MPI_Comm local_comm() const { return local_comm_; }
   MPI_Comm cross_comm() const { return cross_comm_; }
+  // Agreed reductions' own communicator (Note [Agreed reductions]), so that
+  // their traffic never matches a message of the loop's collectives.
+  MPI_Comm agreed_comm() const { return agreed_comm_; }
   const fuseopt_comm_info_t& info() const { return info_; }
 
   // After a peer is lost MPI_Finalize would wait for it forever: skip it at
@@ -50,6 +53,7 @@ class MpiWorld {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
   MPI_Comm cross_comm_ = MPI_COMM_NULL;
+  MPI_Comm agreed_comm_ = MPI_COMM_NULL;
   fuseopt_comm_info_t info_{};
 };
 

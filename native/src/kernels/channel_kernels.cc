@@ -1,0 +1,191 @@
+// Walks a channel view row by row (channel_kernels.h) and hands each row, in
+// the compute type, to the loops of channel_rows.cc.
+#include "kernels/channel_kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/half16.h"
+#include "kernels/channel_rows.h"
+
+namespace fuseopt {
+namespace kernels {
+namespace {
+
+bool is_16bit(int32_t dtype) { return dtype == FUSEOPT_FLOAT16 || dtype == FUSEOPT_BFLOAT16; }
+
+// How a call walks its views: along each channel's contiguous run, or along
+// each position's contiguous channels.
+enum class Walk { kChannelRows, kPositionRows };
+
+// One view's rows in the compute type C: a pointer into the tensor when its
+// row is already C and contiguous, else a converted copy (read) or a buffer
+// written back on flush.
+template <class C>
+class Rows {
+ public:
+  Rows(const fuseopt_channel_view_t& v, Walk walk) : v_(v) {
+    const bool along_channels = walk == Walk::kPositionRows;
+    n_ = along_channels ? v.channels : v.inner;
+    stride_ = along_channels ? v.channel_stride : v.inner_stride;
+    direct_ = stride_ == 1 && v.dtype == (sizeof(C) == 8 ? FUSEOPT_FLOAT64 : FUSEOPT_FLOAT32);
+    if (!direct_) buffer_.resize(static_cast<size_t>(n_));
+  }
+  const C* read(int64_t offset) {
+    if (direct_) return static_cast<const C*>(v_.data) + offset;
+    if (is_16bit(v_.dtype) && stride_ == 1 && sizeof(C) == 4) {
+      widen16(static_cast<fuseopt_dtype_t>(v_.dtype), element<uint16_t>(offset),
+              reinterpret_cast<float*>(buffer_.data()), n_, 1.0f);
+      return buffer_.data();
+    }
+    for (int64_t i = 0; i < n_; ++i) buffer_[i] = get(offset + i * stride_);
+    return buffer_.data();
+  }
+  C* target(int64_t offset) {
+    return direct_ ? static_cast<C*>(v_.data) + offset : buffer_.data();
+  }
+  void flush(int64_t offset) {
+    if (direct_) return;
+    if (is_16bit(v_.dtype) && stride_ == 1 && sizeof(C) == 4) {
+      narrow16(static_cast<fuseopt_dtype_t>(v_.dtype), reinterpret_cast<const float*>(buffer_.data()),
+               element<uint16_t>(offset), n_, 1.0f);
+      return;
+    }
+    for (int64_t i = 0; i < n_; ++i) put(offset + i * stride_, buffer_[i]);
+  }
+
+ private:
+  template <class T>
+  T* element(int64_t offset) const {
+    return static_cast<T*>(v_.data) + offset;
+  }
+  C get(int64_t at) const {
+    switch (v_.dtype) {
+      case FUSEOPT_FLOAT64: return static_cast<C>(*element<double>(at));
+      case FUSEOPT_FLOAT32: return static_cast<C>(*element<float>(at));
+      case FUSEOPT_FLOAT16: return half_to_float(*element<uint16_t>(at));
+      default: return bfloat_to_float(*element<uint16_t>(at));
+    }
+  }
+  void put(int64_t at, C value) const {
+    switch (v_.dtype) {
+      case FUSEOPT_FLOAT64: *element<double>(at) = static_cast<double>(value); break;
+      case FUSEOPT_FLOAT32: *element<float>(at) = static_cast<float>(value); break;
+      case FUSEOPT_FLOAT16: *element<uint16_t>(at) = float_to_half(static_cast<float>(value)); break;
+      default: *element<uint16_t>(at) = float_to_bfloat(static_cast<float>(value));
+    }
+  }
+
+  const fuseopt_channel_view_t& v_;
+  int64_t n_ = 0, stride_ = 1;
+  bool direct_ = false;
+  std::vector<C> buffer_;
+};
+
+Walk choose_walk(std::initializer_list<const fuseopt_channel_view_t*> views) {
+  bool runs = true, positions = true;
+  for (const fuseopt_channel_view_t* v : views) {
+    runs = runs && (v->inner_stride == 1 || v->inner <= 1);
+    positions = positions && (v->channel_stride == 1 || v->channels <= 1);
+  }
+  const int64_t inner = (*views.begin())->inner;
+  if (positions && (inner == 1 || !runs)) return Walk::kPositionRows;
+  return Walk::kChannelRows;
+}
+
+int64_t offset_of(const fuseopt_channel_view_t& v, Walk walk, int64_t a, int64_t i) {
+  return a * v.outer_stride + i * (walk == Walk::kChannelRows ? v.channel_stride : v.inner_stride);
+}
+
+template <class C>
+void sums_as(const fuseopt_channel_view_t& u, const fuseopt_channel_view_t* v, double* sum_u,
+             double* sum_uv) {
+  const Walk walk = v ? choose_walk({&u, v}) : choose_walk({&u});
+  Rows<C> us(u, walk);
+  std::unique_ptr<Rows<C>> vs(v ? new Rows<C>(*v, walk) : nullptr);
+  const int64_t rows = walk == Walk::kChannelRows ? u.channels : u.inner;
+  for (int64_t n = 0; n < u.outer; ++n) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const C* x = us.read(offset_of(u, walk, n, i));
+      const C* y = v ? vs->read(offset_of(*v, walk, n, i)) : x;
+      if (walk == Walk::kChannelRows)
+        channel_row_sums(x, y, u.inner, sum_u + i, sum_uv + i);
+      else
+        position_row_sums(x, y, u.channels, sum_u, sum_uv);
+    }
+  }
+}
+
+template <class C>
+void affine_as(const fuseopt_channel_view_t& out, const fuseopt_channel_view_t& a,
+               const double* p, const fuseopt_channel_view_t* b, const double* q,
+               const double* r) {
+  const Walk walk = b ? choose_walk({&out, &a, b}) : choose_walk({&out, &a});
+  Rows<C> outs(out, walk), as(a, walk);
+  std::unique_ptr<Rows<C>> bs(b ? new Rows<C>(*b, walk) : nullptr);
+  const int64_t channels = a.channels;
+  std::vector<C> pc(p, p + channels), qc, rc(r, r + channels);
+  if (b) qc.assign(q, q + channels);
+  const int64_t rows = walk == Walk::kChannelRows ? a.channels : a.inner;
+  for (int64_t n = 0; n < a.outer; ++n) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const C* x = as.read(offset_of(a, walk, n, i));
+      const C* y = b ? bs->read(offset_of(*b, walk, n, i)) : nullptr;
+      const int64_t to = offset_of(out, walk, n, i);
+      C* dst = outs.target(to);
+      if (walk == Walk::kChannelRows)
+        channel_row_affine(dst, x, pc[i], y, b ? qc[i] : C(0), rc[i], a.inner);
+      else
+        position_row_affine(dst, x, pc.data(), y, b ? qc.data() : nullptr, rc.data(), channels);
+      outs.flush(to);
+    }
+  }
+}
+
+}  // namespace
+
+void check_view(const fuseopt_channel_view_t& v, const char* what) {
+  auto bad = [&](const std::string& why) {
+    throw Error(FUSEOPT_INVALID_ARG, std::string(what) + ": " + why);
+  };
+  if (v.dtype != FUSEOPT_FLOAT32 && v.dtype != FUSEOPT_FLOAT64 && !is_16bit(v.dtype))
+    bad("dtype must be float32, float64, float16 or bfloat16");
+  if (v.outer < 0 || v.channels < 0 || v.inner < 0) bad("negative size");
+  if (!v.data && v.outer * v.channels * v.inner > 0) bad("null data");
+}
+
+void check_same_shape(const fuseopt_channel_view_t& a, const fuseopt_channel_view_t& b,
+                      const char* what) {
+  if (a.dtype != b.dtype)
+    throw Error(FUSEOPT_INVALID_ARG, std::string(what) + ": dtype differs from the input's");
+  if (a.outer != b.outer || a.channels != b.channels || a.inner != b.inner)
+    throw Error(FUSEOPT_INVALID_ARG, std::string(what) + ": shape differs from the input's");
+}
+
+void channel_sums(const fuseopt_channel_view_t& u, const fuseopt_channel_view_t* v,
+                  double* sum_u, double* sum_uv) {
+  std::fill(sum_u, sum_u + u.channels, 0.0);
+  std::fill(sum_uv, sum_uv + u.channels, 0.0);
+  if (u.outer * u.channels * u.inner == 0) return;
+  if (u.dtype == FUSEOPT_FLOAT64)
+    sums_as<double>(u, v, sum_u, sum_uv);
+  else
+    sums_as<float>(u, v, sum_u, sum_uv);
+}
+
+void channel_affine(const fuseopt_channel_view_t& out, const fuseopt_channel_view_t& a,
+                    const double* p, const fuseopt_channel_view_t* b, const double* q,
+                    const double* r) {
+  if (a.outer * a.channels * a.inner == 0) return;
+  if (a.dtype == FUSEOPT_FLOAT64)
+    affine_as<double>(out, a, p, b, q, r);
+  else
+    affine_as<float>(out, a, p, b, q, r);
+}
+
+}  // namespace kernels
+}  // namespace fuseopt

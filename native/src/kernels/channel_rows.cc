@@ -1,0 +1,157 @@
+// Row loops of the per-channel kernels, written with GCC vector extensions so
+// that one source serves every instruction set. The lanes are the same in
+// every clone (8 floats, 8 doubles) and nothing is contracted into FMAs
+// (-std=c++17 sets -ffp-contract=off), so the clones give the same bits:
+// results do not depend on the CPU, as ATen's do.
+#include "kernels/channel_rows.h"
+
+#include <cstring>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FUSEOPT_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#else
+#define FUSEOPT_CLONES
+#endif
+#define FUSEOPT_INLINE inline __attribute__((always_inline))
+
+namespace fuseopt {
+namespace kernels {
+namespace {
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef double v8d __attribute__((vector_size(64)));
+
+FUSEOPT_INLINE v8d load_wide(const float* p) {
+  v8f f;
+  std::memcpy(&f, p, sizeof f);
+  return __builtin_convertvector(f, v8d);
+}
+FUSEOPT_INLINE v8d load_wide(const double* p) {
+  v8d d;
+  std::memcpy(&d, p, sizeof d);
+  return d;
+}
+template <class V, class T>
+FUSEOPT_INLINE V load(const T* p) {
+  V v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V, class T>
+FUSEOPT_INLINE void store(T* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
+template <class V>
+FUSEOPT_INLINE double lanes_total(V v) {
+  double s = 0;
+  for (int k = 0; k < 8; ++k) s += v[k];
+  return s;
+}
+
+// Two accumulators per sum hide the add latency; the order of additions is
+// fixed by the loop, not by the instruction set.
+template <class T>
+FUSEOPT_INLINE void channel_sums(const T* u, const T* v, int64_t n, double* sum_u, double* sum_uv) {
+  v8d a0 = {}, a1 = {}, b0 = {}, b1 = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const v8d x0 = load_wide(u + i), x1 = load_wide(u + i + 8);
+    const v8d y0 = u == v ? x0 : load_wide(v + i), y1 = u == v ? x1 : load_wide(v + i + 8);
+    a0 += x0;
+    a1 += x1;
+    b0 += x0 * y0;
+    b1 += x1 * y1;
+  }
+  double su = lanes_total(a0 + a1), suv = lanes_total(b0 + b1);
+  for (; i < n; ++i) {
+    const double x = u[i];
+    su += x;
+    suv += x * static_cast<double>(v[i]);
+  }
+  *sum_u += su;
+  *sum_uv += suv;
+}
+
+template <class T>
+FUSEOPT_INLINE void position_sums(const T* u, const T* v, int64_t n, double* sum_u, double* sum_uv) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const v8d x = load_wide(u + i), y = u == v ? x : load_wide(v + i);
+    store(sum_u + i, load<v8d>(sum_u + i) + x);
+    store(sum_uv + i, load<v8d>(sum_uv + i) + x * y);
+  }
+  for (; i < n; ++i) {
+    const double x = u[i];
+    sum_u[i] += x;
+    sum_uv[i] += x * static_cast<double>(v[i]);
+  }
+}
+
+template <class V, class T>
+FUSEOPT_INLINE void channel_affine(T* out, const T* a, T p, const T* b, T q, T r, int64_t n) {
+  const V vp = V{} + p, vq = V{} + q, vr = V{} + r;
+  int64_t i = 0;
+  if (b) {
+    for (; i + 8 <= n; i += 8) store(out + i, load<V>(a + i) * vp + load<V>(b + i) * vq + vr);
+    for (; i < n; ++i) out[i] = a[i] * p + b[i] * q + r;
+  } else {
+    for (; i + 8 <= n; i += 8) store(out + i, load<V>(a + i) * vp + vr);
+    for (; i < n; ++i) out[i] = a[i] * p + r;
+  }
+}
+
+template <class V, class T>
+FUSEOPT_INLINE void position_affine(T* out, const T* a, const T* p, const T* b, const T* q,
+                                    const T* r, int64_t n) {
+  int64_t i = 0;
+  if (b) {
+    for (; i + 8 <= n; i += 8)
+      store(out + i, load<V>(a + i) * load<V>(p + i) + load<V>(b + i) * load<V>(q + i) +
+                         load<V>(r + i));
+    for (; i < n; ++i) out[i] = a[i] * p[i] + b[i] * q[i] + r[i];
+  } else {
+    for (; i + 8 <= n; i += 8)
+      store(out + i, load<V>(a + i) * load<V>(p + i) + load<V>(r + i));
+    for (; i < n; ++i) out[i] = a[i] * p[i] + r[i];
+  }
+}
+
+}  // namespace
+
+FUSEOPT_CLONES void channel_row_sums(const float* u, const float* v, int64_t n, double* sum_u,
+                                     double* sum_uv) {
+  channel_sums(u, v, n, sum_u, sum_uv);
+}
+FUSEOPT_CLONES void channel_row_sums(const double* u, const double* v, int64_t n, double* sum_u,
+                                     double* sum_uv) {
+  channel_sums(u, v, n, sum_u, sum_uv);
+}
+FUSEOPT_CLONES void position_row_sums(const float* u, const float* v, int64_t n, double* sum_u,
+                                      double* sum_uv) {
+  position_sums(u, v, n, sum_u, sum_uv);
+}
+FUSEOPT_CLONES void position_row_sums(const double* u, const double* v, int64_t n, double* sum_u,
+                                      double* sum_uv) {
+  position_sums(u, v, n, sum_u, sum_uv);
+}
+FUSEOPT_CLONES void channel_row_affine(float* out, const float* a, float p, const float* b,
+                                       float q, float r, int64_t n) {
+  channel_affine<v8f>(out, a, p, b, q, r, n);
+}
+FUSEOPT_CLONES void channel_row_affine(double* out, const double* a, double p, const double* b,
+                                       double q, double r, int64_t n) {
+  channel_affine<v8d>(out, a, p, b, q, r, n);
+}
+FUSEOPT_CLONES void position_row_affine(float* out, const float* a, const float* p,
+                                        const float* b, const float* q, const float* r,
+                                        int64_t n) {
+  position_affine<v8f>(out, a, p, b, q, r, n);
+}
+FUSEOPT_CLONES void position_row_affine(double* out, const double* a, const double* p,
+                                        const double* b, const double* q, const double* r,
+                                        int64_t n) {
+  position_affine<v8d>(out, a, p, b, q, r, n);
+}
+
+}  // namespace kernels
+}  // namespace fuseopt
