@@ -137,8 +137,11 @@ def _mpi_floor_contenders(np, torch):
         comm.Allreduce(values, out, op=MPI.SUM)
         return out
 
+    def mpi_sum_in_place(values):  # the same native kernel, in halves around raw MPI
+        comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+
     class MpiSyncBatchNorm(hvd.SyncBatchNorm):
-        _stats_allreduce = staticmethod(mpi_sum)
+        _stats_reducer = staticmethod(mpi_sum_in_place)
         _ranks = staticmethod(comm.Get_size)
 
     def wrap(model):

@@ -116,7 +116,10 @@ def make_builder(absolute_paths=False):
         library_dirs=mpi["library_dirs"],
         # dl: the device backends dlopen NCCL/HCCL (part of libc since glibc 2.34)
         libraries=mpi["libraries"] + ["stdc++", "dl"],
-        extra_compile_args=["-std=c++17", "-O2", "-g0", "-Wall", "-fvisibility=hidden"],
+        # -ffp-contract=off: no FMA contraction in the per-CPU clones of the
+        # kernels (native/src/kernels), so that every CPU gets the same bits.
+        extra_compile_args=["-std=c++17", "-O2", "-g0", "-Wall", "-fvisibility=hidden",
+                            "-ffp-contract=off", "-Wno-psabi"],
         extra_link_args=["-Wl,-rpath," + ":".join(rpaths), "-pthread"],
     )
     return ffi

@@ -1,26 +1,36 @@
 """SyncBatchNorm: batch normalization over the global batch, on CPU too.
 
-In training, per-channel mean and variance come from every rank's samples
-(one fused allreduce of [count, sum, sum of squares] per layer), so small
-per-rank batches normalize like one large batch. Ranks may hold different
-batch sizes, including 1 or 0. Backward needs two more sums over the global
-batch (of dy and of dy * x_hat): one more allreduce. The affine parameters'
-gradients stay local sums, and DistributedOptimizer averages them like any
-other gradient.
+In training, per-channel mean and variance come from every rank's samples, so
+small per-rank batches normalize like one large batch. Ranks may hold
+different batch sizes, including 1 or 0. Backward needs two more sums over the
+global batch (of dy and of dy * x_hat). The affine parameters' gradients stay
+local sums, and DistributedOptimizer averages them like any other gradient.
+
+On host memory each pass is one native call (fuseopt.api.batch_norm): the
+core's kernel computes the per-channel sums, reduces them through an agreed
+reduction (one MPI collective on this thread, Note [Agreed reductions]) and
+normalizes, in any layout (contiguous or channels_last), float32, float64 and
+16-bit floats. Device tensors (CUDA, NPU) take the path of torch operations
+and a negotiated allreduce below (_DeviceSyncBatchNormFn).
 
 torch.nn.SyncBatchNorm only runs on CUDA; this one runs wherever fuseopt does.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..api import ops as _np
+from ..api.agreed import AgreedReduction
+from ..api.batch_norm import FLOAT_CODES, BatchNormKernel, channel_view
+from ..core import process_sets as _ps
 from ..core import world
 from . import ops
+
+_CODES = {getattr(torch, name): code for name, code in FLOAT_CODES.items()}
 
 
 def _channel_view(t, ndim):
@@ -38,7 +48,7 @@ def _like(values, x):
     return _channel_view(torch.from_numpy(values).to(device=x.device, dtype=x.dtype), x.dim())
 
 
-def _allreduce_sum(values):
+def _device_allreduce_sum(values):
     # Named by size, not left unnamed: an unnamed op gets a new name per call
     # ("allreduce.noname.<n>"), which the core negotiates in full every time
     # and which churns its response cache; a stable name is a cache hit after
@@ -57,9 +67,9 @@ def _update_running(buffer, value, momentum):
         buffer.lerp_(torch.from_numpy(value).to(buffer), momentum)
 
 
-class _SyncBatchNormFn(torch.autograd.Function):
-    """Normalizes with the global batch's statistics in the input's dtype with
-    torch's own kernels: two reductions and one inference-mode batch_norm pass
+class _DeviceSyncBatchNormFn(torch.autograd.Function):
+    """For device tensors. Normalizes with the global batch's statistics in the
+    input's dtype with torch's own kernels: two reductions and one inference-mode batch_norm pass
     forward, torch's batch-norm backward reduction and two fused multiply-adds
     backward. The per-channel arithmetic (2C+1 numbers) is float64 NumPy, where
     the cross-rank sums need the precision and a small array costs a
@@ -133,22 +143,110 @@ class _SyncBatchNormFn(torch.autograd.Function):
         return dx, dw, db, None, None, None, None, None
 
 
+# One BatchNormKernel per (context, channels, process set): its agreed
+# reductions belong to the context they were made in, and a re-init makes a
+# new one.
+_kernels: Dict[Tuple[Any, int, int], BatchNormKernel] = {}
+
+
+def _kernel(channels, process_set, reducer):
+    if reducer is not None:
+        return BatchNormKernel(reducer=reducer)
+    ctx = world.context()
+    key = (ctx, channels, _ps.id_of(process_set))
+    kernel = _kernels.get(key)
+    if kernel is None:
+        if len(_kernels) > 256 or any(k[0] is not ctx for k in _kernels):
+            _kernels.clear()
+        # Named by size: layers of one size share them, one call after the
+        # other (each waits for its sums before the next layer can run).
+        kernel = _kernels[key] = BatchNormKernel(
+            AgreedReduction("sync_batch_norm.stats.%d" % channels, 1 + 2 * channels,
+                            process_set=process_set),
+            AgreedReduction("sync_batch_norm.grads.%d" % channels, 2 * channels,
+                            process_set=process_set))
+    return kernel
+
+
+# (shape, strides) -> channel view: computing one costs more than the kernel
+# at the demo's sizes.
+_views: Dict[Tuple[Any, Tuple[int, ...]], Any] = {}
+
+
+def _described(t):
+    """t (or a contiguous copy) with its channel view."""
+    key = (t.shape, t.stride())
+    view = _views.get(key)
+    if view is None:
+        view = channel_view(t.shape, t.stride(), 1)
+        if view is None:
+            t = t.contiguous()
+            return t, channel_view(t.shape, t.stride(), 1)
+        if len(_views) > 1024:
+            _views.clear()
+        _views[key] = view
+    return t, view
+
+
+class _SyncBatchNormFn(torch.autograd.Function):
+    """Host tensors: one native call forward, one backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, kernel):
+        x, view = _described(x)
+        y = torch.empty_like(x)  # keeps x's strides, so the same view
+        code = _CODES[x.dtype]
+        if weight is None:
+            param_code, w, b = 0, 0, 0
+        else:
+            param_code, w, b = _CODES[weight.dtype], weight.data_ptr(), bias.data_ptr()
+        if running_mean is None:
+            run_code, rm, rv = 0, 0, 0
+        else:
+            run_code, rm, rv = _CODES[running_mean.dtype], running_mean.data_ptr(), running_var.data_ptr()
+        ctx.stats = kernel.forward(x.data_ptr(), y.data_ptr(), code, view, eps, w, b, param_code,
+                                   rm, rv, run_code, momentum)
+        ctx.save_for_backward(x, weight)
+        ctx.kernel, ctx.view, ctx.code, ctx.param_code = kernel, view, code, param_code
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        if dy.stride() != x.stride() or dy.dtype != x.dtype:
+            dy = torch.empty_like(x).copy_(dy)
+        dx = torch.empty_like(x)
+        if weight is None:
+            ctx.kernel.backward(x.data_ptr(), dy.data_ptr(), dx.data_ptr(), ctx.code, ctx.view,
+                                ctx.stats)
+            return dx, None, None, None, None, None, None, None
+        dw, db = torch.empty_like(weight), torch.empty_like(weight)
+        ctx.kernel.backward(x.data_ptr(), dy.data_ptr(), dx.data_ptr(), ctx.code, ctx.view,
+                            ctx.stats, weight.data_ptr(), ctx.param_code, dw.data_ptr(),
+                            db.data_ptr())
+        return dx, dw, db, None, None, None, None, None
+
+
 class SyncBatchNorm(_BatchNorm):
     """Drop-in for ``torch.nn.BatchNorm1d/2d/3d`` that normalizes with
     statistics of the batch across all ranks (see the module docstring).
     Every rank must call it the same number of times, in the same order."""
 
-    # How the per-channel sums are summed over the ranks (one call forward,
-    # one backward): fuseopt's allreduce. benchmarks/syncbn.py swaps in raw
-    # MPI to measure the floor.
-    _stats_allreduce = staticmethod(_allreduce_sum)
+    # How the per-channel sums are summed over the ranks on host memory: None
+    # for the agreed reductions inside the native call; a function summing a
+    # float64 NumPy array in place puts the calls in halves around it
+    # (benchmarks/syncbn.py's raw-MPI floor).
+    _stats_reducer = None
     _ranks = staticmethod(world.size)
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1,
                  affine: bool = True, track_running_stats: bool = True,
-                 device: Optional[Any] = None, dtype: Optional[torch.dtype] = None) -> None:
+                 device: Optional[Any] = None, dtype: Optional[torch.dtype] = None,
+                 process_set: Optional[Any] = None) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats,
                          device=device, dtype=dtype)
+        #: the ranks whose batches are normalized together (default: all)
+        self.process_set = process_set
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
@@ -164,16 +262,22 @@ class SyncBatchNorm(_BatchNorm):
             if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / float(self.num_batches_tracked)
         use_batch_stats = self.training or self.running_mean is None
-        if not use_batch_stats or self._ranks() == 1:
+        ranks = self._ranks() if self.process_set is None else _ps.size_of(self.process_set)
+        if not use_batch_stats or ranks == 1:
             return F.batch_norm(input,
                                 self.running_mean if not self.training or self.track_running_stats else None,
                                 self.running_var if not self.training or self.track_running_stats else None,
                                 self.weight, self.bias, use_batch_stats, factor, self.eps)
         track = self.training and self.track_running_stats
-        return _SyncBatchNormFn.apply(input, self.weight, self.bias,
-                                      self.running_mean if track else None,
-                                      self.running_var if track else None, self.eps, factor,
-                                      self._stats_allreduce)
+        running_mean = self.running_mean if track else None
+        running_var = self.running_var if track else None
+        if input.device.type != "cpu" or input.dtype not in _CODES:
+            return _DeviceSyncBatchNormFn.apply(input, self.weight, self.bias, running_mean,
+                                                running_var, self.eps, factor,
+                                                _device_allreduce_sum)
+        kernel = _kernel(input.shape[1], self.process_set, self._stats_reducer)
+        return _SyncBatchNormFn.apply(input, self.weight, self.bias, running_mean, running_var,
+                                      self.eps, factor, kernel)
 
     @classmethod
     def convert_sync_batchnorm(cls, module):

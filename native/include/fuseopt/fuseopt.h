@@ -438,6 +438,17 @@ typedef struct {
 
 int fuseopt_batch_norm_backward(fuseopt_agreed_t* sums, const fuseopt_batch_norm_backward_t* args);
 
+/* The halves of the two calls above, for a caller that sums over the ranks
+ * itself (its own transport; benchmarks/syncbn.py's raw-MPI floor). *_sums
+ * writes this rank's sums (forward: 1 + 2 * channels values, backward:
+ * 2 * channels); *_apply finishes the pass from the sums over every rank
+ * (total; backward also takes this rank's own, local). */
+int fuseopt_batch_norm_forward_sums(const fuseopt_batch_norm_forward_t* args, double* sums);
+int fuseopt_batch_norm_forward_apply(const fuseopt_batch_norm_forward_t* args, const double* total);
+int fuseopt_batch_norm_backward_sums(const fuseopt_batch_norm_backward_t* args, double* sums);
+int fuseopt_batch_norm_backward_apply(const fuseopt_batch_norm_backward_t* args,
+                                      const double* local, const double* total);
+
 const char* fuseopt_status_string(int status);
 const char* fuseopt_dtype_name(int dtype);
 int fuseopt_dtype_size(int dtype);  /* bytes per element; 0 for an unknown code */

@@ -339,4 +339,42 @@ int fuseopt_batch_norm_backward(fuseopt_agreed_t* sums,
   }));
 }
 
+int fuseopt_batch_norm_forward_sums(const fuseopt_batch_norm_forward_t* args, double* sums) {
+  if (!args || args->struct_size < sizeof(*args) || !sums)
+    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
+  return guarded([&] {
+    fuseopt::kernels::check_forward(*args);
+    fuseopt::kernels::batch_norm_local_stats(args->x, sums);
+  });
+}
+
+int fuseopt_batch_norm_forward_apply(const fuseopt_batch_norm_forward_t* args,
+                                     const double* total) {
+  if (!args || args->struct_size < sizeof(*args) || !total)
+    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
+  return guarded([&] {
+    fuseopt::kernels::check_forward(*args);
+    fuseopt::kernels::batch_norm_normalize(*args, total);
+  });
+}
+
+int fuseopt_batch_norm_backward_sums(const fuseopt_batch_norm_backward_t* args, double* sums) {
+  if (!args || args->struct_size < sizeof(*args) || !sums)
+    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
+  return guarded([&] {
+    fuseopt::kernels::check_backward(*args);
+    fuseopt::kernels::batch_norm_local_grad_sums(*args, sums);
+  });
+}
+
+int fuseopt_batch_norm_backward_apply(const fuseopt_batch_norm_backward_t* args,
+                                      const double* local, const double* total) {
+  if (!args || args->struct_size < sizeof(*args) || !local || !total)
+    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
+  return guarded([&] {
+    fuseopt::kernels::check_backward(*args);
+    fuseopt::kernels::batch_norm_grad_input(*args, local, total);
+  });
+}
+
 }  // extern "C"

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +44,7 @@ class Rows {
     for (int64_t i = 0; i < n_; ++i) buffer_[i] = get(offset + i * stride_);
     return buffer_.data();
   }
+  bool direct() const { return direct_; }
   C* target(int64_t offset) {
     return direct_ ? static_cast<C*>(v_.data) + offset : buffer_.data();
   }
@@ -102,18 +102,30 @@ int64_t offset_of(const fuseopt_channel_view_t& v, Walk walk, int64_t a, int64_t
 }
 
 template <class C>
+const C* at(const fuseopt_channel_view_t& v, int64_t offset) {
+  return static_cast<const C*>(v.data) + offset;
+}
+
+template <class C>
 void sums_as(const fuseopt_channel_view_t& u, const fuseopt_channel_view_t* v, double* sum_u,
              double* sum_uv) {
   const Walk walk = v ? choose_walk({&u, v}) : choose_walk({&u});
-  Rows<C> us(u, walk);
-  std::unique_ptr<Rows<C>> vs(v ? new Rows<C>(*v, walk) : nullptr);
+  const fuseopt_channel_view_t& w = v ? *v : u;
+  Rows<C> us(u, walk), vs(w, walk);
+  if (walk == Walk::kChannelRows && us.direct() && vs.direct()) {
+    // Each channel's runs of every sample in one call: one horizontal sum.
+    for (int64_t c = 0; c < u.channels; ++c)
+      channel_row_sums(at<C>(u, c * u.channel_stride), at<C>(w, c * w.channel_stride), u.inner,
+                       u.outer, u.outer_stride, w.outer_stride, sum_u + c, sum_uv + c);
+    return;
+  }
   const int64_t rows = walk == Walk::kChannelRows ? u.channels : u.inner;
   for (int64_t n = 0; n < u.outer; ++n) {
     for (int64_t i = 0; i < rows; ++i) {
       const C* x = us.read(offset_of(u, walk, n, i));
-      const C* y = v ? vs->read(offset_of(*v, walk, n, i)) : x;
+      const C* y = v ? vs.read(offset_of(w, walk, n, i)) : x;
       if (walk == Walk::kChannelRows)
-        channel_row_sums(x, y, u.inner, sum_u + i, sum_uv + i);
+        channel_row_sums(x, y, u.inner, 1, 0, 0, sum_u + i, sum_uv + i);
       else
         position_row_sums(x, y, u.channels, sum_u, sum_uv);
     }
@@ -125,20 +137,30 @@ void affine_as(const fuseopt_channel_view_t& out, const fuseopt_channel_view_t& 
                const double* p, const fuseopt_channel_view_t* b, const double* q,
                const double* r) {
   const Walk walk = b ? choose_walk({&out, &a, b}) : choose_walk({&out, &a});
-  Rows<C> outs(out, walk), as(a, walk);
-  std::unique_ptr<Rows<C>> bs(b ? new Rows<C>(*b, walk) : nullptr);
+  const fuseopt_channel_view_t& bv = b ? *b : a;
+  Rows<C> outs(out, walk), as(a, walk), bs(bv, walk);
   const int64_t channels = a.channels;
-  std::vector<C> pc(p, p + channels), qc, rc(r, r + channels);
+  std::vector<C> pc(p, p + channels), qc(channels, C(0)), rc(r, r + channels);
   if (b) qc.assign(q, q + channels);
+  if (walk == Walk::kChannelRows && outs.direct() && as.direct() && bs.direct()) {
+    const int64_t strides[3] = {out.outer_stride, a.outer_stride, bv.outer_stride};
+    for (int64_t c = 0; c < channels; ++c)
+      channel_row_affine(static_cast<C*>(out.data) + c * out.channel_stride,
+                         at<C>(a, c * a.channel_stride), pc[c],
+                         b ? at<C>(bv, c * bv.channel_stride) : nullptr, qc[c], rc[c], a.inner,
+                         a.outer, strides);
+    return;
+  }
   const int64_t rows = walk == Walk::kChannelRows ? a.channels : a.inner;
+  const int64_t one_row[3] = {0, 0, 0};
   for (int64_t n = 0; n < a.outer; ++n) {
     for (int64_t i = 0; i < rows; ++i) {
       const C* x = as.read(offset_of(a, walk, n, i));
-      const C* y = b ? bs->read(offset_of(*b, walk, n, i)) : nullptr;
+      const C* y = b ? bs.read(offset_of(bv, walk, n, i)) : nullptr;
       const int64_t to = offset_of(out, walk, n, i);
       C* dst = outs.target(to);
       if (walk == Walk::kChannelRows)
-        channel_row_affine(dst, x, pc[i], y, b ? qc[i] : C(0), rc[i], a.inner);
+        channel_row_affine(dst, x, pc[i], y, qc[i], rc[i], a.inner, 1, one_row);
       else
         position_row_affine(dst, x, pc.data(), y, b ? qc.data() : nullptr, rc.data(), channels);
       outs.flush(to);

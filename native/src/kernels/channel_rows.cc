@@ -8,7 +8,7 @@
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FUSEOPT_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define FUSEOPT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FUSEOPT_CLONES
 #endif
@@ -49,27 +49,32 @@ FUSEOPT_INLINE double lanes_total(V v) {
 }
 
 // Two accumulators per sum hide the add latency; the order of additions is
-// fixed by the loop, not by the instruction set.
+// fixed by the loop, not by the instruction set. One horizontal sum per
+// call: a channel's rows of every sample go through one set of lanes.
 template <class T>
-FUSEOPT_INLINE void channel_sums(const T* u, const T* v, int64_t n, double* sum_u, double* sum_uv) {
+FUSEOPT_INLINE void channel_sums(const T* u, const T* v, int64_t n, int64_t rows,
+                                 int64_t u_stride, int64_t v_stride, double* sum_u,
+                                 double* sum_uv) {
   v8d a0 = {}, a1 = {}, b0 = {}, b1 = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const v8d x0 = load_wide(u + i), x1 = load_wide(u + i + 8);
-    const v8d y0 = u == v ? x0 : load_wide(v + i), y1 = u == v ? x1 : load_wide(v + i + 8);
-    a0 += x0;
-    a1 += x1;
-    b0 += x0 * y0;
-    b1 += x1 * y1;
+  double su = 0, suv = 0;
+  for (int64_t r = 0; r < rows; ++r, u += u_stride, v += v_stride) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const v8d x0 = load_wide(u + i), x1 = load_wide(u + i + 8);
+      const v8d y0 = u == v ? x0 : load_wide(v + i), y1 = u == v ? x1 : load_wide(v + i + 8);
+      a0 += x0;
+      a1 += x1;
+      b0 += x0 * y0;
+      b1 += x1 * y1;
+    }
+    for (; i < n; ++i) {
+      const double x = u[i];
+      su += x;
+      suv += x * static_cast<double>(v[i]);
+    }
   }
-  double su = lanes_total(a0 + a1), suv = lanes_total(b0 + b1);
-  for (; i < n; ++i) {
-    const double x = u[i];
-    su += x;
-    suv += x * static_cast<double>(v[i]);
-  }
-  *sum_u += su;
-  *sum_uv += suv;
+  *sum_u += su + lanes_total(a0 + a1);
+  *sum_uv += suv + lanes_total(b0 + b1);
 }
 
 template <class T>
@@ -88,15 +93,21 @@ FUSEOPT_INLINE void position_sums(const T* u, const T* v, int64_t n, double* sum
 }
 
 template <class V, class T>
-FUSEOPT_INLINE void channel_affine(T* out, const T* a, T p, const T* b, T q, T r, int64_t n) {
+FUSEOPT_INLINE void channel_affine(T* out, const T* a, T p, const T* b, T q, T r, int64_t n,
+                                   int64_t rows, const int64_t* strides) {
   const V vp = V{} + p, vq = V{} + q, vr = V{} + r;
-  int64_t i = 0;
-  if (b) {
-    for (; i + 8 <= n; i += 8) store(out + i, load<V>(a + i) * vp + load<V>(b + i) * vq + vr);
-    for (; i < n; ++i) out[i] = a[i] * p + b[i] * q + r;
-  } else {
-    for (; i + 8 <= n; i += 8) store(out + i, load<V>(a + i) * vp + vr);
-    for (; i < n; ++i) out[i] = a[i] * p + r;
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t i = 0;
+    if (b) {
+      for (; i + 8 <= n; i += 8) store(out + i, load<V>(a + i) * vp + load<V>(b + i) * vq + vr);
+      for (; i < n; ++i) out[i] = a[i] * p + b[i] * q + r;
+      b += strides[2];
+    } else {
+      for (; i + 8 <= n; i += 8) store(out + i, load<V>(a + i) * vp + vr);
+      for (; i < n; ++i) out[i] = a[i] * p + r;
+    }
+    out += strides[0];
+    a += strides[1];
   }
 }
 
@@ -118,13 +129,15 @@ FUSEOPT_INLINE void position_affine(T* out, const T* a, const T* p, const T* b, 
 
 }  // namespace
 
-FUSEOPT_CLONES void channel_row_sums(const float* u, const float* v, int64_t n, double* sum_u,
+FUSEOPT_CLONES void channel_row_sums(const float* u, const float* v, int64_t n, int64_t rows,
+                                     int64_t u_stride, int64_t v_stride, double* sum_u,
                                      double* sum_uv) {
-  channel_sums(u, v, n, sum_u, sum_uv);
+  channel_sums(u, v, n, rows, u_stride, v_stride, sum_u, sum_uv);
 }
-FUSEOPT_CLONES void channel_row_sums(const double* u, const double* v, int64_t n, double* sum_u,
+FUSEOPT_CLONES void channel_row_sums(const double* u, const double* v, int64_t n, int64_t rows,
+                                     int64_t u_stride, int64_t v_stride, double* sum_u,
                                      double* sum_uv) {
-  channel_sums(u, v, n, sum_u, sum_uv);
+  channel_sums(u, v, n, rows, u_stride, v_stride, sum_u, sum_uv);
 }
 FUSEOPT_CLONES void position_row_sums(const float* u, const float* v, int64_t n, double* sum_u,
                                       double* sum_uv) {
@@ -135,12 +148,14 @@ FUSEOPT_CLONES void position_row_sums(const double* u, const double* v, int64_t 
   position_sums(u, v, n, sum_u, sum_uv);
 }
 FUSEOPT_CLONES void channel_row_affine(float* out, const float* a, float p, const float* b,
-                                       float q, float r, int64_t n) {
-  channel_affine<v8f>(out, a, p, b, q, r, n);
+                                       float q, float r, int64_t n, int64_t rows,
+                                       const int64_t* strides) {
+  channel_affine<v8f>(out, a, p, b, q, r, n, rows, strides);
 }
 FUSEOPT_CLONES void channel_row_affine(double* out, const double* a, double p, const double* b,
-                                       double q, double r, int64_t n) {
-  channel_affine<v8d>(out, a, p, b, q, r, n);
+                                       double q, double r, int64_t n, int64_t rows,
+                                       const int64_t* strides) {
+  channel_affine<v8d>(out, a, p, b, q, r, n, rows, strides);
 }
 FUSEOPT_CLONES void position_row_affine(float* out, const float* a, const float* p,
                                         const float* b, const float* q, const float* r,
