@@ -9,13 +9,16 @@ the core's: native/src/kernels/ and Note [Agreed reductions].
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..base._native import ffi, lib
 from ..base.dtypes import CODES
 from ..base.errors import check
+from ..core import process_sets as _ps
+from ..core import world
+from .agreed import AgreedReduction
 
 FLOAT_CODES = {name: CODES[name] for name in ("float32", "float64", "float16", "bfloat16")}
 
@@ -139,3 +142,27 @@ class BatchNormKernel:
             check(lib.fuseopt_batch_norm_backward_apply(
                 a, ffi.cast("double*", ffi.from_buffer(local)),
                 ffi.cast("double*", ffi.from_buffer(total))))
+
+
+# One kernel per (context, channels, process set): its agreed reductions
+# belong to the context they were made in, and a re-init makes new ones.
+_sync_kernels: Dict[Tuple[Any, int, int], BatchNormKernel] = {}
+
+
+def sync_kernel(channels: int, process_set: Optional[Any] = None) -> BatchNormKernel:
+    """The kernel of a synchronized batch-norm layer of ``channels`` channels
+    over ``process_set`` (default: every rank). Named by size: layers of one
+    size share its agreed reductions, one call after the other (each waits
+    for its sums before the next layer can run)."""
+    ctx = world.context()
+    key = (ctx, channels, _ps.id_of(process_set))
+    kernel = _sync_kernels.get(key)
+    if kernel is None:
+        if len(_sync_kernels) > 256 or any(k[0] is not ctx for k in _sync_kernels):
+            _sync_kernels.clear()
+        kernel = _sync_kernels[key] = BatchNormKernel(
+            AgreedReduction("sync_batch_norm.stats.%d" % channels, 1 + 2 * channels,
+                            process_set=process_set),
+            AgreedReduction("sync_batch_norm.grads.%d" % channels, 2 * channels,
+                            process_set=process_set))
+    return kernel

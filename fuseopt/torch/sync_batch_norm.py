@@ -24,8 +24,7 @@ import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..api import ops as _np
-from ..api.agreed import AgreedReduction
-from ..api.batch_norm import FLOAT_CODES, BatchNormKernel, channel_view
+from ..api.batch_norm import FLOAT_CODES, BatchNormKernel, channel_view, sync_kernel
 from ..core import process_sets as _ps
 from ..core import world
 from . import ops
@@ -143,30 +142,7 @@ class _DeviceSyncBatchNormFn(torch.autograd.Function):
         return dx, dw, db, None, None, None, None, None
 
 
-# One BatchNormKernel per (context, channels, process set): its agreed
-# reductions belong to the context they were made in, and a re-init makes a
-# new one.
-_kernels: Dict[Tuple[Any, int, int], BatchNormKernel] = {}
-
-
-def _kernel(channels, process_set, reducer):
-    if reducer is not None:
-        return BatchNormKernel(reducer=reducer)
-    ctx = world.context()
-    key = (ctx, channels, _ps.id_of(process_set))
-    kernel = _kernels.get(key)
-    if kernel is None:
-        if len(_kernels) > 256 or any(k[0] is not ctx for k in _kernels):
-            _kernels.clear()
-        # Named by size: layers of one size share them, one call after the
-        # other (each waits for its sums before the next layer can run).
-        kernel = _kernels[key] = BatchNormKernel(
-            AgreedReduction("sync_batch_norm.stats.%d" % channels, 1 + 2 * channels,
-                            process_set=process_set),
-            AgreedReduction("sync_batch_norm.grads.%d" % channels, 2 * channels,
-                            process_set=process_set))
-    return kernel
-
+_reducer_kernels: Dict[Any, BatchNormKernel] = {}  # _stats_reducer -> its kernel
 
 # (shape, strides) -> channel view: computing one costs more than the kernel
 # at the demo's sizes.
@@ -275,9 +251,19 @@ class SyncBatchNorm(_BatchNorm):
             return _DeviceSyncBatchNormFn.apply(input, self.weight, self.bias, running_mean,
                                                 running_var, self.eps, factor,
                                                 _device_allreduce_sum)
-        kernel = _kernel(input.shape[1], self.process_set, self._stats_reducer)
         return _SyncBatchNormFn.apply(input, self.weight, self.bias, running_mean, running_var,
-                                      self.eps, factor, kernel)
+                                      self.eps, factor, self._host_kernel(input.shape[1]))
+
+    def _host_kernel(self, channels: int) -> BatchNormKernel:
+        """The native calls of one pass: the layer's agreed reductions, or
+        halves around _stats_reducer when a subclass sets one."""
+        if self._stats_reducer is None:
+            return sync_kernel(channels, self.process_set)
+        kernel = _reducer_kernels.get(self._stats_reducer)
+        if kernel is None:
+            kernel = _reducer_kernels[self._stats_reducer] = BatchNormKernel(
+                reducer=self._stats_reducer)
+        return kernel
 
     @classmethod
     def convert_sync_batchnorm(cls, module):
