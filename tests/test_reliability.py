@@ -28,6 +28,32 @@ def test_killed_rank_is_named_on_every_survivor(run_ranks):
     assert elapsed < 60, elapsed
 
 
+def test_killed_rank_inside_sync_batch_norm_is_named_on_every_survivor(run_ranks):
+    # The survivors wait in an agreed reduction (no negotiation round, no loop
+    # thread): the launcher's news must still reach them.
+    r = run_ranks(3, "lost_rank.py", "syncbn-kill", expect_ok=False, timeout=90)
+    assert r.code != 0, r
+    survivors_reported(r.output, [0, 2])
+    for rank in (0, 2):
+        line = re.search(r"\[rank %d\] caught RankFailedError after ([\d.]+) s: (.*)" % rank,
+                         r.output)
+        assert line, r.output
+        assert float(line.group(1)) < 10, line.group(0)
+        assert "rank 1 (host" in line.group(2) and "SIGKILL" in line.group(2), line.group(0)
+
+
+def test_frozen_rank_inside_sync_batch_norm_times_out(run_ranks):
+    r = run_ranks(2, "lost_rank.py", "syncbn-freeze", expect_ok=False, timeout=90,
+                  env={"FUSEOPT_PEER_TIMEOUT_S": "2"})
+    assert r.code != 0, r
+    survivors_reported(r.output, [0])
+    line = re.search(r"\[rank 0\] caught RankFailedError after ([\d.]+) s: (.*)", r.output)
+    assert line, r.output
+    assert 1.5 < float(line.group(1)) < 20, line.group(0)
+    assert "in an agreed reduction" in line.group(2), line.group(0)
+    assert "FUSEOPT_PEER_TIMEOUT_S=2" in line.group(2), line.group(0)
+
+
 def test_frozen_rank_times_out_on_the_survivor(run_ranks):
     r = run_ranks(2, "lost_rank.py", "freeze", expect_ok=False, timeout=90,
                   env={"FUSEOPT_PEER_TIMEOUT_S": "2"})

@@ -3,6 +3,10 @@
     lost_rank.py kill [R]     rank R (default 1) SIGKILLs itself at step 30
     lost_rank.py freeze [R]   rank R SIGSTOPs itself at step 30 (run with a short
                               FUSEOPT_PEER_TIMEOUT_S: no launcher record exists)
+    lost_rank.py syncbn-kill [R], syncbn-freeze [R]
+                              the same inside a SyncBatchNorm training step: rank R
+                              stops between the model's two SyncBatchNorm layers, so
+                              the others wait in an agreed reduction
 
 Survivors print what they caught and exit with SURVIVOR_EXIT, so the parent
 test can tell a clean report from a crash or a kill."""
@@ -24,16 +28,46 @@ def train_step(step, grads):
     return [handles, big]
 
 
+def syncbn_steps(rank, victim, mode):
+    """A step function of a small SyncBatchNorm CNN; rank victim stops itself
+    in the forward pass of step 30, after the first SyncBatchNorm layer."""
+    import torch
+    import fuseopt.torch as hvd
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), hvd.SyncBatchNorm(4), torch.nn.ReLU(),
+                                torch.nn.Conv2d(4, 8, 3), hvd.SyncBatchNorm(8),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 3))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    state = {"step": 0}
+
+    def stop_here(*_):
+        if rank == victim and state["step"] == 30:
+            os.kill(os.getpid(), signal.SIGKILL if mode == "syncbn-kill" else signal.SIGSTOP)
+    model[3].register_forward_pre_hook(stop_here)
+    x, y = torch.randn(2, 1, 8, 8), torch.tensor([0, 1])
+
+    def step(step_number, _grads):
+        state["step"] = step_number
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        return []
+    return step
+
+
 def main(mode, victim):
     fuseopt.init()
     rank = fuseopt.rank()
     grads = [np.full(100 * (i + 1), rank, np.float32) for i in range(8)]
     last_good = time.time()
+    step_fn = syncbn_steps(rank, victim, mode) if mode.startswith("syncbn") else train_step
+    handles = []
     try:
         for step in range(100000):
-            if rank == victim and step == 30:
+            if rank == victim and step == 30 and mode in ("kill", "freeze"):
                 os.kill(os.getpid(), signal.SIGKILL if mode == "kill" else signal.SIGSTOP)
-            handles = train_step(step, grads)
+            handles = step_fn(step, grads)
             for h in handles:
                 h.wait()
             last_good = time.time()

@@ -1,0 +1,9 @@
+"""Agreed reductions and SyncBatchNorm on them across ranks (tests/workers/agreed.py);
+a rank lost inside a SyncBatchNorm step is in test_reliability.py, the kernel
+against its reference in tests/unit/test_batch_norm_kernel.py."""
+import pytest
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_agreed_reductions(run_ranks, nranks):
+    run_ranks(nranks, "agreed.py", timeout=120)
