@@ -21,7 +21,7 @@ from conftest import WORKERS, launch
 
 @pytest.fixture(scope="module")
 def two_rank_job():
-    """tf_ops, tf_module and tf_keras_behaviours in one 2-rank job."""
+    """tf_ops, tf_module, tf_keras_behaviours and tf_sync_batch_norm in one 2-rank job."""
     job = launch(2, "tf_two_ranks.py", timeout=600, expect_ok=False)
     assert job.code == 0 or "FAIL " in job.output, job.output  # a failure names its check
     return job.output
@@ -78,6 +78,10 @@ def test_tf_module_as_horovods(two_rank_job):
 
 def test_keras_behaviours_horovod_promises(two_rank_job):
     assert_checks_passed(two_rank_job, "tf_keras_behaviours")
+
+
+def test_sync_batch_normalization_op_and_fallback(two_rank_job):
+    assert_checks_passed(two_rank_job, "tf_sync_batch_norm")
 
 
 def test_collective_behaviours_horovod_promises(run_ranks):

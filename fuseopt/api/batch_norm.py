@@ -56,6 +56,13 @@ def _fill(view_struct, dtype, view):
      view_struct.channel_stride, view_struct.inner_stride) = view
 
 
+def saved_statistics(values: np.ndarray) -> Tuple[np.ndarray, Any]:
+    """What BatchNormKernel.forward returned, from its array alone (after it
+    went through a framework and back as a copy)."""
+    values = np.ascontiguousarray(values, np.float64)
+    return values, ffi.cast("double*", ffi.from_buffer(values))
+
+
 def _address(value):
     return ffi.NULL if not value else ffi.cast("void*", value)
 
@@ -70,6 +77,8 @@ class BatchNormKernel:
 
     def __init__(self, stats=None, grads=None,
                  reducer: Optional[Callable[[np.ndarray], None]] = None) -> None:
+        #: the agreed reductions (fuseopt.AgreedReduction), or None
+        self.stats, self.grads = stats, grads
         self._stats = stats.handle if stats is not None else ffi.NULL
         self._grads = grads.handle if grads is not None else ffi.NULL
         self._reducer = reducer
@@ -77,14 +86,15 @@ class BatchNormKernel:
         self._fwd.struct_size = ffi.sizeof("fuseopt_batch_norm_forward_t")
         self._bwd = ffi.new("fuseopt_batch_norm_backward_t*")
         self._bwd.struct_size = ffi.sizeof("fuseopt_batch_norm_backward_t")
-        self._fwd_shape = self._bwd_shape = self._fwd_params = None
+        self._fwd_shape = self._bwd_shape = self._fwd_params = self._bwd_params = None
 
     def forward(self, x: int, y: int, dtype: int, view: View, eps: float, weight: int = 0,
                 bias: int = 0, param_dtype: int = 0, running_mean: int = 0,
                 running_var: int = 0, running_dtype: int = 0,
-                momentum: float = 0.0) -> np.ndarray:
+                momentum: float = 0.0) -> Tuple[np.ndarray, Any]:
         """y = batch norm of x (addresses; y may be x). Returns what backward
-        needs: a float64 array [mean (C), invstd (C), count]."""
+        needs: a float64 array [mean (C), invstd (C), count], and its address
+        as a cdata pointer (pass both to backward)."""
         a = self._fwd
         if self._fwd_shape != (dtype, view):  # a layer's shape rarely changes
             self._fwd_shape = (dtype, view)
@@ -104,19 +114,22 @@ class BatchNormKernel:
         p = ffi.cast("double*", ffi.from_buffer(saved))
         a.saved_mean, a.saved_invstd, a.saved_count = p, p + c, p + 2 * c
         if self._reducer is None:
-            check(lib.fuseopt_batch_norm_forward(self._stats, a))
+            status = lib.fuseopt_batch_norm_forward(self._stats, a)
+            if status:
+                check(status)
         else:
             sums = np.empty(1 + 2 * c)
             check(lib.fuseopt_batch_norm_forward_sums(a, ffi.cast("double*", ffi.from_buffer(sums))))
             self._reducer(sums)
             check(lib.fuseopt_batch_norm_forward_apply(a, ffi.cast("double*", ffi.from_buffer(sums))))
-        return saved
+        return saved, p
 
-    def backward(self, x: int, dy: int, dx: int, dtype: int, view: View, saved: np.ndarray,
+    def backward(self, x: int, dy: int, dx: int, dtype: int, view: View, saved: Tuple[np.ndarray, Any],
                  weight: int = 0, param_dtype: int = 0, grad_weight: int = 0,
                  grad_bias: int = 0) -> None:
-        """dx = the input gradient for output gradient dy (dx may be dy);
-        grad_weight and grad_bias (addresses, or 0) get this rank's sums."""
+        """dx = the input gradient for output gradient dy (dx may be dy), given
+        what forward returned; grad_weight and grad_bias (addresses, or 0) get
+        this rank's sums."""
         a = self._bwd
         if self._bwd_shape != (dtype, view):
             self._bwd_shape = (dtype, view)
@@ -126,14 +139,19 @@ class BatchNormKernel:
         a.x.data = ffi.cast("void*", x)
         a.dy.data = ffi.cast("void*", dy)
         a.dx.data = ffi.cast("void*", dx)
-        a.param_dtype = param_dtype
-        a.weight = _address(weight)
+        if self._bwd_params != (weight, param_dtype):
+            self._bwd_params = (weight, param_dtype)
+            a.param_dtype = param_dtype
+            a.weight = _address(weight)
         c = view[1]
-        p = ffi.cast("double*", ffi.from_buffer(saved))
-        a.saved_mean, a.saved_invstd, a.saved_count = p, p + c, saved[2 * c]
-        a.grad_weight, a.grad_bias = _address(grad_weight), _address(grad_bias)
+        values, p = saved
+        a.saved_mean, a.saved_invstd, a.saved_count = p, p + c, values[2 * c]
+        a.grad_weight = ffi.cast("void*", grad_weight) if grad_weight else ffi.NULL
+        a.grad_bias = ffi.cast("void*", grad_bias) if grad_bias else ffi.NULL
         if self._reducer is None:
-            check(lib.fuseopt_batch_norm_backward(self._grads, a))
+            status = lib.fuseopt_batch_norm_backward(self._grads, a)
+            if status:
+                check(status)
         else:
             local = np.empty(2 * c)
             check(lib.fuseopt_batch_norm_backward_sums(a, ffi.cast("double*", ffi.from_buffer(local))))
@@ -147,6 +165,10 @@ class BatchNormKernel:
 # One kernel per (context, channels, process set): its agreed reductions
 # belong to the context they were made in, and a re-init makes new ones.
 _sync_kernels: Dict[Tuple[Any, int, int], BatchNormKernel] = {}
+# Kernels of earlier contexts are kept, never freed: a traced TensorFlow graph
+# holds their agreed reductions' addresses (tensorflow/kernels/batch_norm_op.cc),
+# and a call through them must fail with SHUT_DOWN, not touch freed memory.
+_retired: list = []
 
 
 def sync_kernel(channels: int, process_set: Optional[Any] = None) -> BatchNormKernel:
@@ -158,7 +180,8 @@ def sync_kernel(channels: int, process_set: Optional[Any] = None) -> BatchNormKe
     key = (ctx, channels, _ps.id_of(process_set))
     kernel = _sync_kernels.get(key)
     if kernel is None:
-        if len(_sync_kernels) > 256 or any(k[0] is not ctx for k in _sync_kernels):
+        if any(k[0] is not ctx for k in _sync_kernels):
+            _retired.extend(_sync_kernels.values())
             _sync_kernels.clear()
         kernel = _sync_kernels[key] = BatchNormKernel(
             AgreedReduction("sync_batch_norm.stats.%d" % channels, 1 + 2 * channels,

@@ -84,6 +84,21 @@ def _returning_status(fn, out_dtypes):
     return call
 
 
+def chained(build, what):
+    """build() makes one graph op and returns its outputs: in a graph, the op
+    runs after the graph's last fuseopt op and becomes the last one (the
+    same order on every rank); eagerly, build() runs now."""
+    if tf.executing_eagerly():
+        return build()
+    check_not_xla(what)
+    graph = tf.compat.v1.get_default_graph()
+    previous = _last_op.get(graph)
+    with tf.control_dependencies([previous] if previous is not None else []):
+        outs = build()
+    _last_op[graph] = outs[0].op
+    return outs
+
+
 def run(fn, inputs, out_dtypes, what, blocking=True):
     """Runs fn(*numpy_arrays) -> list of arrays, eagerly or as a graph op.
     An op that only enqueues (blocking=False) can run in any order relative

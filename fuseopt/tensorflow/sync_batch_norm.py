@@ -2,8 +2,10 @@
 
 In training, per-channel mean and variance come from every rank's samples.
 Each pass is one native call (fuseopt.api.batch_norm), eagerly or inside a
-graph (tf.function, model.fit) through the chained host op of _tensors.run:
-the core's kernel computes the per-channel sums, reduces them through an
+graph (tf.function, model.fit): through fuseopt's compiled TensorFlow op
+(kernels/batch_norm_op.cc), or, where it cannot be built, through the
+chained host op of _tensors.run (tf.numpy_function, about 50 us slower per
+pass). The core's kernel computes the per-channel sums, reduces them through an
 agreed reduction (Note [Agreed reductions]) and normalizes; backward, the same
 for sum(dy) and sum(dy * x_hat). The gradients are exact through the global
 statistics. Ranks may hold different batch sizes. Moving statistics are
@@ -17,27 +19,70 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ..api.batch_norm import FLOAT_CODES, channel_view, sync_kernel
+from ..api.batch_norm import FLOAT_CODES, channel_view, saved_statistics, sync_kernel
+from ..base._native import ffi, lib
+from ..base.errors import error_for
 from ..core import world
-from . import _tensors, ops
+from . import _tensors, kernels, ops
+from .tf_errors import graph_status
 
 
 def _address(array):
     return array.ctypes.data
 
 
-def _sync_normalize(x, gamma, beta, axis, epsilon):
-    """(y, mean, variance) of training-mode batch norm over every rank's batch;
-    x float32 or float64, channels on axis, gamma and beta of x's dtype."""
+def _pointer(cdata):
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+_error_attrs = None
+
+
+def _core_attrs(function, agreed):
+    """The attributes batch_norm_op.cc needs to call the core and to report
+    its statuses as tf_errors.graph_status does."""
+    global _error_attrs
+    if _error_attrs is None:
+        codes, names = [0], [""]
+        for status in range(1, lib.FUSEOPT_INTERNAL + 1):
+            error = error_for(status, "")
+            codes.append(int(graph_status(error)[0]))
+            names.append(type(error).__name__)
+        _error_attrs = {"error_codes": codes, "error_names": names,
+                        "last_error": _pointer(ffi.addressof(lib, "fuseopt_last_error"))}
+    return dict(_error_attrs, function=_pointer(ffi.addressof(lib, function)),
+                agreed=_pointer(agreed.handle) if agreed is not None else 0)
+
+
+def _op_normalize(module, x, gamma, beta, axis, epsilon):
+    """(y, saved) through the compiled FuseoptSyncBatchNorm op."""
+    kernel_ = sync_kernel(int(x.shape[axis]))
+    return _tensors.chained(lambda: module.fuseopt_sync_batch_norm(
+        x, gamma, beta, epsilon=epsilon, axis=axis,
+        **_core_attrs("fuseopt_batch_norm_forward", kernel_.stats)), "sync_batch_norm")
+
+
+@tf.RegisterGradient("FuseoptSyncBatchNorm")
+def _op_gradient(op, dy, _dsaved):
+    x, gamma, _ = op.inputs
+    axis = op.get_attr("axis")
+    module = kernels.status_kernel()
+    kernel_ = sync_kernel(int(x.shape[axis]))
+    return _tensors.chained(lambda: module.fuseopt_sync_batch_norm_grad(
+        x, dy, gamma, op.outputs[1], axis=axis,
+        **_core_attrs("fuseopt_batch_norm_backward", kernel_.grads)), "sync_batch_norm_grad")
+
+
+def _host_normalize(x, gamma, beta, axis, epsilon):
+    """(y, saved) through tf.numpy_function, when the op cannot be built."""
     code = FLOAT_CODES[x.dtype.name]
-    channels = int(x.shape[axis])
-    kernel = sync_kernel(channels)
+    kernel_ = sync_kernel(int(x.shape[axis]))
 
     def forward(xs, g, b):
         y = np.empty_like(xs)
         view = channel_view(xs.shape, [s // xs.itemsize for s in xs.strides], axis)
-        saved = kernel.forward(_address(xs), _address(y), code, view, epsilon, _address(g),
-                               _address(b), code)
+        saved, _ = kernel_.forward(_address(xs), _address(y), code, view, epsilon, _address(g),
+                                   _address(b), code)
         return y, saved
 
     def backward(xs, dy, g, saved):
@@ -45,21 +90,32 @@ def _sync_normalize(x, gamma, beta, axis, epsilon):
         dx = np.empty_like(xs)
         dg, db = np.empty_like(g), np.empty_like(g)
         view = channel_view(xs.shape, [s // xs.itemsize for s in xs.strides], axis)
-        kernel.backward(_address(xs), _address(dy), _address(dx), code, view, saved,
-                        _address(g), code, _address(dg), _address(db))
+        kernel_.backward(_address(xs), _address(dy), _address(dx), code, view,
+                         saved_statistics(saved), _address(g), code, _address(dg), _address(db))
         return dx, dg, db
 
     @tf.custom_gradient
     def normalize(x, gamma, beta):
         y, saved = _tensors.run(forward, [x, gamma, beta], [x.dtype, tf.float64], "sync_batch_norm")
-        y, saved = tf.ensure_shape(y, x.shape), tf.ensure_shape(saved, [2 * channels + 1])
 
         def grad(dy, _dsaved):
             return _tensors.run(backward, [x, dy, gamma, saved], [x.dtype] * 3,
                                 "sync_batch_norm_grad")
         return (y, saved), grad
 
-    y, saved = normalize(x, gamma, beta)
+    return normalize(x, gamma, beta)
+
+
+def _sync_normalize(x, gamma, beta, axis, epsilon):
+    """(y, mean, variance) of training-mode batch norm over every rank's batch;
+    x float32 or float64, channels on axis, gamma and beta of x's dtype."""
+    channels = int(x.shape[axis])
+    module = kernels.status_kernel()
+    if module is not None and hasattr(module, "fuseopt_sync_batch_norm"):
+        y, saved = _op_normalize(module, x, gamma, beta, axis, epsilon)
+    else:
+        y, saved = _host_normalize(x, gamma, beta, axis, epsilon)
+    y, saved = tf.ensure_shape(y, x.shape), tf.ensure_shape(saved, [2 * channels + 1])
     mean = tf.cast(saved[:channels], x.dtype)
     variance = tf.cast(1.0 / tf.square(saved[channels:2 * channels]) - epsilon, x.dtype)
     return y, mean, variance

@@ -247,7 +247,7 @@ class SyncBatchNorm(_BatchNorm):
         track = self.training and self.track_running_stats
         running_mean = self.running_mean if track else None
         running_var = self.running_var if track else None
-        if input.device.type != "cpu" or input.dtype not in _CODES:
+        if not input.is_cpu or input.dtype not in _CODES:
             return _DeviceSyncBatchNormFn.apply(input, self.weight, self.bias, running_mean,
                                                 running_var, self.eps, factor,
                                                 _device_allreduce_sum)

@@ -106,9 +106,9 @@ def test_kernel_matches_float64_reference(layout, dtype):
         assert err <= tol * scale * (1 if dtype in (torch.float32, torch.float64) else 4), \
             "%s: max error %g" % (what, err)
     n = x.numel() // c
-    assert saved[2 * c] == n
+    assert saved[0][2 * c] == n
     dims = [d for d in range(x.dim()) if d != axis]
-    assert np.allclose(saved[:c], x.double().mean(dims).numpy(), rtol=1e-12, atol=1e-12)
+    assert np.allclose(saved[0][:c], x.double().mean(dims).numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_float32_sums_are_float64():

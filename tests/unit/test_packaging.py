@@ -59,6 +59,32 @@ def test_the_tensorflow_kernel_source_ships_as_package_data():
     import fnmatch
     data = re.search(r'^fuseopt = \[(.*)\]$', PYPROJECT, re.M).group(1)
     patterns = re.findall(r'"([^"]+)"', data)
-    source = os.path.join("tensorflow", "kernels", "status_op.cc")
-    assert os.path.exists(os.path.join(ROOT, "fuseopt", source))
-    assert any(fnmatch.fnmatch(source, p) for p in patterns), patterns
+    for name in ("status_op.cc", "batch_norm_op.cc"):
+        source = os.path.join("tensorflow", "kernels", name)
+        assert os.path.exists(os.path.join(ROOT, "fuseopt", source))
+        assert any(fnmatch.fnmatch(source, p) for p in patterns), patterns
+
+
+def test_the_core_header_ships_in_the_package(tmp_path):
+    # batch_norm_op.cc includes fuseopt/fuseopt.h: setup.py's build_py puts
+    # it into the package, where kernels.header_dir() finds it.
+    from setuptools.dist import Distribution
+    out = tmp_path / "build"
+    # setup.py's definitions without its setup() call, which would build the core.
+    text = open(os.path.join(ROOT, "setup.py")).read()
+    namespace = {"__name__": "setup_without_setup"}
+    exec(compile(text.replace("setup(cffi_modules", "dict(cffi_modules"), "setup.py", "exec"),
+         namespace)
+    command = namespace["BuildPyWithHeader"](Distribution({"packages": []}))
+    command.initialize_options()
+    command.build_lib = str(out)
+    command.finalize_options()
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        command.run()
+    finally:
+        os.chdir(cwd)
+    copied = out / "fuseopt" / "include" / "fuseopt" / "fuseopt.h"
+    assert copied.read_text() == open(os.path.join(ROOT, "native", "include", "fuseopt",
+                                                   "fuseopt.h")).read()

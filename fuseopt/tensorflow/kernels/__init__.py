@@ -36,7 +36,22 @@ import tensorflow as tf
 from tensorflow.python.framework import op_def_registry
 
 OP = "FuseoptCheckStatus"
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "status_op.cc")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# status_op.cc: errors of traced collectives; batch_norm_op.cc:
+# SyncBatchNormalization's passes, which include the core's public header.
+SOURCES = [os.path.join(_HERE, name) for name in ("status_op.cc", "batch_norm_op.cc")]
+
+
+def header_dir():
+    """Where fuseopt/fuseopt.h is: in the installed package (setup.py copies
+    it there) or, in a source checkout, native/include."""
+    package = os.path.dirname(os.path.dirname(_HERE))
+    for d in (os.path.join(package, "include"),
+              os.path.join(os.path.dirname(package), "native", "include")):
+        if os.path.exists(os.path.join(d, "fuseopt", "fuseopt.h")):
+            return d
+    raise KernelUnavailable("fuseopt/fuseopt.h is in neither %s/include nor the source tree"
+                            % package)
 # A build at a collective's first trace stays well inside the peer timeout
 # (30 s by default) that ranks already waiting in a collective apply;
 # `fuseopt build-tf-kernel` waits longer.
@@ -65,15 +80,18 @@ def cache_dir():
 
 def _build_command(output):
     compiler = shlex.split(os.environ.get("CXX") or "g++")
-    return (compiler + ["-shared", "-fPIC", "-O2", "-w", SOURCE, "-o", output]
+    return (compiler + ["-shared", "-fPIC", "-O2", "-w"] + SOURCES + ["-o", output,
+                                                                     "-I" + header_dir()]
             + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
 
 
 def library_path(directory):
     """The library's file: its name changes with anything that changes the
     binary, so a new TensorFlow or a new kernel source never loads an old one."""
-    with open(SOURCE, "rb") as f:
-        key = hashlib.sha256(f.read())
+    key = hashlib.sha256()
+    for source in SOURCES + [os.path.join(header_dir(), "fuseopt", "fuseopt.h")]:
+        with open(source, "rb") as f:
+            key.update(f.read())
     key.update(tf.__version__.encode())
     key.update(" ".join(_build_command("")).encode())
     return os.path.join(directory, "status_op-%s.so" % key.hexdigest()[:16])
