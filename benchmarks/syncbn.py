@@ -114,20 +114,20 @@ def record_steps(args, results, m, b, steppers, rank_times):
         results["steps"]["%s/%d/%s" % (m, b, label)] = statistics.median(ms)
 
 
-def latencies(allreduce, barrier, quick):
-    """Median microseconds of a back-to-back allreduce of each size, a little compute
-    (a 32x32 matmul) between two of them."""
+def latencies(call_for, barrier, quick):
+    """Median microseconds of a back-to-back small reduction of each size, a little
+    compute (a 32x32 matmul) between two of them; call_for(size) makes the call."""
     import numpy as np
     a = np.ones((32, 32), np.float32)
     out = {}
     for size in SIZES:
-        buf = np.ones(max(1, size // 4), np.float32)
+        call = call_for(size)
         samples = []
         barrier()
         for i in range(300 if quick else 2000):
             a @ a
             t0 = time.perf_counter()
-            allreduce(buf, "lat.%d" % size)
+            call()
             samples.append((time.perf_counter() - t0) * 1e6)
         out[str(size)] = statistics.median(samples[len(samples) // 10:])
     return out
@@ -166,8 +166,9 @@ def _mpi_floor_contenders(np, torch):
             opt.step()
         return opt, step_done
 
-    def allreduce(buf, _name):
-        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
+    def allreduce(size):
+        buf = np.ones(max(1, size // 4), np.float32)
+        return lambda: comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)
     norms = dict(zip(VARIANTS["floor"], (torch.nn.BatchNorm2d, MpiSyncBatchNorm)))
     return comm.Get_rank(), norms, comm.Barrier, comm.allgather, wrap, allreduce, None
 
@@ -185,11 +186,13 @@ def _fuseopt_contenders(torch):
                                        model.named_parameters())
         return opt, opt.step
 
-    def allreduce(buf, name):  # the blocking call: its wait runs the round itself
-        fuseopt.allreduce_(buf, name=name, op=fuseopt.Sum)
+    def allreduce(size):  # the blocking call: its wait runs the round itself
+        import numpy as np
+        buf = np.ones(max(1, size // 4), np.float32)
+        return lambda: fuseopt.allreduce_(buf, name="lat.%d" % size, op=fuseopt.Sum)
 
-    def agreed(nbytes):  # the same bytes as float64 values (8 B for the 4 B row)
-        return fuseopt.AgreedReduction("lat.agreed.%d" % nbytes, max(1, nbytes // 8))
+    def agreed(size):  # the same bytes as float64 values (8 B for the 4 B row)
+        return fuseopt.AgreedReduction("lat.agreed.%d" % size, max(1, size // 8))
     return hvd.rank(), norms, hvd.barrier, hvd.allgather_object, wrap, allreduce, agreed
 
 
@@ -219,13 +222,10 @@ def torch_job(args, floor):
                     finish()
                 steppers[label] = step
             record_steps(args, results, m, b, steppers, rank_times)
-    for field, reduce in (("latency_us", allreduce), ("agreed_us", agreed)):
-        if reduce is None:
+    for field, call_for in (("latency_us", allreduce), ("agreed_us", agreed)):
+        if call_for is None:
             continue
-        if field == "agreed_us":  # float64 buffers of its own, reduced in place
-            made = {size: reduce(size) for size in SIZES}
-            reduce = (lambda buf, name: made[int(name.split(".")[-1])]())
-        us = latencies(reduce, barrier, args.quick)
+        us = latencies(call_for, barrier, args.quick)
         results[field] = dict(zip(us, rank_times(list(us.values()))))
     return rank, results
 
@@ -281,6 +281,42 @@ def keras_job(args):
     return hvd.rank(), results
 
 
+def empty_wrappers(torch, channels):
+    """Layers that wrap nothing (an empty_like each way) in a torch.autograd.Function
+    and in a torch.library custom op with a registered autograd formula: the two ways
+    a Python binding can reach a native kernel, each at its least."""
+    class Empty(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            ctx.save_for_backward(x, w)
+            return torch.empty_like(x)
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, w = ctx.saved_tensors
+            return torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+
+    @torch.library.custom_op("fuseopt_bench::empty_bn", mutates_args=())
+    def empty_op(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    @torch.library.custom_op("fuseopt_bench::empty_bn_grad", mutates_args=())
+    def empty_grad(x: torch.Tensor, dy: torch.Tensor,
+                   w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+
+    def save(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        return empty_grad(x, dy, w)
+    empty_op.register_autograd(backward, setup_context=save)
+    w = torch.ones(channels, requires_grad=True)
+    b = torch.zeros(channels, requires_grad=True)
+    return {"function": lambda x: Empty.apply(x, w, b), "custom_op": lambda x: empty_op(x, w, b)}
+
+
 def layer_job(args):
     """One process, no communication: forward + backward of a SyncBatchNorm layer
     whose statistics are this process's own (the native kernel's single calls) and
@@ -302,6 +338,8 @@ def layer_job(args):
         x = torch.randn(shape, requires_grad=True)
         dy = torch.randn(shape)
         layers = {"bn": torch.nn.BatchNorm2d(shape[1]), "sync": LocalSyncBatchNorm(shape[1])}
+        if shape == LAYERS["demo"][0]:  # what a layer of Python could cost at the least
+            layers.update(empty_wrappers(torch, shape[1]))
         samples = {k: [] for k in layers}
         reps = 200 if args.quick else 1000
         for block in range(10):
@@ -412,6 +450,12 @@ def _layer_rows(args, runs, lines, verdicts):
             total["sync"] += n * sync
             rows.append(["%s (%d in %s)" % (key, n, m), report.fmt(bn, "%.1f"),
                          report.fmt(sync, "%.1f"), report.fmt(sync / bn, "%.2fx")])
+            for k, label in (("function", "an empty torch.autograd.Function"),
+                             ("custom_op", "an empty torch.library custom op")):
+                empty = median_of(runs, "layer", "%s/%s" % (key, k), "layer_us")
+                if empty:
+                    rows.append(["%s: %s" % (key, label), report.fmt(bn, "%.1f"),
+                                 report.fmt(empty, "%.1f"), report.fmt(empty / bn, "%.2fx")])
         if total["bn"]:
             r = total["sync"] / total["bn"]
             rows.append(["**%s, all layers**" % m, report.fmt(total["bn"], "%.1f"),
