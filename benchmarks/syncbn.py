@@ -350,6 +350,21 @@ def layer_job(args):
                 samples[name].append((time.perf_counter() - t0) / (reps // 10) * 1e6)
         for name in layers:
             out["%s/%s" % ("x".join(map(str, shape)), name)] = statistics.median(samples[name][2:])
+    # A rank that trains with 2 threads: both layers may use them.
+    torch.set_num_threads(2)
+    shape = LAYERS["resnet"][0]
+    x, dy = torch.randn(shape, requires_grad=True), torch.randn(shape)
+    layers = {"bn": torch.nn.BatchNorm2d(shape[1]), "sync": LocalSyncBatchNorm(shape[1])}
+    samples = {k: [] for k in layers}
+    for block in range(10):
+        for name, layer in layers.items():
+            t0 = time.perf_counter()
+            for _ in range(10 if args.quick else 40):
+                layer(x).backward(dy)
+            samples[name].append((time.perf_counter() - t0) / (10 if args.quick else 40) * 1e6)
+    for name in layers:
+        out["%s/%s/2 threads" % ("x".join(map(str, shape)), name)] = \
+            statistics.median(samples[name][2:])
     return 0, {"layer_us": out}
 
 
@@ -456,6 +471,16 @@ def _layer_rows(args, runs, lines, verdicts):
                 if empty:
                     rows.append(["%s: %s" % (key, label), report.fmt(bn, "%.1f"),
                                  report.fmt(empty, "%.1f"), report.fmt(empty / bn, "%.2fx")])
+        if m == "resnet":
+            key = "x".join(map(str, LAYERS[m][0]))
+            bn, sync = (median_of(runs, "layer", "%s/%s/2 threads" % (key, k), "layer_us")
+                        for k in ("bn", "sync"))
+            if bn and sync:
+                rows.append(["%s, torch with 2 threads" % key, report.fmt(bn, "%.1f"),
+                             report.fmt(sync, "%.1f"), report.fmt(sync / bn, "%.2fx")])
+                lines.append(verdicts.line(sync / bn <= LAYER_MAX, "one process, %s with 2 "
+                                           "threads: SyncBatchNorm %.2fx BatchNorm's <= %.2fx"
+                                           % (key, sync / bn, LAYER_MAX)))
         if total["bn"]:
             r = total["sync"] / total["bn"]
             rows.append(["**%s, all layers**" % m, report.fmt(total["bn"], "%.1f"),

@@ -91,10 +91,11 @@ class BatchNormKernel:
     def forward(self, x: int, y: int, dtype: int, view: View, eps: float, weight: int = 0,
                 bias: int = 0, param_dtype: int = 0, running_mean: int = 0,
                 running_var: int = 0, running_dtype: int = 0,
-                momentum: float = 0.0) -> Tuple[np.ndarray, Any]:
+                momentum: float = 0.0, threads: int = 1) -> Tuple[np.ndarray, Any]:
         """y = batch norm of x (addresses; y may be x). Returns what backward
         needs: a float64 array [mean (C), invstd (C), count], and its address
-        as a cdata pointer (pass both to backward)."""
+        as a cdata pointer (pass both to backward). ``threads``: how many
+        threads the kernel may use (the framework's intra-op setting)."""
         a = self._fwd
         if self._fwd_shape != (dtype, view):  # a layer's shape rarely changes
             self._fwd_shape = (dtype, view)
@@ -102,9 +103,11 @@ class BatchNormKernel:
             _fill(a.y, dtype, view)
         a.x.data = ffi.cast("void*", x)
         a.y.data = ffi.cast("void*", y)
-        params = (weight, bias, param_dtype, running_mean, running_var, running_dtype, momentum, eps)
+        params = (weight, bias, param_dtype, running_mean, running_var, running_dtype, momentum, eps,
+                  threads)
         if self._fwd_params != params:
             self._fwd_params = params
+            a.threads = threads
             a.param_dtype, a.running_dtype = param_dtype, running_dtype
             a.weight, a.bias = _address(weight), _address(bias)
             a.running_mean, a.running_var = _address(running_mean), _address(running_var)
@@ -126,7 +129,7 @@ class BatchNormKernel:
 
     def backward(self, x: int, dy: int, dx: int, dtype: int, view: View, saved: Tuple[np.ndarray, Any],
                  weight: int = 0, param_dtype: int = 0, grad_weight: int = 0,
-                 grad_bias: int = 0) -> None:
+                 grad_bias: int = 0, threads: int = 1) -> None:
         """dx = the input gradient for output gradient dy (dx may be dy), given
         what forward returned; grad_weight and grad_bias (addresses, or 0) get
         this rank's sums."""
@@ -139,8 +142,9 @@ class BatchNormKernel:
         a.x.data = ffi.cast("void*", x)
         a.dy.data = ffi.cast("void*", dy)
         a.dx.data = ffi.cast("void*", dx)
-        if self._bwd_params != (weight, param_dtype):
-            self._bwd_params = (weight, param_dtype)
+        if self._bwd_params != (weight, param_dtype, threads):
+            self._bwd_params = (weight, param_dtype, threads)
+            a.threads = threads
             a.param_dtype = param_dtype
             a.weight = _address(weight)
         c = view[1]

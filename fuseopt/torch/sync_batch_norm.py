@@ -191,25 +191,27 @@ class _SyncBatchNormFn(torch.autograd.Function):
             run_code, rm, rv = 0, 0, 0
         else:
             run_code, rm, rv = _CODES[running_mean.dtype], running_mean.data_ptr(), running_var.data_ptr()
+        threads = torch.get_num_threads()
         stats = kernel.forward(x.data_ptr(), y.data_ptr(), code, view, eps, w, b, param_code,
-                               rm, rv, run_code, momentum)
+                               rm, rv, run_code, momentum, threads)
         ctx.save_for_backward(x, weight)
-        ctx.state = (kernel, view, code, param_code, stats)
+        ctx.state = (kernel, view, code, param_code, stats, threads)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight = ctx.saved_tensors
-        kernel, view, code, param_code, stats = ctx.state
+        kernel, view, code, param_code, stats, threads = ctx.state
         if dy.stride() != x.stride() or dy.dtype != x.dtype:
             dy = torch.empty_like(x).copy_(dy)
         dx = torch.empty_like(x)
         if weight is None:
-            kernel.backward(x.data_ptr(), dy.data_ptr(), dx.data_ptr(), code, view, stats)
+            kernel.backward(x.data_ptr(), dy.data_ptr(), dx.data_ptr(), code, view, stats,
+                            threads=threads)
             return dx, None, None, None, None, None, None, None
         dw, db = torch.empty_like(weight), torch.empty_like(weight)
         kernel.backward(x.data_ptr(), dy.data_ptr(), dx.data_ptr(), code, view, stats,
-                        weight.data_ptr(), param_code, dw.data_ptr(), db.data_ptr())
+                        weight.data_ptr(), param_code, dw.data_ptr(), db.data_ptr(), threads)
         return dx, dw, db, None, None, None, None, None
 
 

@@ -191,3 +191,32 @@ def test_torch_layer_on_the_kernel_matches_batch_norm(momentum, memory_format):
     ref.eval()
     x = torch.randn(2, 6, 5, 3)
     assert torch.allclose(layer(x), ref(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=str)
+def test_threads_split_channels_without_changing_a_bit(memory_format):
+    # Large enough to be split (2^16 elements and more); every channel's sum
+    # keeps its order, so 1, 2 and 3 threads give the same bits.
+    g = torch.Generator().manual_seed(11)
+    x = (torch.randn(4, 21, 32, 32, generator=g) * 3 + 1).contiguous(memory_format=memory_format)
+    dy = torch.randn(x.shape, generator=g).contiguous(memory_format=memory_format)
+    w, b = torch.rand(21, generator=g) + 0.5, torch.rand(21, generator=g)
+    view = channel_view(x.shape, x.stride(), 1)
+    code = FLOAT_CODES["float32"]
+    outs = []
+    for threads in (1, 2, 3):
+        kernel = BatchNormKernel()
+        y, dx = torch.empty_like(x), torch.empty_like(x)
+        dw, db = torch.empty_like(w), torch.empty_like(w)
+        saved = kernel.forward(x.data_ptr(), y.data_ptr(), code, view, EPS, w.data_ptr(),
+                               b.data_ptr(), code, threads=threads)
+        kernel.backward(x.data_ptr(), dy.data_ptr(), dx.data_ptr(), code, view, saved,
+                        w.data_ptr(), code, dw.data_ptr(), db.data_ptr(), threads=threads)
+        outs.append((y, dx, dw, db, torch.from_numpy(saved[0].copy())))
+    ref_y, ref_dx, ref_dw, ref_db, *_ = reference(x.double(), w, b, torch.zeros(21),
+                                                  torch.ones(21), dy.double(), 1)
+    assert (outs[0][0].double() - ref_y).abs().max() < 2e-5
+    assert (outs[0][1].double() - ref_dx).abs().max() < 2e-5
+    for other in outs[1:]:
+        for a, b_ in zip(outs[0], other):
+            assert torch.equal(a, b_)

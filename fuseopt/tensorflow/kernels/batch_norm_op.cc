@@ -17,6 +17,7 @@
 
 #include "fuseopt/fuseopt.h"
 #include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/device_base.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
@@ -119,6 +120,11 @@ class CoreOp : public OpKernel {
                                     name + ": " + last_error_()));
     return false;
   }
+  // The intra-op threads TensorFlow gives this process's CPU kernels.
+  static int32_t threads(OpKernelContext* context) {
+    const auto* workers = context->device()->tensorflow_cpu_worker_threads();
+    return workers ? workers->num_threads : 1;
+  }
   bool check_axis(OpKernelContext* context, const Tensor& x) {
     if (axis_ >= 0 && axis_ < x.dims()) return true;
     context->SetStatus(absl::InvalidArgumentError("SyncBatchNormalization: bad channel axis"));
@@ -155,6 +161,7 @@ class SyncBatchNormOp : public CoreOp {
     args.weight = context->input(1).tensor_data().data();
     args.bias = context->input(2).tensor_data().data();
     args.eps = epsilon_;
+    args.threads = threads(context);
     double* out = saved->flat<double>().data();
     args.saved_mean = out;
     args.saved_invstd = out + channels;
@@ -195,6 +202,7 @@ class SyncBatchNormGradOp : public CoreOp {
     args.saved_count = values[2 * channels];
     args.grad_weight = const_cast<char*>(dgamma->tensor_data().data());
     args.grad_bias = const_cast<char*>(dbeta->tensor_data().data());
+    args.threads = threads(context);
     ok(context, reinterpret_cast<BackwardFn>(function_)(agreed_, &args));
   }
 };

@@ -415,6 +415,9 @@ typedef struct {
   double* saved_mean;
   double* saved_invstd;
   double* saved_count;
+  int32_t threads;                /* threads the kernel may use (the framework's
+                                     intra-op setting); <= 1: the caller's only.
+                                     Results do not depend on it. */
 } fuseopt_batch_norm_forward_t;
 
 int fuseopt_batch_norm_forward(fuseopt_agreed_t* stats, const fuseopt_batch_norm_forward_t* args);
@@ -434,6 +437,7 @@ typedef struct {
   double saved_count;
   void* grad_weight;
   void* grad_bias;
+  int32_t threads;                /* as in fuseopt_batch_norm_forward_t */
 } fuseopt_batch_norm_backward_t;
 
 int fuseopt_batch_norm_backward(fuseopt_agreed_t* sums, const fuseopt_batch_norm_backward_t* args);

@@ -317,7 +317,7 @@ int fuseopt_batch_norm_forward(fuseopt_agreed_t* stats, const fuseopt_batch_norm
     const int64_t c = args->x.channels;
     fuseopt::AgreedReduction* reduction = reduction_of(stats, 1 + 2 * c);
     std::vector<double> sums(1 + 2 * c);
-    fuseopt::kernels::batch_norm_local_stats(args->x, sums.data());
+    fuseopt::kernels::batch_norm_local_stats(args->x, sums.data(), args->threads);
     if (reduction) reduction->run(sums.data());
     fuseopt::kernels::batch_norm_normalize(*args, sums.data());
   }));
@@ -344,7 +344,7 @@ int fuseopt_batch_norm_forward_sums(const fuseopt_batch_norm_forward_t* args, do
     return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
   return guarded([&] {
     fuseopt::kernels::check_forward(*args);
-    fuseopt::kernels::batch_norm_local_stats(args->x, sums);
+    fuseopt::kernels::batch_norm_local_stats(args->x, sums, args->threads);
   });
 }
 

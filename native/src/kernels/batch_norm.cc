@@ -68,9 +68,9 @@ void check_backward(const fuseopt_batch_norm_backward_t& a) {
     throw Error(FUSEOPT_INVALID_ARG, "batch norm: saved_mean and saved_invstd are required");
 }
 
-void batch_norm_local_stats(const fuseopt_channel_view_t& x, double* sums) {
+void batch_norm_local_stats(const fuseopt_channel_view_t& x, double* sums, int threads) {
   const int64_t c = x.channels;
-  channel_sums(x, nullptr, sums + 1, sums + 1 + c);
+  channel_sums(x, nullptr, sums + 1, sums + 1 + c, threads);
   sums[0] = static_cast<double>(x.outer * x.inner);
 }
 
@@ -96,13 +96,13 @@ void batch_norm_normalize(const fuseopt_batch_norm_forward_t& a, const double* s
     shift[c] = load(a.bias, a.param_dtype, c, 0.0) - mean * scale[c];
   }
   *a.saved_count = n;
-  channel_affine(a.y, a.x, scale.data(), nullptr, nullptr, shift.data());
+  channel_affine(a.y, a.x, scale.data(), nullptr, nullptr, shift.data(), a.threads);
 }
 
 void batch_norm_local_grad_sums(const fuseopt_batch_norm_backward_t& a, double* sums) {
   const int64_t channels = a.x.channels;
   // sum(dy * x_hat) = invstd * (sum(dy * x) - mean * sum(dy)): one pass.
-  channel_sums(a.dy, &a.x, sums, sums + channels);
+  channel_sums(a.dy, &a.x, sums, sums + channels, a.threads);
   for (int64_t c = 0; c < channels; ++c)
     sums[channels + c] = a.saved_invstd[c] * (sums[channels + c] - a.saved_mean[c] * sums[c]);
 }
@@ -123,7 +123,7 @@ void batch_norm_grad_input(const fuseopt_batch_norm_backward_t& a, const double*
     if (a.grad_weight) store(a.grad_weight, a.param_dtype, c, local[channels + c]);
     if (a.grad_bias) store(a.grad_bias, a.param_dtype, c, local[c]);
   }
-  channel_affine(a.dx, a.dy, k.data(), &a.x, ax.data(), b.data());
+  channel_affine(a.dx, a.dy, k.data(), &a.x, ax.data(), b.data(), a.threads);
 }
 
 }  // namespace kernels

@@ -13,8 +13,8 @@ namespace fuseopt {
 namespace kernels {
 
 // Forward, local half: sums[0] = count, sums[1 + c] = sum(x), sums[1 + C + c]
-// = sum(x * x), for C = x.channels (1 + 2C values).
-void batch_norm_local_stats(const fuseopt_channel_view_t& x, double* sums);
+// = sum(x * x), for C = x.channels (1 + 2C values), on up to threads threads.
+void batch_norm_local_stats(const fuseopt_channel_view_t& x, double* sums, int threads);
 
 // Forward, global half: from the sums over every rank, the batch mean and
 // inverse standard deviation (saved for backward), the running statistics

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/half16.h"
 #include "kernels/channel_rows.h"
+#include "kernels/parallel_for.h"
 
 namespace fuseopt {
 namespace kernels {
@@ -168,6 +169,33 @@ void affine_as(const fuseopt_channel_view_t& out, const fuseopt_channel_view_t& 
   }
 }
 
+// Channels [c0, c1) of v: the same tensor, fewer channels.
+fuseopt_channel_view_t channels_of(const fuseopt_channel_view_t& v, int64_t c0, int64_t c1) {
+  fuseopt_channel_view_t out = v;
+  const int64_t size = is_16bit(v.dtype) ? 2 : v.dtype == FUSEOPT_FLOAT64 ? 8 : 4;
+  out.data = static_cast<char*>(v.data) + c0 * v.channel_stride * size;
+  out.channels = c1 - c0;
+  return out;
+}
+
+// Below this many elements a call stays on its own thread: waking helpers
+// costs tens of microseconds here, what a small layer takes in all.
+constexpr int64_t kParallelMinElements = 1 << 16;
+
+// range(c0, c1) over contiguous channel ranges, one per thread when v is
+// large enough, else range(0, channels) on this thread.
+template <class F>
+void by_channel_ranges(const fuseopt_channel_view_t& v, int threads, F range) {
+  const int64_t elements = v.outer * v.channels * v.inner;
+  const int64_t parts = elements >= kParallelMinElements
+                            ? std::min<int64_t>(std::max(threads, 1), v.channels)
+                            : 1;
+  if (parts <= 1) return range(0, v.channels);
+  parallel_for(parts, static_cast<int>(parts), [&](int64_t i) {
+    range(v.channels * i / parts, v.channels * (i + 1) / parts);
+  });
+}
+
 }  // namespace
 
 void check_view(const fuseopt_channel_view_t& v, const char* what) {
@@ -189,24 +217,34 @@ void check_same_shape(const fuseopt_channel_view_t& a, const fuseopt_channel_vie
 }
 
 void channel_sums(const fuseopt_channel_view_t& u, const fuseopt_channel_view_t* v,
-                  double* sum_u, double* sum_uv) {
+                  double* sum_u, double* sum_uv, int threads) {
   std::fill(sum_u, sum_u + u.channels, 0.0);
   std::fill(sum_uv, sum_uv + u.channels, 0.0);
   if (u.outer * u.channels * u.inner == 0) return;
-  if (u.dtype == FUSEOPT_FLOAT64)
-    sums_as<double>(u, v, sum_u, sum_uv);
-  else
-    sums_as<float>(u, v, sum_u, sum_uv);
+  by_channel_ranges(u, threads, [&](int64_t c0, int64_t c1) {
+    const fuseopt_channel_view_t us = channels_of(u, c0, c1);
+    fuseopt_channel_view_t vs;
+    if (v) vs = channels_of(*v, c0, c1);
+    if (u.dtype == FUSEOPT_FLOAT64)
+      sums_as<double>(us, v ? &vs : nullptr, sum_u + c0, sum_uv + c0);
+    else
+      sums_as<float>(us, v ? &vs : nullptr, sum_u + c0, sum_uv + c0);
+  });
 }
 
 void channel_affine(const fuseopt_channel_view_t& out, const fuseopt_channel_view_t& a,
                     const double* p, const fuseopt_channel_view_t* b, const double* q,
-                    const double* r) {
+                    const double* r, int threads) {
   if (a.outer * a.channels * a.inner == 0) return;
-  if (a.dtype == FUSEOPT_FLOAT64)
-    affine_as<double>(out, a, p, b, q, r);
-  else
-    affine_as<float>(out, a, p, b, q, r);
+  by_channel_ranges(a, threads, [&](int64_t c0, int64_t c1) {
+    const fuseopt_channel_view_t os = channels_of(out, c0, c1), as = channels_of(a, c0, c1);
+    fuseopt_channel_view_t bs;
+    if (b) bs = channels_of(*b, c0, c1);
+    if (a.dtype == FUSEOPT_FLOAT64)
+      affine_as<double>(os, as, p + c0, b ? &bs : nullptr, b ? q + c0 : nullptr, r + c0);
+    else
+      affine_as<float>(os, as, p + c0, b ? &bs : nullptr, b ? q + c0 : nullptr, r + c0);
+  });
 }
 
 }  // namespace kernels

@@ -27,16 +27,21 @@ void check_view(const fuseopt_channel_view_t& v, const char* what);
 void check_same_shape(const fuseopt_channel_view_t& a, const fuseopt_channel_view_t& b,
                       const char* what);
 
+// Both kernels may split their channels among `threads` threads
+// (parallel_for.h) when the tensor is large enough to pay for it; a channel's
+// values are summed in the same order whatever the split, so the results do
+// not depend on the number of threads.
+
 // sum_u[c] = sum of u over the channel, sum_uv[c] = sum of u * v (v null: u).
 // Both arrays hold channels doubles and are overwritten.
 void channel_sums(const fuseopt_channel_view_t& u, const fuseopt_channel_view_t* v,
-                  double* sum_u, double* sum_uv);
+                  double* sum_u, double* sum_uv, int threads = 1);
 
 // out = a * p[c] + b * q[c] + r[c] element-wise (b null: no b term), the
 // coefficients rounded to the compute type first. out may be a or b.
 void channel_affine(const fuseopt_channel_view_t& out, const fuseopt_channel_view_t& a,
                     const double* p, const fuseopt_channel_view_t* b, const double* q,
-                    const double* r);
+                    const double* r, int threads = 1);
 
 }  // namespace kernels
 }  // namespace fuseopt
