@@ -6,6 +6,7 @@ waited for. So fuseopt's real dlopen, symbol resolution, unique-id / root
 info bootstrap over MPI, stream waits and error paths run at 2 ranks, with
 exact numeric checks. Real-hardware tests at the end skip without a GPU."""
 import os
+import re
 import subprocess
 import sys
 
@@ -21,16 +22,30 @@ def shim_env(tmp_path_factory):
     return shim_build.build(str(tmp_path_factory.mktemp("shims")))
 
 
+def fused_batch(output):
+    """(tensors, collectives, groups) of the worker's fused batch on rank 0."""
+    m = re.search(r"\[rank 0\] fused batch: (\d+) tensors in (\d+) collectives, (\d+) \(dtype, "
+                  r"op\) groups", output)
+    assert m, output
+    return tuple(int(g) for g in m.groups())
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_collective_dtype_and_op_on_device(run_ranks, shim_env, backend):
     out = run_ranks(2, "devices.py", backend, "all", env=shim_env, timeout=240).output
     assert out.count("11 checks, 0 failed") == 2, out
+    tensors, collectives, groups = fused_batch(out)
+    assert collectives <= groups < tensors, (tensors, collectives, groups)  # one bucket per group
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_device_collectives_with_tiny_fusion_threshold(run_ranks, shim_env, backend):
     env = dict(shim_env, FUSEOPT_FUSION_THRESHOLD="64")
-    run_ranks(2, "devices.py", backend, "all", env=env, timeout=240)
+    out = run_ranks(2, "devices.py", backend, "all", env=env, timeout=240).output
+    assert out.count("11 checks, 0 failed") == 2, out
+    tensors, collectives, groups = fused_batch(out)
+    # 64-byte buckets: groups split into several collectives each.
+    assert collectives > groups, (tensors, collectives, groups)
 
 
 def test_device_buckets_appear_in_the_timeline(run_ranks, shim_env, tmp_path):

@@ -91,9 +91,14 @@ def test_every_rank_gets_torchruns_variables(run_ranks, tmp_path):
 
 
 def test_four_ranks_on_two_cores_get_nolocal(run_ranks):
+    # Four ranks here: NOLOCAL on every rank where they outnumber the cores
+    # (2 on this project's machines), on none where they do not.
     r = run_ranks(4, "launch_probe.py", "env")
-    if (os.cpu_count() or 1) < 4:
-        assert r.output.count("MPIR_CVAR_NOLOCAL=1") == 4
+    expected = 4 if (os.cpu_count() or 1) < 4 else 0
+    assert r.output.count("MPIR_CVAR_NOLOCAL=1") == expected, r.output
+    from fuseopt.launcher import hosts
+    assert hosts.local_oversubscribed(["localhost"], 4, cores=2)
+    assert not hosts.local_oversubscribed(["localhost"], 4, cores=8)
 
 
 def test_mpmd_job_is_one_world():

@@ -274,3 +274,17 @@ def test_horovod_import_paths_that_scripts_use():
     assert importlib.import_module("fuseopt.keras.callbacks").BroadcastGlobalVariablesCallback \
         is tfk.callbacks.BroadcastGlobalVariablesCallback
     assert importlib.import_module("fuseopt.keras.elastic").KerasState is tfk.elastic.KerasState
+
+
+@pytest.mark.parametrize("path", ["fuseopt.torch", "fuseopt.tensorflow", "fuseopt.tensorflow.keras"])
+def test_op_constants_are_the_cores_ops(path):
+    # Existing is not enough: each name must select its own reduction in the
+    # core (a swapped or shared value would reduce with the wrong op).
+    from fuseopt.base._native import lib
+    module = importlib.import_module(path)
+    expected = {"Sum": lib.FUSEOPT_SUM, "Average": lib.FUSEOPT_AVERAGE, "Min": lib.FUSEOPT_MIN,
+                "Max": lib.FUSEOPT_MAX, "Product": lib.FUSEOPT_PRODUCT,
+                "Adasum": lib.FUSEOPT_ADASUM}
+    got = {name: getattr(module, name) for name in expected}
+    assert got == expected, got
+    assert len(set(got.values())) == len(got)

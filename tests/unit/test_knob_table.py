@@ -1,7 +1,10 @@
 """README's configuration table agrees with fuseopt/core/config.py and the core:
 every knob has a row with its keyword and the core's default, the rows marked
 *(rank 0)* are exactly the knobs the core takes from rank 0, and every other
-FUSEOPT_* row names a variable the code reads, with its default."""
+FUSEOPT_* row names a variable the code reads (found in the code itself), with
+the default the code uses."""
+import ast
+import glob
 import os
 import re
 
@@ -14,17 +17,42 @@ from fuseopt.spark import runner as spark_runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# Variables read outside config.KNOBS -> their default as the table shows it.
-OTHER_VARIABLES = {
+# Defaults the code keeps in named constants, for variables read outside
+# config.KNOBS; the others' defaults are read from the code (_code_reads).
+CONSTANT_DEFAULTS = {
     "FUSEOPT_LOST_RANK_LINGER_S": rank_wrapper.DEFAULT_LINGER_S,
     elastic_driver.DISCOVERY_INTERVAL_ENV: elastic_driver.DEFAULT_DISCOVERY_INTERVAL_S,
-    "FUSEOPT_ELASTIC_DIR": None,
     "FUSEOPT_BUCKET_CAP_MB": buckets.DEFAULT_BUCKET_CAP_MB,
-    "FUSEOPT_TIMELINE": "(none)", "FUSEOPT_TIMELINE_MARK_CYCLES": 0,
-    "FUSEOPT_NCCL_LIBRARY": None, "FUSEOPT_CUDA_BACKEND": None,
     spark_runner.START_TIMEOUT_ENV: spark_runner.DEFAULT_START_TIMEOUT_S,
-    "FUSEOPT_TF_KERNELS": 1, "FUSEOPT_CACHE_DIR": None,
 }
+
+
+def _code_reads():
+    """{FUSEOPT_* variable the code names: the literal default it reads it
+    with (os.environ.get(NAME, "1")), else None}. Names come from fuseopt's
+    Python (string constants, directly or through a module-level name) and
+    from native/src's string literals (the core reads a few itself)."""
+    found = {}
+    for path in glob.glob(os.path.join(ROOT, "fuseopt", "**", "*.py"), recursive=True):
+        tree = ast.parse(open(path).read())
+        names = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Name)
+                 and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    re.fullmatch(r"FUSEOPT_[A-Z0-9_]+", node.value):
+                found.setdefault(node.value, None)
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "get" and \
+                    len(node.args) == 2 and isinstance(node.args[1], ast.Constant):
+                first = node.args[0]
+                env = first.value if isinstance(first, ast.Constant) else \
+                    names.get(getattr(first, "id", ""))
+                if isinstance(env, str) and env.startswith("FUSEOPT_"):
+                    found[env] = node.args[1].value
+    for path in glob.glob(os.path.join(ROOT, "native", "src", "**", "*.cc"), recursive=True):
+        for env in re.findall(r'"(FUSEOPT_[A-Z0-9_]+)"', open(path).read()):
+            found.setdefault(env, None)
+    return found
 
 
 def _rows():
@@ -76,9 +104,19 @@ def test_rank_0_marks_match_the_knobs_the_core_agrees_on():
 
 
 def test_other_rows_name_variables_the_code_reads():
-    rows = _rows()
+    rows, reads = _rows(), _code_reads()
     knob_envs = {k.env for k in config.KNOBS}
     for env in set(rows) - knob_envs:
-        assert env in OTHER_VARIABLES, "README documents %s, which no code reads" % env
-        if OTHER_VARIABLES[env] is not None:
-            assert _same(rows[env][1], OTHER_VARIABLES[env]), (env, rows[env][1])
+        assert env in reads, "README documents %s, which no code reads" % env
+        default = CONSTANT_DEFAULTS.get(env, reads[env])
+        if default is not None:
+            assert _same(rows[env][1], default), (env, rows[env][1], default)
+
+
+def test_code_reads_are_found():
+    # The reader above must see each way the code names a variable.
+    reads = _code_reads()
+    assert reads["FUSEOPT_TF_KERNELS"] == "1"            # environ.get("...", "1")
+    assert reads["FUSEOPT_TIMELINE_MARK_CYCLES"] == "0"  # through a module constant
+    assert "FUSEOPT_CUDA_BACKEND" in reads               # in the core's C++
+    assert "FUSEOPT_NO_SUCH_VARIABLE" not in reads

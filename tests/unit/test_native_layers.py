@@ -9,7 +9,7 @@ import re
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SRC = os.path.join(ROOT, "native", "src")
 # Bottom to top; folders in one row do not include each other.
-ORDER = [["base"], ["policy"], ["transport"], ["transport/mpi", "transport/device"],
+ORDER = [["base"], ["policy", "kernels"], ["transport"], ["transport/mpi", "transport/device"],
          ["transport/nccl", "transport/hccl"], ["exec"], ["loop"], ["api"]]
 LAYER = {d: i for i, row in enumerate(ORDER) for d in row}
 
@@ -61,26 +61,47 @@ def test_no_include_cycle_between_modules():
 
 
 # A function definition at namespace level starts at column 0 (clang-format,
-# .clang-format) and its body closes with a "}" at column 0.
-_DEFINITION = re.compile(r"[A-Za-z_].*\)\s*(const\s*)?(override\s*)?\{$")
-_NOT_A_FUNCTION = re.compile(r"(namespace|class|struct|enum|union|extern)\b")
+# .clang-format), its signature may wrap over several lines (parameters,
+# "noexcept", a constructor's initializer list) up to the line that ends in
+# "{", and its body closes with a "}" at column 0. A statement that reaches a
+# ";" first is a declaration; one whose "{" follows "=" is an initializer.
+_STARTS = re.compile(r"[A-Za-z_]")
+_NOT_A_FUNCTION = re.compile(r"(namespace|class|struct|enum|union|extern|using|typedef)\b")
 
 
 def function_lengths(text):
     """(first line, body lines) of each namespace-level function in text."""
-    start = None
-    for i, line in enumerate(text.split("\n")):
-        if start is None:
-            if _DEFINITION.match(line) and not _NOT_A_FUNCTION.match(line):
-                start = i
-        elif line.startswith("}"):
-            yield start + 1, i - start - 1
-            start = None
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        if not _STARTS.match(lines[i]) or _NOT_A_FUNCTION.match(lines[i]):
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and ";" not in lines[j] and not lines[j].rstrip().endswith("{"):
+            j += 1
+        signature = " ".join(lines[i:j + 1])
+        if j == len(lines) or ";" in lines[j] or "(" not in signature or \
+                re.search(r"=\s*\{$", signature.rstrip()):
+            i = j + 1
+            continue
+        k = j + 1
+        while k < len(lines) and not lines[k].startswith("}"):
+            k += 1
+        yield i + 1, k - j - 1
+        i = k + 1
 
 
 def test_function_lengths_are_measured():
     text = "int f(int a) {\n" + "  a++;\n" * 61 + "}\nnamespace x {\nvoid g() const {\n}\n"
     assert list(function_lengths(text)) == [(1, 61), (65, 0)]
+    wrapped = ("void Loop::help(const std::function<bool()>& done,\n"
+               "                int deadline) {\n" + "  a++;\n" * 80 + "}\n"
+               "Loop::Loop(int a)\n    : a_(a) {\n  b();\n}\n"
+               "int h() noexcept {\n  return 1;\n}\n"
+               "int declared(int a,\n             int b);\n"
+               "const int table[] = {\n  1,\n};\n")
+    assert list(function_lengths(wrapped)) == [(1, 80), (84, 1), (88, 1)]
 
 
 def test_no_native_function_over_60_lines():

@@ -4,6 +4,7 @@ fuseopt's or pickle's, else as RuntimeError naming it; a class name from
 the wire is only ever looked up, never imported."""
 import errno
 import pickle
+import sys
 
 from fuseopt.training.checkpoint import CheckpointError
 from fuseopt.base.errors import InvalidArgumentError
@@ -40,8 +41,17 @@ def test_other_classes_arrive_as_runtime_error_naming_them():
     assert type(again) is RuntimeError and "invalid start byte" in str(again)
 
 
-def test_a_class_name_from_the_wire_is_never_imported():
+def test_a_class_name_from_the_wire_is_never_imported(tmp_path, monkeypatch):
     for kind in ("os.system", "subprocess.Popen", "builtins.eval", "fuseopt.api.ops.allreduce",
                  "builtins.BaseException", "builtins.SystemExit", "nonsense"):
         again = rebuild((kind, "message"))
         assert type(again) is RuntimeError and str(again) == "message", kind
+    # A module not imported yet, whose import would leave a mark: rebuilding
+    # an error that names a class in it must neither import it nor run it.
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_by_a_peer.py").write_text(
+        "open(%r, 'w').close()\nclass Boom(Exception):\n    pass\n" % str(marker))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    again = rebuild(("planted_by_a_peer.Boom", "message"))
+    assert type(again) is RuntimeError and str(again) == "message"
+    assert "planted_by_a_peer" not in sys.modules and not marker.exists()

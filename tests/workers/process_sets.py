@@ -114,6 +114,7 @@ def overlapping():
         t.start()
     for t in threads:
         t.join(120)
+    assert not any(t.is_alive() for t in threads), "a set's steps still running after 120 s"
     assert not errors, errors
     fuseopt.remove_process_set(a)
     fuseopt.remove_process_set(b)

@@ -95,7 +95,7 @@ def case_failures():
         try:
             call()
         except Exception as e:
-            report("refused " + name, type(e).__name__)
+            report("refused " + name, (type(e).__name__, str(e)[:70]))
     report("after failures", [r[:3] for r in fuseopt.spark.run(collectives, args=(1.0,))])
 
 

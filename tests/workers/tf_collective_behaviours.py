@@ -9,6 +9,7 @@ tests/test_tensorflow.py at 4 ranks."""
 import math
 import os
 import tempfile
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -178,6 +179,10 @@ def check_barrier_in_tf_function():
         return htf.barrier()
 
     for round_ in range(3):
+        if r == n - 1:
+            # The last rank comes late: a barrier that did not wait would let
+            # the others look before its file exists.
+            time.sleep(0.3)
         open(os.path.join(where, "%d.%d" % (round_, r)), "w").close()
         wait()
         present = [os.path.exists(os.path.join(where, "%d.%d" % (round_, k))) for k in range(n)]

@@ -71,9 +71,19 @@ def check_nested_tapes_through_a_traced_collective():
             first = inner.gradient(y, x)
         return first, outer.gradient(first, x)
 
-    first, _ = second_order(tf.constant([1.0, 3.0]))
+    first, second = second_order(tf.constant([1.0, 3.0]))
     close(first, [2.0, 6.0], "first-order gradient through the kernel")
     assert kernels.status_kernel() is not None
+    # The same computation without the kernel (the tf.numpy_function alone):
+    # what the kernel must not change, including the second order.
+    kernels._kernel, loaded = None, kernels._kernel
+    try:
+        first_off, second_off = tf.function(second_order.python_function)(
+            tf.constant([1.0, 3.0]))
+    finally:
+        kernels._kernel = loaded
+    close(first, first_off, "first order with and without the kernel", 0)
+    close(second, second_off, "second order with and without the kernel", 0)
 
 
 def check_unusable_caches_are_refused_not_loaded():
@@ -100,6 +110,48 @@ def check_unusable_caches_are_refused_not_loaded():
                          library, "other users")
     with open(library, "rb") as f:
         assert f.read() == b"planted"  # refused, neither loaded nor replaced
+
+
+def check_a_cache_of_another_user_is_refused():
+    # Root is trusted (container images), so as root the directory is given
+    # to nobody (uid 65534); as anyone else it is this user's, and the check
+    # is made to see another user (getuid patched).
+    directory = _private_dir()
+    real_getuid = kernels.os.getuid
+    if real_getuid() == 0:
+        os.chown(directory, 65534, -1)
+        owner = 65534
+    else:
+        owner = real_getuid()
+        kernels.os.getuid = lambda: owner + 1
+    try:
+        harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(directory),
+                             directory, "belongs to uid %d" % owner, "neither this user")
+    finally:
+        kernels.os.getuid = real_getuid
+
+
+def check_a_slow_compiler_times_out_and_leaves_nothing():
+    # The build at trace time has a limit (peers wait in a collective
+    # meanwhile): a compiler past it is stopped, and its partial output goes.
+    saved, limit = dict(os.environ), kernels.TRACE_BUILD_TIMEOUT_S
+    cache = _private_dir()
+    compiler = os.path.join(cache, "slow-compiler.sh")
+    with open(compiler, "w") as f:
+        f.write('while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n'
+                'echo partial > "$out"; exec sleep 30\n')
+    os.environ["CXX"] = "sh " + compiler
+    kernels.TRACE_BUILD_TIMEOUT_S = 1
+    try:
+        directory = os.path.join(cache, "kernels")
+        harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(directory),
+                             "the compiler did not finish", "timed out after 1")
+        left = [name for name in os.listdir(directory) if name.endswith(".tmp")]
+        assert not left, left
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        kernels.TRACE_BUILD_TIMEOUT_S = limit
 
 
 def check_a_failing_compiler_is_a_warning_and_collectives_still_run():
@@ -170,6 +222,8 @@ if __name__ == "__main__":
     # Nothing is loaded before the corrupt-library check; after it, a
     # process refuses every other copy.
     harness.run([check_unusable_caches_are_refused_not_loaded,
+                 check_a_cache_of_another_user_is_refused,
+                 check_a_slow_compiler_times_out_and_leaves_nothing,
                  check_a_failing_compiler_is_a_warning_and_collectives_still_run,
                  check_the_switch_turns_the_kernel_off,
                  check_a_corrupt_library_is_built_again_and_loads,

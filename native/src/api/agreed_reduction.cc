@@ -1,5 +1,6 @@
 #include "api/agreed_reduction.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -24,8 +25,13 @@ std::map<double, std::string>& names_by_check() {
   return names;
 }
 
-// h of Note [Agreed reductions]: 1 <= h < 2^20, from the name, size and set.
-double check_value(const std::string& name, int64_t count, int32_t set) {
+// h of Note [Agreed reductions], from the name, size and set: 1 <= h < 2^bits,
+// where bits (20 up to 8,192 ranks, fewer beyond) keeps ranks * h * h below
+// 2^53, so the sums of h and h * h stay exact in a double.
+double check_value(const std::string& name, int64_t count, int32_t set, int ranks) {
+  int rank_bits = 0;
+  while ((int64_t(1) << rank_bits) < ranks) ++rank_bits;
+  const int bits = std::max(4, std::min(20, (53 - rank_bits) / 2));
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
   auto mix = [&](const void* p, size_t n) {
     for (size_t i = 0; i < n; ++i) {
@@ -36,7 +42,7 @@ double check_value(const std::string& name, int64_t count, int32_t set) {
   mix(name.data(), name.size());
   mix(&count, sizeof count);
   mix(&set, sizeof set);
-  return static_cast<double>(1 + hash % ((uint64_t(1) << 20) - 1));
+  return static_cast<double>(1 + hash % ((uint64_t(1) << bits) - 1));
 }
 
 }  // namespace
@@ -54,7 +60,7 @@ AgreedReduction::AgreedReduction(Context& context, const std::string& name, int6
     throw Error(FUSEOPT_INVALID_ARG, "agreed reduction '" + name + "': this rank is not a member "
                                      "of process set " + std::to_string(set));
   set_size_ = static_cast<int32_t>(members.ranks.size());
-  check_ = check_value(name, count, set);
+  check_ = check_value(name, count, set, set_size_);
   wire_.assign(static_cast<size_t>(std::max<int64_t>(2 + count, Loop::kAgreedFirstWords)), 0.0);
   std::lock_guard<std::mutex> lock(g_names_mu);
   names_by_check()[check_] = name;

@@ -8,6 +8,10 @@
 #include <chrono>
 #include <thread>
 
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
 namespace fuseopt {
 
 // Seconds on the monotonic clock: what waits, stall checks and the timeline
@@ -103,6 +107,33 @@ constexpr std::chrono::microseconds kHandleWaitSpin(50);
 
 constexpr std::chrono::microseconds kHurriedWait(5000);
 constexpr unsigned long kLoopTimerSlackNs = 1000;
+
+// Linux rounds a short sleep up by the thread's timer slack, 50 us by default:
+// a framework thread that polls on the core's behalf (a helping thread's
+// rounds, an agreed reduction) takes the loop thread's slack while it does,
+// and gets its own back afterwards.
+class LoopTimerSlack {
+ public:
+  LoopTimerSlack() {
+#ifdef __linux__
+    const int old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (old >= 0 && static_cast<unsigned long>(old) != kLoopTimerSlackNs) {
+      saved_ = old;
+      prctl(PR_SET_TIMERSLACK, kLoopTimerSlackNs, 0, 0, 0);
+    }
+#endif
+  }
+  ~LoopTimerSlack() {
+#ifdef __linux__
+    if (saved_ >= 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_), 0, 0, 0);
+#endif
+  }
+  LoopTimerSlack(const LoopTimerSlack&) = delete;
+  LoopTimerSlack& operator=(const LoopTimerSlack&) = delete;
+
+ private:
+  long saved_ = -1;
+};
 
 // Framework threads of this process now blocked waiting for results.
 class FrameworkBlocked {

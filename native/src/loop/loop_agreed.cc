@@ -1,8 +1,8 @@
 // Agreed reductions: a small allreduce that every rank repeats with the same
 // name and size runs on the calling thread. See Note [Agreed reductions].
 #include <algorithm>
-#include <cmath>
-#include <sstream>
+#include <chrono>
+#include <optional>
 
 #include "base/poll_schedule.h"
 #include "loop/loop.h"
@@ -29,9 +29,10 @@ namespace fuseopt {
 // wire is [h, h*h, values...], where h, a small integer, identifies the
 // reduction (a hash of its name and size). After the sum, every rank holds
 // sum(h) and sum(h*h); both equal size*h and size*h*h only when every rank
-// sent the same h (Cauchy-Schwarz), exactly, since h < 2^20 keeps the sums
-// integral in a double. So ranks that call different agreed reductions at
-// once all see the same two numbers and all raise a mismatch. MPI itself
+// sent the same h (Cauchy-Schwarz), exactly: h is small enough for its sums
+// to stay integers below 2^53 (AgreedReduction picks it). So ranks that call
+// different agreed reductions at once all see the same two numbers and all
+// raise a mismatch. MPI itself
 // requires equal counts, so the first collective always carries
 // kAgreedFirstWords doubles (values that do not fit follow in a second one,
 // once the check has passed): a reduction of another size can make the check
@@ -67,10 +68,16 @@ void Loop::await_agreed(Before before, double* values, int64_t count, const MPI_
   MPI_Request request = MPI_REQUEST_NULL;
   bool posted = false;
   int finished = 0;
+  // Once the wait sleeps between polls (a late peer), it sleeps at the loop
+  // thread's timer slack; two system calls, so not for the usual short wait.
+  std::optional<LoopTimerSlack> slack;
+  const auto started = std::chrono::steady_clock::now();
   // try_lock, never lock: after an abort the loop thread may keep the mutex
   // for good, stuck in MPI with the lost rank.
   poll_until([&] {
     throw_if_aborted();
+    if (!slack && std::chrono::steady_clock::now() - started >= kCollectivePoll.yield)
+      slack.emplace();
     if (!rounds_mu_.try_lock()) return false;
     std::lock_guard<std::mutex> hold(rounds_mu_, std::adopt_lock);
     if (closed_) throw Error(FUSEOPT_SHUT_DOWN, "fuseopt has shut down");

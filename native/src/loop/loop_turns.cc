@@ -1,9 +1,5 @@
 // Turns: who runs the next round, the loop thread or a framework thread that
 // waits on a handle. See Note [Turns].
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
-
 #include "base/poll_schedule.h"
 #include "loop/loop.h"
 
@@ -66,33 +62,6 @@ bool Loop::round() {
   return !closed_;
 }
 
-namespace {
-
-// Linux rounds a short sleep up by the thread's timer slack, 50 us by default:
-// a helping thread polls rounds at the loop thread's slack (Note [Poll
-// schedule]) and gets its own back afterwards.
-class LoopTimerSlack {
- public:
-  LoopTimerSlack() {
-#ifdef __linux__
-    const int old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    if (old >= 0 && static_cast<unsigned long>(old) != kLoopTimerSlackNs) {
-      saved_ = old;
-      prctl(PR_SET_TIMERSLACK, kLoopTimerSlackNs, 0, 0, 0);
-    }
-#endif
-  }
-  ~LoopTimerSlack() {
-#ifdef __linux__
-    if (saved_ >= 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_), 0, 0, 0);
-#endif
-  }
-
- private:
-  long saved_ = -1;
-};
-
-}  // namespace
 
 void Loop::help(const std::function<bool()>& done,
                 std::chrono::steady_clock::time_point deadline) {
