@@ -135,6 +135,8 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         self.supports_jit = False  # collectives run on the host; keeps XLA "auto" off
 
     def call(self, inputs, training=None, mask=None):
+        """Keras' BatchNormalization, with training statistics over every
+        rank's batch (one call into fuseopt's core per pass)."""
         if not (training and self.trainable) or mask is not None or self.renorm or \
                 world.size() == 1:
             return super().call(inputs, training=training, mask=mask)

@@ -15,7 +15,7 @@
 
 #include "exec/entry.h"
 #include "exec/executor.h"
-#include "loop/control_plane.h"
+#include "transport/mpi/control_plane.h"
 #include "policy/coordinator.h"
 #include "policy/response_cache.h"
 #include "transport/mpi/mpi_backend.h"

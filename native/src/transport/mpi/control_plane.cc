@@ -1,4 +1,4 @@
-#include "loop/control_plane.h"
+#include "transport/mpi/control_plane.h"
 
 #include <algorithm>
 #include <thread>
