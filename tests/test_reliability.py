@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 
 def survivors_reported(output, ranks):
     for r in ranks:
@@ -13,56 +15,40 @@ def survivors_reported(output, ranks):
         assert "[rank %d] init again refused" % r in output, output
 
 
-def test_killed_rank_is_named_on_every_survivor(run_ranks):
+def survivor_caught(output, rank):
+    """(seconds, message) of what a survivor caught."""
+    line = re.search(r"\[rank %d\] caught RankFailedError after ([\d.]+) s: (.*)" % rank, output)
+    assert line, output
+    return float(line.group(1)), line.group(2)
+
+
+# syncbn-*: the rank is lost between two SyncBatchNorm layers, so the others
+# wait in an agreed reduction (no negotiation round, no loop thread).
+@pytest.mark.parametrize("mode", ["kill", "syncbn-kill"])
+def test_killed_rank_is_named_on_every_survivor(run_ranks, mode):
     started = time.time()
-    r = run_ranks(3, "lost_rank.py", "kill", expect_ok=False, timeout=90)
+    r = run_ranks(3, "lost_rank.py", mode, expect_ok=False, timeout=90)
     elapsed = time.time() - started
     assert r.code != 0, r
     survivors_reported(r.output, [0, 2])
     for rank in (0, 2):
-        line = re.search(r"\[rank %d\] caught RankFailedError after ([\d.]+) s: (.*)" % rank, r.output)
-        assert line, r.output
-        assert float(line.group(1)) < 10, line.group(0)  # the watcher polls every 0.2 s
-        assert "rank 1 (host" in line.group(2) and "SIGKILL" in line.group(2), line.group(0)
+        waited, message = survivor_caught(r.output, rank)
+        assert waited < 10, message  # the watcher polls every 0.2 s
+        assert "rank 1 (host" in message and "SIGKILL" in message, message
     assert "rank 1 on" in r.output and "failed first (signal SIGKILL" in r.output, r.output
     assert elapsed < 60, elapsed
 
 
-def test_killed_rank_inside_sync_batch_norm_is_named_on_every_survivor(run_ranks):
-    # The survivors wait in an agreed reduction (no negotiation round, no loop
-    # thread): the launcher's news must still reach them.
-    r = run_ranks(3, "lost_rank.py", "syncbn-kill", expect_ok=False, timeout=90)
-    assert r.code != 0, r
-    survivors_reported(r.output, [0, 2])
-    for rank in (0, 2):
-        line = re.search(r"\[rank %d\] caught RankFailedError after ([\d.]+) s: (.*)" % rank,
-                         r.output)
-        assert line, r.output
-        assert float(line.group(1)) < 10, line.group(0)
-        assert "rank 1 (host" in line.group(2) and "SIGKILL" in line.group(2), line.group(0)
-
-
-def test_frozen_rank_inside_sync_batch_norm_times_out(run_ranks):
-    r = run_ranks(2, "lost_rank.py", "syncbn-freeze", expect_ok=False, timeout=90,
+@pytest.mark.parametrize("mode, waiting_in", [("freeze", "negotiating"),
+                                              ("syncbn-freeze", "in an agreed reduction")])
+def test_frozen_rank_times_out_on_the_survivor(run_ranks, mode, waiting_in):
+    r = run_ranks(2, "lost_rank.py", mode, expect_ok=False, timeout=90,
                   env={"FUSEOPT_PEER_TIMEOUT_S": "2"})
     assert r.code != 0, r
     survivors_reported(r.output, [0])
-    line = re.search(r"\[rank 0\] caught RankFailedError after ([\d.]+) s: (.*)", r.output)
-    assert line, r.output
-    assert 1.5 < float(line.group(1)) < 20, line.group(0)
-    assert "in an agreed reduction" in line.group(2), line.group(0)
-    assert "FUSEOPT_PEER_TIMEOUT_S=2" in line.group(2), line.group(0)
-
-
-def test_frozen_rank_times_out_on_the_survivor(run_ranks):
-    r = run_ranks(2, "lost_rank.py", "freeze", expect_ok=False, timeout=90,
-                  env={"FUSEOPT_PEER_TIMEOUT_S": "2"})
-    assert r.code != 0, r
-    survivors_reported(r.output, [0])
-    line = re.search(r"\[rank 0\] caught RankFailedError after ([\d.]+) s: (.*)", r.output)
-    assert line, r.output
-    assert 1.5 < float(line.group(1)) < 20, line.group(0)
-    assert "FUSEOPT_PEER_TIMEOUT_S=2" in line.group(2), line.group(0)
+    waited, message = survivor_caught(r.output, 0)
+    assert 1.5 < waited < 20, message
+    assert "FUSEOPT_PEER_TIMEOUT_S=2" in message and waiting_in in message, message
     assert "stopped first, reporting a failed or stalled peer" in r.output, r.output
     assert "rank 1: stopped by mpiexec (it had not exited" in r.output, r.output
 
