@@ -55,7 +55,7 @@ def _core_attrs(function, agreed):
 
 
 def _op_normalize(module, x, gamma, beta, axis, epsilon):
-    """(y, saved) through the compiled FuseoptSyncBatchNorm op."""
+    """(y, saved, mean, variance) through the compiled FuseoptSyncBatchNorm op."""
     kernel_ = sync_kernel(int(x.shape[axis]))
     return _tensors.chained(lambda: module.fuseopt_sync_batch_norm(
         x, gamma, beta, epsilon=epsilon, axis=axis,
@@ -63,7 +63,7 @@ def _op_normalize(module, x, gamma, beta, axis, epsilon):
 
 
 @tf.RegisterGradient("FuseoptSyncBatchNorm")
-def _op_gradient(op, dy, _dsaved):
+def _op_gradient(op, dy, _dsaved, _dmean, _dvariance):
     x, gamma, _ = op.inputs
     axis = op.get_attr("axis")
     module = kernels.status_kernel()
@@ -112,9 +112,9 @@ def _sync_normalize(x, gamma, beta, axis, epsilon):
     channels = int(x.shape[axis])
     module = kernels.status_kernel()
     if module is not None and hasattr(module, "fuseopt_sync_batch_norm"):
-        y, saved = _op_normalize(module, x, gamma, beta, axis, epsilon)
-    else:
-        y, saved = _host_normalize(x, gamma, beta, axis, epsilon)
+        y, _, mean, variance = _op_normalize(module, x, gamma, beta, axis, epsilon)
+        return y, mean, variance
+    y, saved = _host_normalize(x, gamma, beta, axis, epsilon)
     y, saved = tf.ensure_shape(y, x.shape), tf.ensure_shape(saved, [2 * channels + 1])
     mean = tf.cast(saved[:channels], x.dtype)
     variance = tf.cast(1.0 / tf.square(saved[channels:2 * channels]) - epsilon, x.dtype)

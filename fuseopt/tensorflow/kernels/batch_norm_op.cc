@@ -50,11 +50,24 @@ REGISTER_OP("FuseoptSyncBatchNorm")
     .Input("beta: T")
     .Output("y: T")
     .Output("saved: double")
+    .Output("mean: T")
+    .Output("variance: T")
     .Attr("epsilon: float")
     .FUSEOPT_CORE_ATTRS
     .SetShapeFn([](InferenceContext* c) {
+      // saved holds 2C + 1 values, mean and variance C, for C channels on axis.
       c->set_output(0, c->input(0));
-      c->set_output(1, c->UnknownShapeOfRank(1));
+      int64_t axis = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("axis", &axis));
+      auto channels = c->UnknownDim();
+      if (c->RankKnown(c->input(0)) && axis >= 0 && axis < c->Rank(c->input(0)))
+        channels = c->Dim(c->input(0), axis);
+      tensorflow::shape_inference::DimensionHandle saved;
+      TF_RETURN_IF_ERROR(c->Multiply(channels, 2, &saved));
+      TF_RETURN_IF_ERROR(c->Add(saved, 1, &saved));
+      c->set_output(1, c->Vector(saved));
+      c->set_output(2, c->Vector(channels));
+      c->set_output(3, c->Vector(channels));
       return absl::OkStatus();
     });
 
@@ -150,9 +163,11 @@ class SyncBatchNormOp : public CoreOp {
     const Tensor& x = context->input(0);
     if (!check_axis(context, x)) return;
     const int64_t channels = x.dim_size(axis_);
-    Tensor *y = nullptr, *saved = nullptr;
+    Tensor *y = nullptr, *saved = nullptr, *mean = nullptr, *variance = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &y));
     OP_REQUIRES_OK(context, context->allocate_output(1, {2 * channels + 1}, &saved));
+    OP_REQUIRES_OK(context, context->allocate_output(2, {channels}, &mean));
+    OP_REQUIRES_OK(context, context->allocate_output(3, {channels}, &variance));
     fuseopt_batch_norm_forward_t args{};
     args.struct_size = sizeof(args);
     args.x = view_of(x, axis_, dtype_);
@@ -166,10 +181,27 @@ class SyncBatchNormOp : public CoreOp {
     args.saved_mean = out;
     args.saved_invstd = out + channels;
     args.saved_count = out + 2 * channels;
-    ok(context, reinterpret_cast<ForwardFn>(function_)(agreed_, &args));
+    if (!ok(context, reinterpret_cast<ForwardFn>(function_)(agreed_, &args))) return;
+    // The batch statistics, for Keras' moving averages (variance biased, as
+    // Keras' own layer uses it).
+    if (dtype_ == FUSEOPT_FLOAT64)
+      statistics<double>(out, channels, mean, variance);
+    else
+      statistics<float>(out, channels, mean, variance);
   }
 
  private:
+  template <typename T>
+  void statistics(const double* saved, int64_t channels, Tensor* mean, Tensor* variance) const {
+    T* m = mean->flat<T>().data();
+    T* v = variance->flat<T>().data();
+    for (int64_t c = 0; c < channels; ++c) {
+      const double invstd = saved[channels + c];
+      m[c] = static_cast<T>(saved[c]);
+      v[c] = static_cast<T>(1.0 / (invstd * invstd) - epsilon_);
+    }
+  }
+
   float epsilon_ = 0;
 };
 
