@@ -333,38 +333,33 @@ def layer_job(args):
         def _host_kernel(self, channels):
             return local
 
-    out = {}
-    for shape in sorted({s for m in args.models for s in LAYERS[m]}):
-        x = torch.randn(shape, requires_grad=True)
-        dy = torch.randn(shape)
-        layers = {"bn": torch.nn.BatchNorm2d(shape[1]), "sync": LocalSyncBatchNorm(shape[1])}
-        if shape == LAYERS["demo"][0]:  # what a layer of Python could cost at the least
-            layers.update(empty_wrappers(torch, shape[1]))
+    def median_us(layers, shape, per_block):
+        """Median microseconds of each layer's forward + backward, in 10 blocks of
+        per_block calls, the layers alternating block by block (the first two
+        blocks warm up)."""
+        x, dy = torch.randn(shape, requires_grad=True), torch.randn(shape)
         samples = {k: [] for k in layers}
-        reps = 200 if args.quick else 1000
         for block in range(10):
             for name, layer in layers.items():
                 t0 = time.perf_counter()
-                for _ in range(reps // 10):
+                for _ in range(per_block):
                     layer(x).backward(dy)
-                samples[name].append((time.perf_counter() - t0) / (reps // 10) * 1e6)
-        for name in layers:
-            out["%s/%s" % ("x".join(map(str, shape)), name)] = statistics.median(samples[name][2:])
+                samples[name].append((time.perf_counter() - t0) / per_block * 1e6)
+        return {name: statistics.median(v[2:]) for name, v in samples.items()}
+
+    out = {}
+    for shape in sorted({s for m in args.models for s in LAYERS[m]}):
+        layers = {"bn": torch.nn.BatchNorm2d(shape[1]), "sync": LocalSyncBatchNorm(shape[1])}
+        if shape == LAYERS["demo"][0]:  # what a layer of Python could cost at the least
+            layers.update(empty_wrappers(torch, shape[1]))
+        for name, us in median_us(layers, shape, 20 if args.quick else 100).items():
+            out["%s/%s" % ("x".join(map(str, shape)), name)] = us
     # A rank that trains with 2 threads: both layers may use them.
     torch.set_num_threads(2)
     shape = LAYERS["resnet"][0]
-    x, dy = torch.randn(shape, requires_grad=True), torch.randn(shape)
     layers = {"bn": torch.nn.BatchNorm2d(shape[1]), "sync": LocalSyncBatchNorm(shape[1])}
-    samples = {k: [] for k in layers}
-    for block in range(10):
-        for name, layer in layers.items():
-            t0 = time.perf_counter()
-            for _ in range(10 if args.quick else 40):
-                layer(x).backward(dy)
-            samples[name].append((time.perf_counter() - t0) / (10 if args.quick else 40) * 1e6)
-    for name in layers:
-        out["%s/%s/2 threads" % ("x".join(map(str, shape)), name)] = \
-            statistics.median(samples[name][2:])
+    for name, us in median_us(layers, shape, 10 if args.quick else 40).items():
+        out["%s/%s/2 threads" % ("x".join(map(str, shape)), name)] = us
     return 0, {"layer_us": out}
 
 

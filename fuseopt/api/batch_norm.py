@@ -150,8 +150,7 @@ class BatchNormKernel:
         c = view[1]
         values, p = saved
         a.saved_mean, a.saved_invstd, a.saved_count = p, p + c, values[2 * c]
-        a.grad_weight = ffi.cast("void*", grad_weight) if grad_weight else ffi.NULL
-        a.grad_bias = ffi.cast("void*", grad_bias) if grad_bias else ffi.NULL
+        a.grad_weight, a.grad_bias = _address(grad_weight), _address(grad_bias)
         if self._reducer is None:
             status = lib.fuseopt_batch_norm_backward(self._grads, a)
             if status:

@@ -31,6 +31,11 @@ def _address(array):
     return array.ctypes.data
 
 
+def _view(array, axis):
+    """The channel view of a contiguous NumPy array."""
+    return channel_view(array.shape, [s // array.itemsize for s in array.strides], axis)
+
+
 def _pointer(cdata):
     return int(ffi.cast("uintptr_t", cdata))
 
@@ -51,7 +56,7 @@ def _core_attrs(function, agreed):
         _error_attrs = {"error_codes": codes, "error_names": names,
                         "last_error": _pointer(ffi.addressof(lib, "fuseopt_last_error"))}
     return dict(_error_attrs, function=_pointer(ffi.addressof(lib, function)),
-                agreed=_pointer(agreed.handle) if agreed is not None else 0)
+                agreed=_pointer(agreed.handle))
 
 
 def _op_normalize(module, x, gamma, beta, axis, epsilon):
@@ -80,17 +85,15 @@ def _host_normalize(x, gamma, beta, axis, epsilon):
 
     def forward(xs, g, b):
         y = np.empty_like(xs)
-        view = channel_view(xs.shape, [s // xs.itemsize for s in xs.strides], axis)
-        saved, _ = kernel_.forward(_address(xs), _address(y), code, view, epsilon, _address(g),
-                                   _address(b), code)
+        saved, _ = kernel_.forward(_address(xs), _address(y), code, _view(xs, axis), epsilon,
+                                   _address(g), _address(b), code)
         return y, saved
 
     def backward(xs, dy, g, saved):
         dy = np.ascontiguousarray(dy, xs.dtype)
         dx = np.empty_like(xs)
         dg, db = np.empty_like(g), np.empty_like(g)
-        view = channel_view(xs.shape, [s // xs.itemsize for s in xs.strides], axis)
-        kernel_.backward(_address(xs), _address(dy), _address(dx), code, view,
+        kernel_.backward(_address(xs), _address(dy), _address(dx), code, _view(xs, axis),
                          saved_statistics(saved), _address(g), code, _address(dg), _address(db))
         return dx, dg, db
 

@@ -17,6 +17,7 @@ torch.nn.SyncBatchNorm only runs on CUDA; this one runs wherever fuseopt does.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
@@ -153,7 +154,7 @@ def _described(t):
     """t (or a contiguous copy) with its channel view."""
     if t.is_contiguous():  # the common case, without hashing a shape
         n, c = t.shape[0], t.shape[1]
-        inner = t.numel() // (n * c) if n * c else _prod(t.shape[2:])
+        inner = t.numel() // (n * c) if n * c else math.prod(t.shape[2:])
         return t, (n, c, inner, c * inner, inner, 1)
     key = (t.shape, t.stride())
     view = _views.get(key)
@@ -166,13 +167,6 @@ def _described(t):
             _views.clear()
         _views[key] = view
     return t, view
-
-
-def _prod(dims):
-    out = 1
-    for d in dims:
-        out *= d
-    return out
 
 
 class _SyncBatchNormFn(torch.autograd.Function):

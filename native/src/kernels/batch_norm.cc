@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "base/half16.h"
 #include "kernels/channel_kernels.h"
 
 namespace fuseopt {
@@ -15,26 +14,9 @@ namespace kernels {
 namespace {
 
 // Per-channel parameter arrays (weight, bias, running statistics) come in
-// the framework's parameter dtype.
+// the framework's parameter dtype; a missing one reads as `absent`.
 double load(const void* p, int32_t dtype, int64_t i, double absent) {
-  if (!p) return absent;
-  switch (dtype) {
-    case FUSEOPT_FLOAT64: return static_cast<const double*>(p)[i];
-    case FUSEOPT_FLOAT32: return static_cast<const float*>(p)[i];
-    case FUSEOPT_FLOAT16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
-    default: return bfloat_to_float(static_cast<const uint16_t*>(p)[i]);
-  }
-}
-
-void store(void* p, int32_t dtype, int64_t i, double value) {
-  switch (dtype) {
-    case FUSEOPT_FLOAT64: static_cast<double*>(p)[i] = value; break;
-    case FUSEOPT_FLOAT32: static_cast<float*>(p)[i] = static_cast<float>(value); break;
-    case FUSEOPT_FLOAT16:
-      static_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(value));
-      break;
-    default: static_cast<uint16_t*>(p)[i] = float_to_bfloat(static_cast<float>(value));
-  }
+  return p ? load_element(p, dtype, i) : absent;
 }
 
 void check_param_dtype(int32_t dtype, bool used, const char* what) {
@@ -86,12 +68,15 @@ void batch_norm_normalize(const fuseopt_batch_norm_forward_t& a, const double* s
     a.saved_mean[c] = mean;
     a.saved_invstd[c] = invstd;
     const double m = a.momentum;
-    if (a.running_mean)
-      store(a.running_mean, a.running_dtype, c,
-            (1 - m) * load(a.running_mean, a.running_dtype, c, 0) + m * mean);
-    if (a.running_var)
-      store(a.running_var, a.running_dtype, c,
-            (1 - m) * load(a.running_var, a.running_dtype, c, 1) + m * (n > 1 ? var * n / (n - 1) : var));
+    if (a.running_mean) {
+      const double moved = (1 - m) * load(a.running_mean, a.running_dtype, c, 0) + m * mean;
+      store_element(a.running_mean, a.running_dtype, c, moved);
+    }
+    if (a.running_var) {
+      const double unbiased = n > 1 ? var * n / (n - 1) : var;
+      const double moved = (1 - m) * load(a.running_var, a.running_dtype, c, 1) + m * unbiased;
+      store_element(a.running_var, a.running_dtype, c, moved);
+    }
     scale[c] = load(a.weight, a.param_dtype, c, 1.0) * invstd;
     shift[c] = load(a.bias, a.param_dtype, c, 0.0) - mean * scale[c];
   }
@@ -120,8 +105,8 @@ void batch_norm_grad_input(const fuseopt_batch_norm_backward_t& a, const double*
     k[c] = invstd * load(a.weight, a.param_dtype, c, 1.0);
     ax[c] = -k[c] * invstd * g_dy_xhat;
     b[c] = -k[c] * (g_dy - a.saved_mean[c] * invstd * g_dy_xhat);
-    if (a.grad_weight) store(a.grad_weight, a.param_dtype, c, local[channels + c]);
-    if (a.grad_bias) store(a.grad_bias, a.param_dtype, c, local[c]);
+    if (a.grad_weight) store_element(a.grad_weight, a.param_dtype, c, local[channels + c]);
+    if (a.grad_bias) store_element(a.grad_bias, a.param_dtype, c, local[c]);
   }
   channel_affine(a.dx, a.dy, k.data(), &a.x, ax.data(), b.data(), a.threads);
 }

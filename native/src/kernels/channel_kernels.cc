@@ -3,10 +3,10 @@
 #include "kernels/channel_kernels.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/half16.h"
 #include "kernels/channel_rows.h"
@@ -16,7 +16,7 @@ namespace fuseopt {
 namespace kernels {
 namespace {
 
-bool is_16bit(int32_t dtype) { return dtype == FUSEOPT_FLOAT16 || dtype == FUSEOPT_BFLOAT16; }
+bool is_16bit(int32_t dtype) { return is_16bit_float(static_cast<fuseopt_dtype_t>(dtype)); }
 
 // How a call walks its views: along each channel's contiguous run, or along
 // each position's contiguous channels.
@@ -42,7 +42,8 @@ class Rows {
               reinterpret_cast<float*>(buffer_.data()), n_, 1.0f);
       return buffer_.data();
     }
-    for (int64_t i = 0; i < n_; ++i) buffer_[i] = get(offset + i * stride_);
+    for (int64_t i = 0; i < n_; ++i)
+      buffer_[i] = static_cast<C>(load_element(v_.data, v_.dtype, offset + i * stride_));
     return buffer_.data();
   }
   bool direct() const { return direct_; }
@@ -56,7 +57,8 @@ class Rows {
                element<uint16_t>(offset), n_, 1.0f);
       return;
     }
-    for (int64_t i = 0; i < n_; ++i) put(offset + i * stride_, buffer_[i]);
+    for (int64_t i = 0; i < n_; ++i)
+      store_element(v_.data, v_.dtype, offset + i * stride_, buffer_[i]);
   }
 
  private:
@@ -64,23 +66,6 @@ class Rows {
   T* element(int64_t offset) const {
     return static_cast<T*>(v_.data) + offset;
   }
-  C get(int64_t at) const {
-    switch (v_.dtype) {
-      case FUSEOPT_FLOAT64: return static_cast<C>(*element<double>(at));
-      case FUSEOPT_FLOAT32: return static_cast<C>(*element<float>(at));
-      case FUSEOPT_FLOAT16: return half_to_float(*element<uint16_t>(at));
-      default: return bfloat_to_float(*element<uint16_t>(at));
-    }
-  }
-  void put(int64_t at, C value) const {
-    switch (v_.dtype) {
-      case FUSEOPT_FLOAT64: *element<double>(at) = static_cast<double>(value); break;
-      case FUSEOPT_FLOAT32: *element<float>(at) = static_cast<float>(value); break;
-      case FUSEOPT_FLOAT16: *element<uint16_t>(at) = float_to_half(static_cast<float>(value)); break;
-      default: *element<uint16_t>(at) = float_to_bfloat(static_cast<float>(value));
-    }
-  }
-
   const fuseopt_channel_view_t& v_;
   int64_t n_ = 0, stride_ = 1;
   bool direct_ = false;
@@ -172,7 +157,7 @@ void affine_as(const fuseopt_channel_view_t& out, const fuseopt_channel_view_t& 
 // Channels [c0, c1) of v: the same tensor, fewer channels.
 fuseopt_channel_view_t channels_of(const fuseopt_channel_view_t& v, int64_t c0, int64_t c1) {
   fuseopt_channel_view_t out = v;
-  const int64_t size = is_16bit(v.dtype) ? 2 : v.dtype == FUSEOPT_FLOAT64 ? 8 : 4;
+  const int64_t size = static_cast<int64_t>(dtype_size(static_cast<fuseopt_dtype_t>(v.dtype)));
   out.data = static_cast<char*>(v.data) + c0 * v.channel_stride * size;
   out.channels = c1 - c0;
   return out;
@@ -197,6 +182,26 @@ void by_channel_ranges(const fuseopt_channel_view_t& v, int threads, F range) {
 }
 
 }  // namespace
+
+double load_element(const void* data, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case FUSEOPT_FLOAT64: return static_cast<const double*>(data)[i];
+    case FUSEOPT_FLOAT32: return static_cast<const float*>(data)[i];
+    case FUSEOPT_FLOAT16: return half_to_float(static_cast<const uint16_t*>(data)[i]);
+    default: return bfloat_to_float(static_cast<const uint16_t*>(data)[i]);
+  }
+}
+
+void store_element(void* data, int32_t dtype, int64_t i, double value) {
+  switch (dtype) {
+    case FUSEOPT_FLOAT64: static_cast<double*>(data)[i] = value; break;
+    case FUSEOPT_FLOAT32: static_cast<float*>(data)[i] = static_cast<float>(value); break;
+    case FUSEOPT_FLOAT16:
+      static_cast<uint16_t*>(data)[i] = float_to_half(static_cast<float>(value));
+      break;
+    default: static_cast<uint16_t*>(data)[i] = float_to_bfloat(static_cast<float>(value));
+  }
+}
 
 void check_view(const fuseopt_channel_view_t& v, const char* what) {
   auto bad = [&](const std::string& why) {

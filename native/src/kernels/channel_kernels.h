@@ -20,6 +20,11 @@
 namespace fuseopt {
 namespace kernels {
 
+// Element i of a tensor of float dtype (float32, float64, float16, bfloat16),
+// widened to double; and stored from a double, rounded once to dtype.
+double load_element(const void* data, int32_t dtype, int64_t i);
+void store_element(void* data, int32_t dtype, int64_t i, double value);
+
 // Throws Error(INVALID_ARG) naming `what` for a view these kernels cannot
 // take: a null pointer with elements, a non-float dtype, negative sizes.
 void check_view(const fuseopt_channel_view_t& v, const char* what);

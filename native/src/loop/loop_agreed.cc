@@ -1,6 +1,5 @@
 // Agreed reductions: a small allreduce that every rank repeats with the same
 // name and size runs on the calling thread. See Note [Agreed reductions].
-#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -32,18 +31,16 @@ namespace fuseopt {
 // sent the same h (Cauchy-Schwarz), exactly: h is small enough for its sums
 // to stay integers below 2^53 (AgreedReduction picks it). So ranks that call
 // different agreed reductions at once all see the same two numbers and all
-// raise a mismatch. MPI itself
-// requires equal counts, so the first collective always carries
-// kAgreedFirstWords doubles (values that do not fit follow in a second one,
-// once the check has passed): a reduction of another size can make the check
-// fail, never MPI.
+// raise a mismatch. MPI itself requires equal counts, so the first
+// collective always carries kAgreedFirstWords doubles (values that do not fit
+// follow in a second one, once the check has passed): a reduction of another
+// size can make the check fail, never MPI.
 //
 // A dead or frozen peer: the wait is marked busy (Loop::busy), so the
 // watchdog aborts the context after FUSEOPT_PEER_TIMEOUT_S, and an abort
 // (the launcher's news, a watchdog's) ends the wait with its reason.
 bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double check) {
   FrameworkBlocked blocked;
-  const int64_t first = std::min<int64_t>(words, kAgreedFirstWords);
   int size = 1;
   MPI_Comm comm = MPI_COMM_NULL;
   agreed_since_s_ = now_s();
@@ -59,7 +56,8 @@ bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double che
     comm = it->second->world->agreed_comm();
   }, wire, kAgreedFirstWords, &comm);
   if (wire[0] != check * size || wire[1] != check * check * size) return false;
-  if (words > first) await_agreed([] {}, wire + first, words - first, &comm);
+  if (words > kAgreedFirstWords)
+    await_agreed([] {}, wire + kAgreedFirstWords, words - kAgreedFirstWords, &comm);
   return true;
 }
 

@@ -62,7 +62,6 @@ bool Loop::round() {
   return !closed_;
 }
 
-
 void Loop::help(const std::function<bool()>& done,
                 std::chrono::steady_clock::time_point deadline) {
   if (done()) return;  // most waits on a grouped op's handles after the first
