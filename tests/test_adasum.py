@@ -3,10 +3,10 @@ direct numpy implementation of the paper's formula (tests/workers/adasum.py)."""
 import pytest
 
 
-@pytest.mark.parametrize("nranks", [1, 2, 4])
+@pytest.mark.parametrize("nranks", [1, 2, 4, 8])
 def test_adasum_matches_the_formula(run_ranks, nranks):
     r = run_ranks(nranks, "adasum.py", timeout=180)
-    assert r.output.count("4 checks, 0 failed") == nranks, r
+    assert r.output.count("5 checks, 0 failed") == nranks, r
 
 
 def test_adasum_on_three_ranks_is_refused_on_every_rank(run_ranks):

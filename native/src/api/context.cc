@@ -242,8 +242,8 @@ void check_host_only(const Entry& e) {
                                               "copy the tensor to the CPU, or use the global set");
   if (s.reduce_op != FUSEOPT_ADASUM) return;
   REQUIRE(s.collective == FUSEOPT_ALLREDUCE, who(s) + ": Adasum is an allreduce op only");
-  REQUIRE(adasum_dtype(s.dtype), who(s) + ": Adasum reduces float16, float32 and float64 "
-                                          "tensors only, not " + fuseopt_dtype_name(s.dtype));
+  REQUIRE(adasum_dtype(s.dtype), who(s) + ": Adasum reduces float16, bfloat16, float32 "
+                                          "and float64 tensors only, not " + fuseopt_dtype_name(s.dtype));
   if (s.device != FUSEOPT_DEVICE_HOST)
     throw Error(FUSEOPT_UNSUPPORTED, who(s) + ": Adasum runs on host memory only; copy the "
                                               "tensor to the CPU (NCCL/HCCL Adasum is not built)");

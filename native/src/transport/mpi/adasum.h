@@ -5,7 +5,11 @@
 // Vocabulary. The pairwise operator combines two gradients a and b of one
 // tensor into
 //     adasum(a, b) = (1 - a.b / (2|a|^2)) a + (1 - a.b / (2|b|^2)) b,
-// with a coefficient of 1 for a vector whose squared norm is below 1e-8.
+// with a coefficient of 1 for a zero vector. Horovod gives 1 below
+// sqrt(DBL_MIN), which for float16, bfloat16 and float32 is the same test;
+// for float64 fuseopt keeps the exponents of the sums apart (ScaledSum in
+// adasum.cc), so vectors at either end of the float64 range (whose squares
+// leave the double range) combine like any other, where Horovod sums them.
 // Orthogonal gradients add (a.b = 0); parallel equal ones average (a = b
 // gives a). Over P ranks (a power of two) the result is the binary tree of
 // pairwise combinations: at *level* L = 1, 2, 4, ... the *left* group (the L
@@ -39,13 +43,18 @@ class AdasumComms {
   MPI_Comm comm() const { return comm_; }
   // The communicator of the 2L ranks that combine at level L = 1 << index.
   MPI_Comm group(int index) const { return groups_[index]; }
+  // The dot products' element (a sum and its power of two) and their sum.
+  MPI_Datatype scaled_sum_type() const { return scaled_sum_type_; }
+  MPI_Op scaled_sum_op() const { return scaled_sum_op_; }
 
  private:
   MPI_Comm comm_;
   std::vector<MPI_Comm> groups_;
+  MPI_Datatype scaled_sum_type_;
+  MPI_Op scaled_sum_op_;
 };
 
-// The dtypes Adasum reduces: float16, float32, float64 (checked at enqueue).
+// The dtypes Adasum reduces: float16, bfloat16, float32, float64 (checked at enqueue).
 bool adasum_dtype(fuseopt_dtype_t dtype);
 
 // Whether fuseopt can run Adasum on size ranks; sets *why if not.
