@@ -21,7 +21,7 @@ from ..base._native import ffi, lib
 from ..base.errors import InvalidArgumentError, UnsupportedError, check
 from .objects import allgather_object
 from .overlap import GRADIENTS
-from ..core.process_sets import ProcessSet, add_process_set
+from ..core.process_sets import ProcessSet, add_process_set, existing_id, global_process_set
 from ..core.handles import forget_orphans
 from .timeline import start_from_environment
 
@@ -100,6 +100,7 @@ def _start_context(settings):
                                                            "cross_size")},
                      _config.describe(cfg))
         _watch = watch
+        global_process_set.ranks = list(range(info.size))  # Horovod's, from init on
         launch_notes.set_state(launch_records.RUNNING)
         aborter.attach(out[0])
         _log.set_rank(info.rank)
@@ -112,14 +113,32 @@ def _start_context(settings):
 
 
 def _add_process_sets(process_sets):
-    for ps in process_sets:
+    """As Horovod's init: every entry is added in order, or takes the id of
+    the set of its ranks that an earlier init call added. An entry with the
+    ranks of the global set or of an earlier entry is a duplicate: once the
+    others are in, ValueError names it (on every rank: they pass the same
+    list, or the adds fail with MismatchError)."""
+    everyone = tuple(range(world.size()))
+    seen, duplicate = {everyone}, None
+    for number, ps in enumerate(process_sets):
         ps = ps if isinstance(ps, ProcessSet) else ProcessSet(ps)
-        if ps.process_set_id == 0 or (ps.ranks == list(range(world.size()))
-                                      and ps.process_set_id is None):
-            ps.process_set_id, ps._ctx = 0, None  # Horovod maps it to the global set too
+        ranks = everyone if ps.process_set_id == 0 else tuple(ps.ranks)
+        if ranks in seen:
+            if ps.process_set_id != 0:  # the global set object itself stays valid
+                ps.process_set_id, ps._ctx = None, None
+            duplicate = duplicate or (number, ps)
             continue
-        if not ps._added():
+        seen.add(ranks)
+        if ps._added():
+            continue
+        ident = existing_id(ranks)
+        if ident is not None:
+            ps.process_set_id, ps._ctx = ident, world.context()
+        else:
             add_process_set(ps)
+    if duplicate is not None:
+        raise InvalidArgumentError("init(process_sets=...): entry number %d is a duplicate (of "
+                                   "the global set or an earlier entry): %r" % duplicate)
 
 
 def _refuse_lone_srun_task(size):

@@ -10,7 +10,10 @@ response cache, and its tensors are never fused with another set's
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Dict, Iterable, Optional, Tuple
+import numbers
+import types
+
 import numpy as np
 
 from . import requests as _rq
@@ -18,27 +21,36 @@ from . import world
 from ..base.errors import InvalidArgumentError, UnsupportedError
 
 class ProcessSet:
-    """A set of global ranks. Horovod's fields: ``ranks`` (ascending) and
-    ``process_set_id`` (None until added; 0 for the global set)."""
+    """A set of global ranks, from any iterable of ints (sorted, each rank
+    once). Horovod's fields: ``ranks`` (ascending), ``process_set_id`` (None
+    until added; 0 for the global set) and ``mpi_comm`` (always None: sets
+    from mpi4py communicators raise UnsupportedError)."""
 
-    def __init__(self, ranks_or_comm: Optional[Sequence[int]] = None) -> None:
+    mpi_comm = None
+
+    def __init__(self, ranks_or_comm: Optional[Iterable[int]] = None) -> None:
         self._ctx = None  # the runtime it was added in (ids restart with init)
-        self.ranks: Optional[list] = None  # None: every rank
+        self.ranks: Optional[list] = None  # the global set's: every rank, set by init
         self.process_set_id: Optional[int] = 0  # None until added
         if ranks_or_comm is None:  # the global set
             return
-        if not isinstance(ranks_or_comm, (list, tuple, range, set, frozenset, np.ndarray)):
+        if _is_mpi4py_communicator(ranks_or_comm):
             raise UnsupportedError(
                 "ProcessSet(%r): pass the list of global ranks (an mpi4py communicator is not "
                 "supported; its ranks are comm.group.Translate_ranks(range(comm.size), "
                 "MPI.COMM_WORLD.group))" % (ranks_or_comm,))
-        ranks = list(ranks_or_comm)
-        for r in ranks:
-            if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
-                raise InvalidArgumentError("ProcessSet ranks must be ints, not %r" % (r,))
-        if len(set(ranks)) != len(ranks):
-            raise InvalidArgumentError("ProcessSet(%r): a rank is listed twice" % (ranks,))
-        self.ranks = sorted(int(r) for r in ranks)
+        try:
+            ranks = list(ranks_or_comm)
+        except TypeError:
+            raise InvalidArgumentError(
+                "ProcessSet takes an iterable of global ranks, not %s (%r)"
+                % (type(ranks_or_comm).__name__, ranks_or_comm)) from None
+        for i, r in enumerate(ranks):
+            if isinstance(r, (bool, np.bool_)) or not isinstance(r, (numbers.Integral, np.integer)):
+                raise InvalidArgumentError("ProcessSet ranks must be ints: element %d is %r (%s)"
+                                           % (i, r, type(r).__name__))
+        # As Horovod: any order (a set is its members), each rank once.
+        self.ranks = sorted(set(int(r) for r in ranks))
         self.process_set_id = None
 
     def _added(self):
@@ -74,10 +86,15 @@ class ProcessSet:
     def __hash__(self):
         return hash(tuple(self.ranks or ()))
 
-    def __repr__(self):
-        if self.process_set_id == 0:
-            return "ProcessSet(global)"
-        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+    def __repr__(self):  # Horovod's __str__, which its tests compare
+        return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)" % (
+            self.process_set_id, self.ranks, self.mpi_comm)
+
+
+def _is_mpi4py_communicator(value):
+    """By type, without importing mpi4py (importing it may initialise MPI)."""
+    return any(cls.__module__.split(".")[0] == "mpi4py" and cls.__name__ == "Comm"
+               for cls in type(value).__mro__)
 
 
 global_process_set = ProcessSet()
@@ -127,7 +144,32 @@ def add_process_set(process_set: Optional[ProcessSet]) -> ProcessSet:
                 _rq.ffi.from_buffer(ranks), _rq.ffi.from_buffer(new_id),
                 keepalive=(ranks, new_id))
     ps.process_set_id, ps._ctx = int(new_id[0]), world.context()
+    _added_sets[tuple(ranks.tolist())] = (ps.process_set_id, ps._ctx)
     return ps
+
+
+# ranks -> (id, runtime) of every set added since init, for init() called
+# again with sets of the same ranks (Horovod gives them the existing ids).
+_added_sets: Dict[Tuple[int, ...], Tuple[int, Any]] = {}
+
+
+def existing_id(ranks):
+    """The id of the added set of these ranks in this runtime, or None."""
+    ident, ctx = _added_sets.get(tuple(ranks), (None, None))
+    return ident if ctx is not None and ctx is world.context() else None
+
+
+def ids_and_ranks():
+    """{id: ranks} of the global set and every added set (Horovod's
+    ``_get_process_set_ids_and_ranks``)."""
+    out = {0: list(range(world.size()))}
+    out.update({ident: list(ranks) for ranks, (ident, ctx) in _added_sets.items()
+                if ctx is world.context()})
+    return dict(sorted(out.items()))
+
+
+# Horovod's ``mpi_ops._basics``, as far as its process-set tests reach in.
+horovod_basics = types.SimpleNamespace(_get_process_set_ids_and_ranks=ids_and_ranks)
 
 
 def remove_process_set(process_set: Optional[ProcessSet]) -> bool:
@@ -141,6 +183,7 @@ def remove_process_set(process_set: Optional[ProcessSet]) -> bool:
     ident = np.full(1, process_set.process_set_id, dtype=np.int32)
     _rq.run_now(_rq.enqueue, _rq.PROCESS_SET_REMOVE, None, "int32", ident.shape,
                 _rq.ffi.from_buffer(ident), keepalive=(ident,))
+    _added_sets.pop(tuple(process_set.ranks or ()), None)
     process_set.process_set_id, process_set._ctx = None, None  # only once it is gone
     return True
 

@@ -25,15 +25,25 @@ from .compression import Compression, Compressor
 from .functions import (BroadcastGlobalVariablesHook, allgather_object, broadcast_,
                         broadcast_global_variables, broadcast_object, broadcast_object_fn,
                         broadcast_variables)
-from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
+from .wrappers.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, barrier,
                   broadcast, grouped_allreduce, join)
 from .ragged_ops import alltoall, grouped_allgather, grouped_reducescatter, reducescatter
 from .value_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
-from .optimizer import PartialDistributedOptimizer
-from .optimizer import TensorFlowDistributedOptimizer as DistributedOptimizer
+from .wrappers.optimizer import PartialDistributedOptimizer
+from .wrappers.optimizer import TensorFlowDistributedOptimizer as DistributedOptimizer
 from ..training.naming import Shared
 from .sync_batch_norm import SyncBatchNormalization
 from . import elastic  # noqa: E402  (hvd.elastic.run, TensorFlowKerasState, TensorFlowState)
 
 HorovodInternalError = FuseoptError
+from .util import _executing_eagerly  # noqa: E402,F401  (Horovod: hvd._executing_eagerly)
+from ..common.util import gpu_available, split_list  # noqa: E402,F401  (Horovod's, here too)
+
+
+def __getattr__(name):
+    # Horovod's hvd.mpi_ops without importing it here: it imports this package.
+    if name == "mpi_ops":
+        import importlib
+        return importlib.import_module(".mpi_ops", __name__)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -299,18 +299,19 @@ def _end_for_reset(state: State, why: str) -> None:
     raise SystemExit(_proto.RESET_EXIT_CODE)
 
 
-def remaining_share(num_samples: int, processed: Any, shuffle: bool, seed: int, epoch: int,
-                    rank: int, size: int) -> List[int]:
-    """ElasticSampler's arithmetic, rank-free: this rank's share of the
-    epoch's samples not yet processed. The epoch's order is a shuffle of all
-    indices seeded by ``seed + epoch`` (the same on every rank and every
-    job), minus the processed ones; it is padded with its own head to a
-    multiple of ``size`` and dealt round-robin, as DistributedSampler does."""
+def epoch_order(num_samples: int, shuffle: bool, seed: int, epoch: int) -> List[int]:
+    """ElasticSampler's arithmetic, rank-free: the epoch's order of the
+    sample indices, a shuffle seeded by ``seed + epoch`` (the same on every
+    rank and every job). The first ``processed_num`` of it are processed."""
     order = list(range(num_samples))
     if shuffle:  # the stdlib's generator: the same sequence in every process
         random.Random(seed + epoch).shuffle(order)
-    processed = set(processed)
-    remaining = [i for i in order if i not in processed]
+    return order
+
+
+def share(remaining: List[int], rank: int, size: int) -> List[int]:
+    """This rank's part of ``remaining``: padded with its own head to a
+    multiple of ``size`` and dealt round-robin, as DistributedSampler does."""
     if not remaining:
         return []
     per_rank = -(-len(remaining) // size)

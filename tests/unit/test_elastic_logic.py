@@ -7,7 +7,8 @@ import pytest
 from fuseopt.training import elastic_protocol as proto
 from fuseopt.training.checkpoint import CheckpointError
 from fuseopt.base.errors import InvalidArgumentError
-from fuseopt.training.elastic import ObjectState, State, remaining_share
+from fuseopt.torch.elastic import ElasticSampler
+from fuseopt.training.elastic import ObjectState, State, epoch_order, share
 from fuseopt.launcher import cli
 from fuseopt.launcher.elastic import discovery
 from fuseopt.launcher.elastic.driver import classify
@@ -103,20 +104,45 @@ def test_what_ended_the_job():
 
 @pytest.mark.parametrize("size", [1, 2, 3, 4])
 def test_sampler_shares_cover_the_rest_of_the_epoch(size):
-    processed = set(range(0, 40, 3))
-    shares = [remaining_share(40, processed, True, 5, 2, r, size) for r in range(size)]
+    order = epoch_order(40, True, 5, 2)
+    processed_num = 13
+    shares = [share(order[processed_num:], r, size) for r in range(size)]
     assert len({len(s) for s in shares}) == 1  # every rank takes as many steps
     covered = [i for s in shares for i in s]
-    assert set(covered) == set(range(40)) - processed
+    assert set(covered) == set(order[processed_num:])
     assert len(covered) - len(set(covered)) < size  # only the padding repeats
 
 
 def test_sampler_order_depends_on_seed_and_epoch_only():
-    a = remaining_share(30, set(), True, 1, 0, 0, 1)
-    assert a == remaining_share(30, set(), True, 1, 0, 0, 1)
-    assert a != remaining_share(30, set(), True, 1, 1, 0, 1)
-    assert remaining_share(6, set(), False, 1, 0, 1, 2) == [1, 3, 5]
-    assert remaining_share(6, set(range(6)), True, 1, 0, 0, 2) == []
+    a = epoch_order(30, True, 1, 0)
+    assert sorted(a) == list(range(30)) and a != list(range(30))
+    assert a == epoch_order(30, True, 1, 0)
+    assert a != epoch_order(30, True, 1, 1) and a != epoch_order(30, True, 2, 0)
+    assert epoch_order(6, False, 1, 3) == list(range(6))
+    assert share(list(range(6)), 1, 2) == [1, 3, 5]
+    assert share([], 0, 2) == []
+
+
+def test_elastic_sampler_counts_as_horovod_0_28():
+    """processed_num as Horovod 0.28.1's ElasticSampler counts it; the rest
+    of the order re-dealt on reset; Horovod 0.27's state loads too."""
+    sampler = ElasticSampler(list(range(10)), shuffle=False)
+    assert (sampler.num_replicas, sampler.rank, len(sampler)) == (1, 0, 10)
+    sampler.record_batch(0, 4)
+    assert sampler.processed_num == 4 and sampler.processed_indices == {0, 1, 2, 3}
+    assert len(sampler) == 10  # counted, not re-dealt until a reset
+    sampler.reset()
+    assert sampler.remaining_indices == list(range(4, 10)) == list(sampler)
+    assert (sampler.num_samples, sampler.total_size) == (6, 6)
+    state = sampler.state_dict()
+    assert state == {"epoch": 0, "processed_num": 4}
+    other = ElasticSampler(list(range(10)), shuffle=False)
+    other.load_state_dict(state)
+    assert list(other) == list(range(4, 10))
+    other.load_state_dict({"epoch": 2, "processed_indices": [0, 1, 2]})  # Horovod 0.27
+    assert other.epoch == 2 and other.processed_num == 3 and list(other) == list(range(3, 10))
+    sampler.set_epoch(1)
+    assert sampler.processed_num == 0 and len(sampler) == 10
 
 
 def test_object_state_commits_its_values_alone():

@@ -41,6 +41,15 @@ HOROVOD_IMPORTS = {
     "horovod.spark.common.store": ("Store",),
     "horovod.spark.common.backend": ("SparkBackend",),
     "horovod.spark.task": ("get_available_devices",),
+    # examples/tensorflow2/tensorflow2_mnist_data_service.py, and Horovod's
+    # test utilities and test files that users copy into their harnesses
+    # (git grep -E "^\s*(import|from) horovod" v0.28.1 -- test/parallel test/utils)
+    "horovod.runner.common.util.env": ("get_env_rank_and_size",),
+    "horovod.runner.util.threads": ("in_thread", "on_event"),
+    "horovod.common.util": ("env", "is_version_greater_equal_than", "gpu_available",
+                            "split_list", "is_iterable", "num_rank_is_power_2"),
+    "horovod.tensorflow.util": ("_executing_eagerly",),
+    "horovod.tensorflow.mpi_ops": ("allreduce", "Sum", "_basics"),
 }
 
 
@@ -69,6 +78,48 @@ def test_horovod_import_path_imports_or_says_why_not(horovod_path):
     module = importlib.import_module(path)  # a refusal here fails: fuseopt has this one
     missing = [name for name in HOROVOD_IMPORTS[horovod_path] if not hasattr(module, name)]
     assert not missing, "%s lacks %s (Horovod's %s has them)" % (path, missing, horovod_path)
+
+
+@pytest.mark.parametrize("name", ["secret", "safe_shell_exec", "hosts", "timeout", "network"])
+def test_horovodrun_internals_say_why_not(name):
+    """The rest of horovod.runner.common.util is horovodrun's own machinery."""
+    with pytest.raises(UnsupportedError, match="fuseopt.runner.common.util.%s: .*fuseoptrun" % name):
+        exec("from fuseopt.runner.common.util import %s" % name, {})
+
+
+def test_env_rank_and_size_as_horovods(monkeypatch):
+    from fuseopt.runner.common.util.env import get_env_rank_and_size
+    for var in ("HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(var, raising=False)
+    assert get_env_rank_and_size() == (0, 1)
+    monkeypatch.setenv("PMI_RANK", "3")
+    monkeypatch.setenv("PMI_SIZE", "4")
+    assert get_env_rank_and_size() == (3, 4)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")  # Horovod's order: Open MPI's first
+    with pytest.raises(RuntimeError, match="only one of OMPI_COMM_WORLD_RANK"):
+        get_env_rank_and_size()
+
+
+def test_thread_helpers_as_horovods():
+    import threading
+    from fuseopt.runner.util.threads import execute_function_multithreaded, in_thread, on_event
+    seen = []
+    in_thread(seen.append, (1,)).join()
+    in_thread(lambda: 1 / 0, silent=True).join()  # swallowed
+    with pytest.raises(ValueError, match="tuple"):
+        in_thread(seen.append, [2])
+    event, stop = threading.Event(), threading.Event()
+    waiter = on_event(event, seen.append, (3,), stop=stop, check_stop_interval_s=0.01)
+    event.set()
+    waiter.join(5)
+    stopped = on_event(threading.Event(), seen.append, (4,), stop=stop,
+                       check_stop_interval_s=0.01)
+    stop.set()
+    stopped.join(5)
+    assert seen == [1, 3] and not waiter.is_alive() and not stopped.is_alive()
+    assert execute_function_multithreaded(lambda a, b: a * b, [[2, 3], [4, 5]],
+                                          max_concurrent_executions=1) == {0: 6, 1: 20}
 
 
 def test_fuseopt_public_paths_survive_the_layer_folders():

@@ -149,13 +149,24 @@ def init_with_sets():
     old = fuseopt.add_process_set([0])
     fuseopt.shutdown()
     ps = fuseopt.ProcessSet([0])
-    everyone = fuseopt.ProcessSet(list(range(S)))
-    fuseopt.init(process_sets=[ps, everyone])
-    assert ps.process_set_id >= 1 and everyone.process_set_id == 0
+    fuseopt.init(process_sets=[ps])
+    assert ps.process_set_id >= 1 and fuseopt.global_process_set.ranks == list(range(S))
     expect_error(fuseopt.InvalidArgumentError,
                  lambda: fuseopt.allreduce(np.ones(1), process_set=old), "has not been added")
-    assert np.allclose(fuseopt.allreduce(np.ones(1), op=fuseopt.Sum, process_set=everyone), S)
+    # As Horovod's init: the entries that repeat the global set or an earlier
+    # one raise ValueError on every rank, after the others are added; init
+    # again maps sets of the same ranks to the ids they have.
+    rest = fuseopt.ProcessSet(reversed(range(1, S)))
+    expect_error(ValueError, lambda: fuseopt.init(process_sets=[
+        fuseopt.ProcessSet([0]), rest, fuseopt.ProcessSet(range(S - 1, -1, -1))]),
+        "entry number 2 is a duplicate")
+    again = [fuseopt.ProcessSet([0]), fuseopt.ProcessSet(range(1, S))]
+    fuseopt.init(process_sets=again)
+    assert [p.process_set_id for p in again] == [ps.process_set_id, rest.process_set_id]
+    assert np.allclose(fuseopt.allreduce(np.ones(1), op=fuseopt.Sum, process_set=again[1]
+                                         if R else again[0]), S - 1 if R else 1)
     fuseopt.remove_process_set(ps)
+    fuseopt.remove_process_set(rest)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,28 @@ def check_object_broadcasts_as_horovod():
         process_set="not a set"))
 
 
+def check_tf1_optimizer_averages_gradients_in_a_session():
+    """A tf.compat.v1.train optimizer in TF1 graph code (Horovod wraps those
+    too): minimize() steps with the gradient averaged over the ranks, which
+    no rank computes alone (rank r's gradient of (r + 1) * w is r + 1)."""
+    r, n = htf.rank(), htf.size()
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=[1.0, 2.0])
+        loss = tf.reduce_sum(w) * float(r + 1)
+        opt = htf.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5))
+        (grad, var), = opt.compute_gradients(loss, var_list=[w])
+        step = opt.minimize(loss, var_list=[w])
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            assert var is w
+            close(session.run(grad), np.full(2, (n + 1) / 2), "averaged gradient")
+            session.run(step)
+            close(session.run(w), [1.0 - 0.5 * (n + 1) / 2, 2.0 - 0.5 * (n + 1) / 2], "step")
+    harness.expect_error(htf.UnsupportedError, lambda: htf.DistributedOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5), backward_passes_per_step=2),
+        "backward_passes_per_step=2", "TF1 optimizer")
+
+
 def _two_layer_model():
     model = make_model(seed=3)
     model.build((None, 6))
@@ -202,7 +224,8 @@ def check_tensorflow_keras_state_with_an_uncompiled_model():
 CHECKS = [check_grouped_allreduce_of_indexed_slices, check_object_broadcasts_as_horovod,
           check_partial_tape_keeps_local_layers_local,
           check_tensorflow_state_saves_restores_and_syncs,
-          check_tensorflow_keras_state_with_an_uncompiled_model]
+          check_tensorflow_keras_state_with_an_uncompiled_model,
+          check_tf1_optimizer_averages_gradients_in_a_session]
 
 if __name__ == "__main__":
     harness.run(CHECKS)

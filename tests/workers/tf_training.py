@@ -10,6 +10,7 @@ import tensorflow as tf
 import rank_harness as harness
 from tf_common import (B, close, global_data, hvd, keras, make_model, rank_rows,
                        weights_equal_across_ranks)
+from fuseopt.tensorflow.wrappers.optimizer import DistributedLossScaleOptimizer
 
 STEPS = 4
 
@@ -209,7 +210,7 @@ def check_loss_scale_optimizer_and_mixed_precision():
         mixed = make_model()
         mixed.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
                       loss="sparse_categorical_crossentropy")
-        assert isinstance(mixed.optimizer, hvd.optimizer.DistributedLossScaleOptimizer)
+        assert isinstance(mixed.optimizer, DistributedLossScaleOptimizer)
         hist = mixed.fit(rank_rows(x, B, STEPS), rank_rows(y, B, STEPS), batch_size=B,
                          verbose=0, shuffle=False)
         assert np.isfinite(hist.history["loss"][-1])

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, Optional
 from .. import *  # noqa: F401,F403  (the same API as fuseopt.tensorflow)
 # The Keras module's own argument order, in place of fuseopt.tensorflow's.
-from ..optimizer import DistributedOptimizer  # type: ignore[assignment]  # noqa: F401
-from ..optimizer import PartialDistributedOptimizer  # noqa: F401
+from ..wrappers.optimizer import DistributedOptimizer  # type: ignore[assignment]  # noqa: F401
+from ..wrappers.optimizer import PartialDistributedOptimizer  # noqa: F401
 from . import callbacks  # noqa: F401
 # hvd.elastic.run, KerasState, the state callbacks. Not ``from . import``:
 # the star import above already bound ``elastic`` to fuseopt.tensorflow's.
@@ -34,7 +34,7 @@ from ...base.errors import UnsupportedError  # noqa: E402
 from .. import ops as _tf_ops  # noqa: E402
 from .. import ragged_ops as _tf_ragged_ops  # noqa: E402
 from ..compression import Compression as _Compression  # noqa: E402
-from ..optimizer import (DistributedKerasOptimizer as _DistKeras,  # noqa: E402
+from ..wrappers.optimizer import (DistributedKerasOptimizer as _DistKeras,  # noqa: E402
                          DistributedLossScaleOptimizer as _DistLoss)
 
 _DISTRIBUTED = (_DistKeras, _DistLoss)

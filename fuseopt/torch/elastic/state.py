@@ -17,7 +17,7 @@ import torch
 
 from ...training.checkpoint import CheckpointError
 from ...training.elastic import ObjectState
-from ..functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+from ..functions import (broadcast_object, broadcast_optimizer_state,
                          broadcast_parameters)
 from .sampler import ElasticSampler
 
@@ -55,22 +55,13 @@ class OptimizerStateHandler(StateHandler):
         broadcast_optimizer_state(self.value, 0)
 
 
-class SamplerStateHandler(StateHandler):
-    def save(self) -> None:
-        # Each rank knows the samples it processed; the commit holds them all.
-        every = allgather_object(self.value.processed_indices, name="elastic.%s" % self.name)
-        state = self.value.state_dict()
-        state["processed_indices"] = sorted(set().union(*every))
-        self.saved = state
-
-
 LRScheduler = getattr(torch.optim.lr_scheduler, "LRScheduler",
                       torch.optim.lr_scheduler._LRScheduler)
 HANDLERS = [
     (torch.nn.Module, ModelStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (LRScheduler, StateHandler),
-    (ElasticSampler, SamplerStateHandler),
+    (ElasticSampler, StateHandler),
 ]
 
 

@@ -21,85 +21,20 @@ import keras
 import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
-from ..training import buckets, naming, optimizer_args
-from ..base.errors import InvalidArgumentError, UnsupportedError
-from . import ops
-from .compression import Compression
-from ..core import process_sets as _ps
-from .gradient_tape import local_layers_of, reduce_except_local, reduce_gradients
+from ...training import buckets
+from ...base.errors import InvalidArgumentError, UnsupportedError
+from .. import ops
+from ..compression import Compression
+from ...core import process_sets as _ps
+from .gradient_tape import local_layers_of
+from .legacy_optimizer import DistributedLegacyOptimizer
+from .reducer import Reducer
 
 if TYPE_CHECKING:  # annotations only: importing them here would be circular
-    from ..core.process_sets import ProcessSet
-
-_COMPRESSION_NAMES = {"none": lambda: Compression.none, "fp16": lambda: Compression.fp16,
-                      "bf16": lambda: Compression.bf16, "ef_sign": Compression.ef_sign}
-
-
-def _compression_name(c):
-    for name, make in _COMPRESSION_NAMES.items():
-        if c is make() or type(c) is type(make()):
-            return name
-    return None
-
-
-class _Reducer:
-    """What both wrappers share: settings, config, the reduction itself."""
-
-    def _init_reducer(self, compression, backward_passes_per_step, average_aggregated_gradients,
-                      op, gradient_predivide_factor, sparse_as_dense, name_map, bucket_cap_mb):
-        if isinstance(compression, str):
-            compression = _COMPRESSION_NAMES[compression]()
-        optimizer_args.check(backward_passes_per_step, op, gradient_predivide_factor)
-        self.compression = compression
-        self.backward_passes_per_step = backward_passes_per_step
-        self.average_aggregated_gradients = average_aggregated_gradients
-        self.op = op
-        self.gradient_predivide_factor = gradient_predivide_factor
-        self.sparse_as_dense = sparse_as_dense
-        self.bucket_cap_mb = bucket_cap_mb
-        self._bucket_cap = buckets.cap_bytes(bucket_cap_mb)
-        # Saved config holds a dict map as plain data (a function cannot be saved).
-        self.name_map = naming.map_from_config(name_map) if isinstance(name_map, dict) \
-            else name_map
-        self._local_vars = {}  # id -> variable whose gradient stays on this rank
-        self.scale_local_gradients = True
-        self.process_set = None  # the ranks that average (set by DistributedOptimizer)
-        self.num_groups, self.groups = 0, None  # Horovod's explicit groups (likewise)
-
-    def register_local_var(self, var):
-        """Horovod's: ``var``'s gradient is not averaged across ranks; each rank
-        applies its own (divided by size() with ``scale_local_gradients``)."""
-        self._local_vars[id(var)] = var
-
-    def _reducer_config(self):
-        return {"compression": _compression_name(self.compression) or "none",
-                "backward_passes_per_step": self.backward_passes_per_step,
-                "average_aggregated_gradients": self.average_aggregated_gradients,
-                "op": int(self.op), "gradient_predivide_factor": self.gradient_predivide_factor,
-                "sparse_as_dense": self.sparse_as_dense, "bucket_cap_mb": self.bucket_cap_mb,
-                "name_map": naming.map_to_config(self.name_map)}
-
-    def _built_for(self, trainable_variables):
-        """Builds on first use (as Keras optimizers do); returns the variables."""
-        if not self.built:
-            with keras.name_scope(self.name, caller=self):
-                self.build(trainable_variables)
-            self.built = True
-        return list(trainable_variables) if trainable_variables is not None \
-            else self.inner_optimizer._trainable_variables
-
-    def _reduce(self, grads, variables):
-        def reduce(grads, sources):
-            return reduce_gradients(grads, sources, self.compression, self.op,
-                                    self.gradient_predivide_factor, self.sparse_as_dense,
-                                    self.name_map, self._bucket_cap, self.process_set,
-                                    buckets.group_of(sources, self.num_groups, self.groups))
-        return reduce_except_local(grads, variables, self._local_vars,
-                                   self.scale_local_gradients, self.process_set, reduce)
-
+    from ...core.process_sets import ProcessSet
 
 @keras.saving.register_keras_serializable(package="fuseopt")
-class DistributedKerasOptimizer(_Reducer, keras.optimizers.Optimizer):
+class DistributedKerasOptimizer(Reducer, keras.optimizers.Optimizer):
     """See module docstring; create through :func:`DistributedOptimizer`."""
 
     def __init__(self, inner_optimizer, compression=Compression.none, backward_passes_per_step=1,
@@ -201,7 +136,7 @@ class DistributedKerasOptimizer(_Reducer, keras.optimizers.Optimizer):
 
 
 @keras.saving.register_keras_serializable(package="fuseopt")
-class DistributedLossScaleOptimizer(_Reducer, LossScaleOptimizer):
+class DistributedLossScaleOptimizer(Reducer, LossScaleOptimizer):
     """A LossScaleOptimizer that reduces the scaled gradients across ranks
     before checking them for inf/nan; create through :func:`DistributedOptimizer`."""
 
@@ -232,7 +167,7 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dens
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
                          groups: Any = None, process_set: Optional[ProcessSet] = None,
                          scale_local_gradients: bool = True, name_map: Any = None,
-                         bucket_cap_mb: Optional[float] = None) -> Any:
+                         bucket_cap_mb: Optional[float] = None, use_locking: bool = False) -> Any:
     """Wraps a Keras 3 optimizer so that gradients are averaged across ranks.
 
     Works in ``model.compile(optimizer=...)`` + ``fit`` and in custom loops
@@ -248,6 +183,9 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dens
     for one allreduce after backward) as soon as backward has produced them.
     ``process_set``: the ranks that average; on other ranks the optimizer
     applies local gradients, as Horovod's.
+    A TF1 optimizer (``tf.compat.v1.train.Optimizer``, graph code) is wrapped
+    as Horovod wraps it: its ``compute_gradients`` returns averaged gradients
+    (``use_locking`` is its flag; no ``backward_passes_per_step``).
     """
     _ps.id_of(process_set)
     kwargs = dict(compression=compression, backward_passes_per_step=backward_passes_per_step,
@@ -257,7 +195,9 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dens
                   bucket_cap_mb=bucket_cap_mb)
     if isinstance(optimizer, (DistributedKerasOptimizer, DistributedLossScaleOptimizer)):
         raise InvalidArgumentError("optimizer is already a fuseopt DistributedOptimizer")
-    if isinstance(optimizer, LossScaleOptimizer):
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        wrapped = DistributedLegacyOptimizer(optimizer, use_locking=use_locking, **kwargs)
+    elif isinstance(optimizer, LossScaleOptimizer):
         wrapped = DistributedLossScaleOptimizer(
             optimizer.inner_optimizer, initial_scale=optimizer.initial_scale,
             dynamic_growth_steps=optimizer.dynamic_growth_steps, **kwargs)
@@ -286,8 +226,8 @@ def TensorFlowDistributedOptimizer(optimizer: Any, name: Optional[str] = None,
                                    bucket_cap_mb: Optional[float] = None) -> Any:
     """``horovod.tensorflow.DistributedOptimizer``: the wrapper of
     DistributedOptimizer, with that module's argument order (which differs
-    from the Keras module's). ``use_locking`` belongs to TF1 optimizers and
-    changes nothing for a Keras 3 one."""
+    from the Keras module's). ``use_locking`` belongs to TF1 optimizers
+    (passed to the wrapper of one) and changes nothing for a Keras 3 one."""
     return DistributedOptimizer(
         optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
         compression=compression, sparse_as_dense=sparse_as_dense,
@@ -295,7 +235,7 @@ def TensorFlowDistributedOptimizer(optimizer: Any, name: Optional[str] = None,
         backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
         groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients,
-        name_map=name_map, bucket_cap_mb=bucket_cap_mb)
+        name_map=name_map, bucket_cap_mb=bucket_cap_mb, use_locking=use_locking)
 
 
 def PartialDistributedOptimizer(optimizer: Any, name: Optional[str] = None, device_dense: str = "",

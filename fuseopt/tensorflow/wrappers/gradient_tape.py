@@ -5,13 +5,13 @@ from typing import Any, Dict, Optional, Sequence, Union
 import keras
 import tensorflow as tf
 
-from ..training import buckets, naming, optimizer_args
-from ..api import overlap
-from . import _tensors as _t
-from . import ops
-from .functions import variable_path
-from ..core import process_sets as _ps
-from .compression import Compression
+from ...training import buckets, naming, optimizer_args
+from ...api import overlap
+from .. import _tensors as _t
+from .. import ops
+from ..functions import variable_path
+from ...core import process_sets as _ps
+from ..compression import Compression
 
 
 def gradient_names(sources):

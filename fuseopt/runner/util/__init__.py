@@ -1,0 +1,1 @@
+"""Horovod's ``horovod.runner.util`` import path (``threads``)."""
