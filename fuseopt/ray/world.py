@@ -65,7 +65,8 @@ class World:
         order = list(dict.fromkeys(hosts))  # hosts in rank order of first appearance
         self.server = PmiServer(len(workers), host=ray.util.get_node_ip_address(),
                                 nodes=[order.index(h) for h in hosts],
-                                on_failure=self._on_failure).start()
+                                on_failure=self._on_failure,
+                                connect_timeout=self.start_timeout_s).start()
         crowded = oversubscribed(hosts, cpus)
         ray.get([w.join_world.remote(self.server.env(rank), rank, len(workers), crowded,
                                      self.interface, self.extra_env)

@@ -18,15 +18,25 @@ elsewhere (MPICH's shared-memory init barrier, an MPI collective) cannot be
 reached through PMI: ``on_failure`` is where the driver stops those, as Hydra
 kills a job's processes.
 
-There is no authentication, as in Hydra's PMI-1 port mode: anyone who can
-reach the port can claim a free rank. A duplicate or unknown PMI_ID is
-refused. Bind to the cluster's interface, not to every interface.
+Whoever can reach the port is not trusted (docs/reliability.md, "Threat
+model"). A rank proves itself with its PMI_ID, which is not its rank but a
+random number given only to it (MPICH sends it as an int, hence 31 bits):
+a connection's first line must be ``cmd=initack`` with a PMI_ID of a rank
+not yet in, else it is closed; one initack per connection. Before that
+nothing is parsed, and a connection that has not proved itself within
+AUTH_TIMEOUT_S is closed. Sockets are non-blocking and each reply queue is
+capped, so a client that sends and never reads is cut off instead of
+stalling the one server thread; lines and batches are capped too. A rank may
+not overwrite a key another rank put. The listener closes once every rank
+is in; the start timeout runs on a timer of its own. Bind to the cluster's
+interface, not to every interface.
 """
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 import logging
 import os
+import random
 import re
 import selectors
 import socket
@@ -37,6 +47,14 @@ log = logging.getLogger("fuseopt.pmi")
 
 # Sizes Hydra announces (src/pm/hydra/lib/pmiserv_common.h).
 KVSNAME_MAX, KEYLEN_MAX, VALLEN_MAX = 256, 64, 1024
+
+# Limits on what any client can make this server hold or do. No PMI-1 line
+# of MPICH's comes near MAX_LINE (values are capped at 2 * VALLEN_MAX).
+MAX_LINE = 16 << 10
+MAX_OUTBOX = 1 << 20        # replies queued for a client that does not read
+MAX_UNPROVEN = 64           # connections that have not sent their initack yet (the oldest go)
+MAX_SPAWN_LINES = 256
+AUTH_TIMEOUT_S = 10.0
 
 # Query -> the reply MPICH's client waits for (src/pmi/maint/pmi-1.1.txt). A
 # reply of another name is an error in the client.
@@ -89,8 +107,11 @@ def process_mapping(nodes: List[int]) -> str:
 class _Connection:
     def __init__(self, sock):
         self.sock = sock
-        self.buffer = b""
-        self.rank: Optional[int] = None  # known after cmd=initack pmiid=N
+        self.opened = time.monotonic()
+        self.inbox = bytearray()
+        self.outbox = bytearray()
+        self.closed = False
+        self.rank: Optional[int] = None  # known after cmd=initack pmiid=<its PMI_ID>
         self.finalized = False
         self.spawn_lines: Optional[List[str]] = None  # a multi-line mcmd=spawn
 
@@ -123,6 +144,11 @@ class PmiServer:
         self.failure: Optional[str] = None
         self.failure_kind: Optional[str] = None
         self.exit_codes: Dict[int, Optional[str]] = {}  # rank -> code given with cmd=abort
+        draw = random.SystemRandom()
+        self._ids: Dict[int, int] = {}  # PMI_ID -> rank: each rank's proof
+        while len(self._ids) < size:
+            self._ids.setdefault(draw.randrange(1 << 20, 1 << 31), len(self._ids))
+        self._owner: Dict[str, int] = {}  # key -> the rank that put it
         self._ranks: Dict[int, _Connection] = {}
         self._barrier: set = set()
         self._lock = threading.RLock()
@@ -132,15 +158,26 @@ class PmiServer:
         self._listener = socket.create_server((host, 0), backlog=max(128, size))
         self.port = self._listener.getsockname()[1]
         self._stop_r, self._stop_w = socket.socketpair()
+        self._stop_r.setblocking(False)
+        self._stop_w.setblocking(False)
         self._thread = threading.Thread(target=self._serve, name="fuseopt-pmi", daemon=True)
+        # Apart from the socket thread, so that nothing a client does can keep it from firing.
+        self._start_timer = threading.Timer(connect_timeout, self._start_timed_out) \
+            if connect_timeout else None
 
     # ---- the driver's side --------------------------------------------------
     def start(self) -> "PmiServer":
         self._thread.start()
+        if self._start_timer is not None:
+            self._start_timer.daemon = True
+            self._start_timer.start()
         return self
 
     def env(self, rank: int) -> Dict[str, str]:
-        return {"PMI_PORT": "%s:%d" % (self.host, self.port), "PMI_ID": str(rank)}
+        """What rank ``rank`` needs to reach this server; its PMI_ID is its
+        secret (pass it to that rank only)."""
+        pmi_id = next(i for i, r in self._ids.items() if r == rank)
+        return {"PMI_PORT": "%s:%d" % (self.host, self.port), "PMI_ID": str(pmi_id)}
 
     def fail(self, reason: str, kind: str = "driver") -> None:
         """The job failed: every rank in a PMI barrier, and every later
@@ -166,6 +203,8 @@ class PmiServer:
             return sum(c.finalized for c in self._ranks.values())
 
     def close(self) -> None:
+        if self._start_timer is not None:
+            self._start_timer.cancel()
         if self._thread.is_alive():
             self._stop_w.send(b"x")
             self._thread.join(5)
@@ -175,17 +214,18 @@ class PmiServer:
     # ---- the server thread --------------------------------------------------
     def _serve(self):
         self._selector.register(self._listener, selectors.EVENT_READ, None)
-        self._selector.register(self._stop_r, selectors.EVENT_READ, "stop")
+        self._selector.register(self._stop_r, selectors.EVENT_READ, "control")
         try:
             while True:
-                for key, _ in self._selector.select(timeout=0.5):
-                    if key.data == "stop":
-                        return
-                    if key.data is None:
+                for key, events in self._selector.select(timeout=0.5):
+                    if key.data == "control":
+                        if b"x" in self._stop_r.recv(4096):
+                            return
+                    elif key.data is None:
                         self._accept()
                     else:
-                        self._read_guarded(key.data)
-                self._check_timeout()
+                        self._ready_guarded(key.data, events)
+                self._close_unproven()
         finally:
             for key in list(self._selector.get_map().values()):
                 key.fileobj.close()
@@ -193,43 +233,82 @@ class PmiServer:
             self._stop_w.close()
 
     def _accept(self):
-        sock, _ = self._listener.accept()
+        try:
+            sock, _ = self._listener.accept()
+        except OSError as e:  # EMFILE and the like: keep serving the ranks that are in
+            log.warning("PMI server cannot accept a connection: %s", e)
+            time.sleep(0.05)
+            return
+        with self._lock:
+            unproven = sorted((k.data for k in self._selector.get_map().values()
+                               if isinstance(k.data, _Connection) and k.data.rank is None),
+                              key=lambda c: c.opened)
+            # The oldest goes, not the newcomer: a crowd of silent connections
+            # must not keep out a rank, which proves itself at once.
+            for conn in unproven[:max(0, len(unproven) - MAX_UNPROVEN + 1)]:
+                self._closed(conn)
+        sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._selector.register(sock, selectors.EVENT_READ, _Connection(sock))
 
-    def _read_guarded(self, conn):
+    def _ready_guarded(self, conn, events):
         try:
-            self._read(conn)
+            if events & selectors.EVENT_WRITE:
+                with self._lock:
+                    self._flush(conn)
+            if events & selectors.EVENT_READ and not conn.closed:
+                self._read(conn)
         except Exception as e:  # a bug here must fail the job, not hang its ranks
             log.exception("PMI server error")
             self.fail("PMI server error: %r" % e, "internal")
 
-    def _check_timeout(self):
-        if (self.connect_timeout and self.failure is None and len(self._ranks) < self.size
-                and time.monotonic() - self._started > self.connect_timeout):
+    def _close_unproven(self):
+        now = time.monotonic()
+        with self._lock:
+            for key in list(self._selector.get_map().values()):
+                conn = key.data
+                if isinstance(conn, _Connection) and conn.rank is None \
+                        and now - conn.opened > AUTH_TIMEOUT_S:
+                    self._closed(conn)
+
+    def _start_timed_out(self):
+        with self._lock:
+            if self.failure is not None or len(self._ranks) == self.size:
+                return
             missing = sorted(set(range(self.size)) - set(self._ranks))
-            self.fail("ranks %s did not start MPI within %.0f s" % (missing, self.connect_timeout),
-                      "timeout")
+        self.fail("ranks %s did not start MPI within %.0f s" % (missing, self.connect_timeout),
+                  "timeout")
 
     def _read(self, conn):
         try:
             data = conn.sock.recv(65536)
+        except BlockingIOError:
+            return
         except OSError:
             data = b""
-        if not data:
-            return self._closed(conn)
-        conn.buffer += data
-        if len(conn.buffer) > 1 << 20:  # no PMI-1 line is near this: not a rank
-            return self._closed(conn)
-        while b"\n" in conn.buffer:
-            line, conn.buffer = conn.buffer.split(b"\n", 1)
-            with self._lock:
-                self._handle(conn, line.decode("utf-8", "replace"))
+        with self._lock:
+            if not data:
+                return self._closed(conn)
+            conn.inbox += data
+            start = 0  # lines are taken from the front, the buffer cut once
+            while not conn.closed:
+                end = conn.inbox.find(b"\n", start)
+                if end < 0:
+                    break
+                line = conn.inbox[start:end].decode("utf-8", "replace")
+                start = end + 1
+                self._handle(conn, line)
+            del conn.inbox[:start]
+            if len(conn.inbox) > MAX_LINE and not conn.closed:  # no PMI-1 line is near this
+                self._closed(conn)
 
     def _closed(self, conn):
-        self._selector.unregister(conn.sock)
-        conn.sock.close()
         with self._lock:
+            if conn.closed:
+                return
+            conn.closed = True
+            self._selector.unregister(conn.sock)
+            conn.sock.close()
             self._barrier.discard(conn)
             if conn.rank is not None and not conn.finalized:
                 self.fail("rank %d ended its PMI connection before MPI_Finalize (its process "
@@ -242,10 +321,33 @@ class PmiServer:
 
     def _send(self, conn, text):
         log.debug("> rank %s %s", conn.rank, text.rstrip("\n"))
+        if conn.closed:
+            return
+        conn.outbox += text.encode()
+        self._flush(conn)
+
+    def _flush(self, conn):
+        """Sends what the socket takes now; the rest waits for EVENT_WRITE.
+        A client that lets MAX_OUTBOX pile up is not reading: cut it off."""
+        if conn.closed:
+            return
         try:
-            conn.sock.sendall(text.encode())
+            sent = conn.sock.send(conn.outbox) if conn.outbox else 0
+        except BlockingIOError:
+            sent = 0
         except OSError:
-            pass  # its close shows up as a read of nothing
+            return self._closed(conn)
+        del conn.outbox[:sent]
+        if len(conn.outbox) > MAX_OUTBOX:
+            log.warning("PMI client (rank %s) does not read its replies: disconnected", conn.rank)
+            return self._closed(conn)
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbox else 0)
+        if self._selector.get_key(conn.sock).events != events:
+            self._selector.modify(conn.sock, events, conn)
+            try:
+                self._stop_w.send(b"w")  # fail() may run in another thread: re-select
+            except OSError:
+                pass
 
     def _reply(self, conn, name, rc=0, msg=None, **fields):
         parts = ["cmd=" + name, "rc=%d" % rc]
@@ -256,44 +358,67 @@ class PmiServer:
 
     # ---- one PMI-1 command --------------------------------------------------
     def _handle(self, conn, line):
-        log.debug("< rank %s %s", conn.rank, line)
+        log.debug("< rank %s %s", conn.rank, line[:200])
+        if conn.rank is None:
+            return self._initack(conn, line)
+        if not line:
+            return
         if conn.spawn_lines is not None or line.startswith("mcmd="):  # lines until endcmd
             conn.spawn_lines = (conn.spawn_lines or []) + [line]
             if line == "endcmd":
                 conn.spawn_lines = None
                 self._reply(conn, "spawn_result", rc=1, msg="spawn is not supported")
+            elif len(conn.spawn_lines) > MAX_SPAWN_LINES:
+                self._closed(conn)
             return
         cmd, fields = parse_line(line)
-        if conn.rank is None and cmd != "initack":
-            # PMI_PORT without PMI_ID: MPICH would run as rank 0 of a world of
-            # 1, N silent copies of one job. Refuse instead.
-            if cmd in RESPONSE:
-                self._reply(conn, RESPONSE[cmd], rc=1,
-                            msg="no PMI_ID: set PMI_ID=<rank> beside PMI_PORT")
-            return
-        if self.failure is not None and cmd in ("initack", "barrier_in"):
-            # Only where a rank would start or block on the lost one: rc=1 on
-            # put/get sent MPICH 5.0.2 (UCX) into an assertion (SIGABRT).
+        if cmd == "initack":  # one rank per connection
+            return self._closed(conn)
+        if self.failure is not None and cmd == "barrier_in":
+            # Only where a rank would block on the lost one: rc=1 on put/get
+            # sent MPICH 5.0.2 (UCX) into an assertion (SIGABRT).
             return self._reply(conn, RESPONSE[cmd], rc=1, msg=self.failure)
         handler = _HANDLERS.get(cmd or "")
         if handler is not None:
             return handler(self, conn, fields)
         if cmd in RESPONSE:  # publish/lookup/unpublish: not served
             return self._reply(conn, RESPONSE[cmd], rc=1, msg="%s is not supported" % cmd)
-        log.warning("rank %s sent an unknown PMI command: %r", conn.rank, line)
+        log.warning("rank %s sent an unknown PMI command: %r", conn.rank, line[:200])
 
-    def _initack(self, conn, fields):
+    def _initack(self, conn, line):
+        """A connection's first line: ``cmd=initack pmiid=<PMI_ID>``, with the
+        PMI_ID of a rank not yet in. Anything else closes it (a client
+        without PMI_ID, which MPICH would run as a world of 1, included)."""
+        cmd, fields = parse_line(line)
         try:
-            rank = int(fields.get("pmiid") or -1)
+            rank = self._ids.get(int(fields.get("pmiid") or "")) if cmd == "initack" else None
         except ValueError:
-            rank = -1
-        if not 0 <= rank < self.size or rank in self._ranks:
-            return self._reply(conn, "initack", rc=1, msg="bad or duplicate PMI_ID %d" % rank)
+            rank = None
+        if rank is None or rank in self._ranks:
+            log.warning("PMI server refused a connection: its first line was not the initack "
+                        "of a rank still to come")
+            if cmd in RESPONSE:
+                self._reply(conn, RESPONSE[cmd], rc=1,
+                            msg="not a rank of this job (set PMI_ID as the launcher gave it)")
+            return self._closed(conn)
+        if self.failure is not None:
+            self._reply(conn, "initack", rc=1, msg=self.failure)
+            return self._closed(conn)
         conn.rank = rank
         self._ranks[rank] = conn
         self._send(conn, "cmd=initack rc=0 rank=%d size=%d appnum=0 debug=0\n"
                    "cmd=set size=%d\ncmd=set rank=%d\ncmd=set debug=0\n"
                    % (rank, self.size, self.size, rank))
+        if len(self._ranks) == self.size:
+            self._stop_listening()
+
+    def _stop_listening(self):
+        """Every rank is in: nobody else has anything to say here."""
+        self._selector.unregister(self._listener)
+        self._listener.close()
+        for key in list(self._selector.get_map().values()):
+            if isinstance(key.data, _Connection) and key.data.rank is None:
+                self._closed(key.data)
 
     def _init(self, conn, fields):
         if fields.get("pmi_version") != "1":
@@ -315,9 +440,14 @@ class PmiServer:
         key = fields.get("key") or ""
         if key.startswith("PMI_"):
             return self._reply(conn, "put_result", rc=1, msg="keys starting PMI_ are reserved")
+        key = key[:KEYLEN_MAX]
+        if self._owner.get(key, conn.rank) != conn.rank:
+            return self._reply(conn, "put_result", rc=1,
+                               msg="key %s belongs to rank %d" % (key, self._owner[key]))
         if len(self.kvs) >= 1 << 20:
             return self._reply(conn, "put_result", rc=1, msg="the key-value space is full")
-        self.kvs[key[:KEYLEN_MAX]] = (fields.get("value") or "")[:2 * VALLEN_MAX]
+        self.kvs[key] = (fields.get("value") or "")[:2 * VALLEN_MAX]
+        self._owner[key] = conn.rank
         self._reply(conn, "put_result")
 
     def _get(self, conn, fields):
@@ -336,7 +466,7 @@ class PmiServer:
 
 
 _HANDLERS = {
-    "initack": PmiServer._initack, "init": PmiServer._init, "abort": PmiServer._abort,
+    "init": PmiServer._init, "abort": PmiServer._abort,
     "finalize": PmiServer._finalize, "put": PmiServer._put, "get": PmiServer._get,
     "barrier_in": PmiServer._barrier_in,
     "get_maxes": lambda s, c, f: s._reply(c, "maxes", kvsname_max=KVSNAME_MAX,
