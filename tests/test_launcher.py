@@ -21,6 +21,19 @@ def test_host_lists_and_hostfiles(tmp_path):
     assert hosts.ranks_per_host([("a", 2), ("b", 2)], 6) == {"a": 4, "b": 2}
 
 
+@pytest.mark.parametrize("name", ["-oProxyCommand=touch${IFS}/tmp/x", "-p2222", ".hidden",
+                                  "a b", "h\x00"])
+def test_host_names_that_ssh_would_read_as_options_are_refused(tmp_path, name):
+    """Issue 48, finding 7: a host name starting with '-' reached ssh as an option."""
+    with pytest.raises(hosts.HostError, match="is not a host name"):
+        hosts.parse_host_list(name + ":1")
+    f = tmp_path / "hosts"
+    f.write_text("node1\n%s slots=2\n" % name.split()[0])
+    if " " not in name:
+        with pytest.raises(hosts.HostError, match="line 2: .* is not a host name"):
+            hosts.parse_hostfile(str(f))
+
+
 def test_oversubscription_is_detected_only_for_this_machine():
     assert hosts.local_oversubscribed([], 3, cores=2)
     assert not hosts.local_oversubscribed([], 2, cores=2)
@@ -33,13 +46,23 @@ def _dry_run(argv, capsys):
     return capsys.readouterr().out.split()
 
 
+def given_environment(words):
+    """The variables a dry run's shell line gives mpiexec (NAME=value words
+    before it), checked to be exactly those its -genvlist passes on."""
+    env = dict(w.split("=", 1) for w in words[:next(i for i, w in enumerate(words)
+                                                    if "=" not in w)])
+    assert "-genv" not in words
+    assert sorted(words[words.index("-genvlist") + 1].split(",")) == sorted(env)
+    return env
+
+
 def test_dry_run_builds_mpmd_command_with_settings(capsys, monkeypatch):
     monkeypatch.setenv("FUSEOPT_LOG_LEVEL", "debug")
     cmd = _dry_run(["-np", "2", "-H", "h1:1,h2:1", "--fusion-threshold-mb", "2",
                     "--cycle-time-ms", "0.5", "python", "a.py", "--lr", "1",
                     ":", "-np", "1", "python", "b.py"], capsys)
     assert cmd[cmd.index("-hosts") + 1] == "h1:1,h2:1"
-    genv = {cmd[i + 1]: cmd[i + 2] for i, c in enumerate(cmd) if c == "-genv"}
+    genv = given_environment(cmd)
     assert genv["FUSEOPT_FUSION_THRESHOLD"] == str(2 << 20)
     assert genv["FUSEOPT_CYCLE_TIME_MS"] == "0.5"
     assert genv["FUSEOPT_LOG_LEVEL"] == "debug"
@@ -53,11 +76,11 @@ def test_dry_run_builds_mpmd_command_with_settings(capsys, monkeypatch):
 def test_nolocal_set_when_ranks_exceed_cores(capsys):
     cores = os.cpu_count()
     cmd = _dry_run(["-np", str(cores + 1), "python", "x.py"], capsys)
-    assert "MPIR_CVAR_NOLOCAL" in cmd
+    assert given_environment(cmd)["MPIR_CVAR_NOLOCAL"] == "1"
     cmd = _dry_run(["-np", "1", "python", "x.py"], capsys)
-    assert "MPIR_CVAR_NOLOCAL" not in cmd
+    assert "MPIR_CVAR_NOLOCAL" not in given_environment(cmd)
     cmd = _dry_run(["-np", "1", "--nolocal", "on", "python", "x.py"], capsys)
-    assert "MPIR_CVAR_NOLOCAL" in cmd
+    assert given_environment(cmd)["MPIR_CVAR_NOLOCAL"] == "1"
 
 
 def test_settings_reach_every_rank(run_ranks):
@@ -66,6 +89,18 @@ def test_settings_reach_every_rank(run_ranks):
     for rank in (0, 1):
         assert "rank%d FUSEOPT_STALL_CHECK_S=7" % rank in r.output
         assert "rank%d FUSEOPT_CACHE_CAPACITY=64" % rank in r.output
+
+
+def test_no_setting_or_export_is_in_any_process_argv(run_ranks):
+    """Issue 48, finding 5: -genv NAME VALUE put every FUSEOPT_* value and
+    every -x export in mpiexec's argv, which every local user can read."""
+    token = "t0ken-%s" % os.urandom(6).hex()
+    r = run_ranks(2, "launch_probe.py", "argv", "FUSEOPT_STALL_CHECK_S", "MY_TOKEN",
+                  "FUSEOPT_LAUNCH_DIR", launcher_args=["-x", "MY_TOKEN", "--verbose"],
+                  env={"MY_TOKEN": token, "FUSEOPT_STALL_CHECK_S": "614321"})
+    for rank in (0, 1):
+        assert "rank%d values in some argv: none" % rank in r.output, r.output
+    assert token not in r.output  # --verbose shows the names only
 
 
 def test_every_rank_gets_torchruns_variables(run_ranks, tmp_path):
@@ -174,7 +209,7 @@ def _running(pid):
 def test_export_flag_gives_ranks_variables(capsys, monkeypatch):
     monkeypatch.setenv("FROM_HERE", "7")
     cmd = _dry_run(["-np", "2", "-x", "FROM_HERE", "-x", "GIVEN=a=b", "python", "a.py"], capsys)
-    genv = {cmd[i + 1]: cmd[i + 2] for i, c in enumerate(cmd) if c == "-genv"}
+    genv = given_environment(cmd)
     assert genv["FROM_HERE"] == "7" and genv["GIVEN"] == "a=b"
 
 

@@ -201,8 +201,17 @@ def _one_program(command, launch_dir, dry_run):
     return path
 
 
+def job_environment(env, launch_dir):
+    """What every rank gets beyond fuseoptrun's own environment: fuseopt's
+    settings, the ``-x`` exports and the launch directory. They travel in
+    mpiexec's environment, named by -genvlist, never as -genv values in
+    argv, which every user of the machine can read (ps, /proc/*/cmdline)."""
+    return dict(env, FUSEOPT_LAUNCH_DIR=launch_dir)
+
+
 def build_command(args, parts, env, launch_dir, host_list, from_slurm=False):
-    """The full mpiexec argv for the (possibly MPMD) job."""
+    """The full mpiexec argv for the (possibly MPMD) job; the values of
+    ``job_environment(env, launch_dir)`` go in its process environment."""
     cmd = [find_mpiexec(args.mpiexec)]
     if host_list:
         cmd += ["-hosts", ",".join("%s:%d" % h for h in host_list)]
@@ -218,8 +227,7 @@ def build_command(args, parts, env, launch_dir, host_list, from_slurm=False):
     if args.output_filename:
         pattern = os.path.join(os.path.abspath(args.output_filename), "rank.%r")
         cmd += ["-outfile-pattern", pattern + "/stdout", "-errfile-pattern", pattern + "/stderr"]
-    for k, v in sorted(dict(env, FUSEOPT_LAUNCH_DIR=launch_dir).items()):
-        cmd += ["-genv", k, v]
+    cmd += ["-genvlist", ",".join(sorted(job_environment(env, launch_dir)))]
     cmd += shlex.split(args.mpi_args)
     wrapper = [sys.executable, "-m", "fuseopt.launcher.rank_wrapper"]
     for i, (np_, command) in enumerate(parts):
@@ -346,15 +354,18 @@ def launch(args, parts, host_list, from_slurm, on_end, extra_env=None, watch=Non
     if args.output_filename and not args.dry_run:
         for rank in range(total):
             os.makedirs(os.path.join(args.output_filename, "rank.%d" % rank), exist_ok=True)
-    if args.dry_run or args.verbose:
-        print(" ".join(shlex.quote(c) for c in cmd), file=sys.stdout if args.dry_run else sys.stderr)
-        if args.dry_run:
-            return 0
+    job_env = job_environment(env, launch_dir)
+    if args.dry_run:  # as a shell line that runs it; --verbose shows names only
+        print(" ".join([shlex.quote("%s=%s" % kv) for kv in sorted(job_env.items())]
+                       + [shlex.quote(c) for c in cmd]))
+        return 0
+    if args.verbose:
+        print(" ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
     shm_before = shm_litter.snapshot()
     started = time.time()
     # Own process group, so that our signal handling decides how ranks stop;
     # SIGTERM to mpiexec (which stops the ranks) if fuseoptrun dies unannounced.
-    proc = subprocess.Popen(cmd, start_new_session=True,
+    proc = subprocess.Popen(cmd, start_new_session=True, env=dict(os.environ, **job_env),
                             preexec_fn=lambda: parent_death.signal_on_parent_death(signal.SIGTERM))
     stopping = []
 

@@ -18,7 +18,9 @@ def _slots(text, where):
 
 # Host names and addresses (RFC 1123 letters, digits, '-' and '.', plus '_'
 # that some clusters use); anything else is a typo or bytes that are not text.
-_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
+# Never a leading '-' or '.': the name reaches ssh and mpiexec as an
+# argument, and "-oProxyCommand=..." would be read as an option.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
 
 def _name(name, where):

@@ -5,6 +5,8 @@
   sleep DIR    write this rank's pid into DIR, then sleep (to be signalled)
   env          print FUSEOPT_*, MPIR_CVAR_NOLOCAL, the interface variables and
                torchrun's variables as this rank sees them
+  argv NAME..  print which of these variables' values appear in any
+               process's command line on this machine (/proc/*/cmdline)
 """
 import os
 import sys
@@ -19,6 +21,18 @@ if mode == "env":
                 and k != "FUSEOPT_LAUNCH_DIR") or \
                 k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS"):
             print("rank%d %s=%s" % (rank, k, os.environ[k]))
+elif mode == "argv":
+    values = {name: os.environ.get(name) for name in sys.argv[2:]}
+    assert all(values.values()), values  # the rank got them
+    seen = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmdline = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        seen.update(name for name, value in values.items() if value in cmdline)
+    print("rank%d values in some argv: %s" % (rank, sorted(seen) or "none"))
 elif mode == "sleep":
     with open(os.path.join(sys.argv[2], "pid.%d" % rank), "w") as f:
         f.write(str(os.getpid()))
