@@ -112,6 +112,39 @@ def check_unusable_caches_are_refused_not_loaded():
         assert f.read() == b"planted"  # refused, neither loaded nor replaced
 
 
+def check_a_cache_component_swapped_for_a_link_is_refused():
+    """Issue 48, finding 6: the walk up the path used os.stat on the path as
+    given, and dlopen resolved it again later. A component that is a link
+    to a directory others may write is judged by its target; the library
+    file itself as a link to such a place is refused; and the check-then-
+    load race is closed by loading the very fd that was checked."""
+    home = _private_dir()
+    attacker = _private_dir()
+    os.chmod(attacker, 0o777)  # the attacker's: anyone may write, not sticky
+    link = os.path.join(home, "cache")
+    os.symlink(attacker, link)
+    harness.expect_error(kernels.KernelUnavailable,
+                         lambda: kernels.build_and_load(os.path.join(link, "kernels")),
+                         attacker, "other users")
+    directory = _private_dir()
+    planted = os.path.join(attacker, "evil.so")
+    with open(planted, "wb") as f:
+        f.write(b"planted")
+    os.symlink(planted, kernels.library_path(directory))
+    harness.expect_error(kernels.KernelUnavailable, lambda: kernels.build_and_load(directory),
+                         attacker, "other users")
+    # A link swapped in between resolving the path and opening it: the walk
+    # opens every component with O_NOFOLLOW.
+    real_realpath = kernels.os.path.realpath
+    kernels.os.path.realpath = lambda p: p  # as if resolved before the swap
+    try:
+        harness.expect_error(kernels.KernelUnavailable,
+                             lambda: kernels._open_checked(os.path.join(link, "x"), True),
+                             link, "without following a link")
+    finally:
+        kernels.os.path.realpath = real_realpath
+
+
 def check_a_cache_of_another_user_is_refused():
     # Root is trusted (container images), so as root the directory is given
     # to nobody (uid 65534); as anyone else it is this user's, and the check
@@ -223,6 +256,7 @@ if __name__ == "__main__":
     # process refuses every other copy.
     harness.run([check_unusable_caches_are_refused_not_loaded,
                  check_a_cache_of_another_user_is_refused,
+                 check_a_cache_component_swapped_for_a_link_is_refused,
                  check_a_slow_compiler_times_out_and_leaves_nothing,
                  check_a_failing_compiler_is_a_warning_and_collectives_still_run,
                  check_the_switch_turns_the_kernel_off,

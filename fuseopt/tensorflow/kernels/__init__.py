@@ -97,26 +97,48 @@ def library_path(directory):
     return os.path.join(directory, "status_op-%s.so" % key.hexdigest()[:16])
 
 
+def _check_opened(fd, where):
+    """Raises unless what ``fd`` holds belongs to this user or root and
+    nobody else may write it (a sticky directory, as /tmp, may be shared:
+    others cannot rename what is ours in it)."""
+    info = os.fstat(fd)
+    if info.st_uid not in (os.getuid(), 0):
+        raise KernelUnavailable("%s belongs to uid %d, neither this user (uid %d) nor root"
+                                % (where, info.st_uid, os.getuid()))
+    shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if shared and not (stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX):
+        raise KernelUnavailable("%s may be written by other users; fuseopt loads kernels "
+                                "only from files and directories nobody else may write" % where)
+
+
+def _open_checked(path, directory):
+    """An fd of ``path``, reached from / one component at a time, each opened
+    with O_NOFOLLOW and checked on what was opened (_check_opened): what is
+    checked is what is used. Links that exist now are resolved first (and
+    their targets checked); one swapped in during the walk fails it."""
+    parts = [p for p in os.path.realpath(path).split(os.sep) if p]
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _check_opened(fd, "/")
+        for i, part in enumerate(parts):
+            where = "/" + "/".join(parts[:i + 1])
+            kind = os.O_DIRECTORY if directory or i < len(parts) - 1 else 0
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | kind, dir_fd=fd)
+            except OSError as e:
+                raise KernelUnavailable("%s cannot be opened without following a link: %s "
+                                        "(was it swapped for one?)" % (where, e.strerror)) from None
+            os.close(fd)
+            fd = child
+            _check_opened(fd, where)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _check_safe(path):
-    """Raises unless ``path`` and every directory above it belong to this
-    user or root and nobody else may write them (a sticky directory, as
-    /tmp, may be shared: others cannot rename what is ours in it)."""
-    trusted = (os.getuid(), 0)
-    path = os.path.abspath(path)
-    while True:
-        info = os.stat(path)
-        if info.st_uid not in trusted:
-            raise KernelUnavailable("%s belongs to uid %d, neither this user (uid %d) nor root"
-                                    % (path, info.st_uid, os.getuid()))
-        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        if shared and not (stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX):
-            raise KernelUnavailable("%s may be written by other users; fuseopt loads kernels "
-                                    "only from files and directories nobody else may write"
-                                    % path)
-        parent = os.path.dirname(path)
-        if parent == path:
-            return
-        path = parent
+    os.close(_open_checked(path, directory=True))
 
 
 def _compile(path, timeout):
@@ -145,12 +167,17 @@ def _refuse_a_second_copy(path):
 
 
 def _load(path):
+    """Loads the library through the fd that was checked (/proc/self/fd),
+    so that a file swapped in after the check is never the one loaded."""
     if path in _loaded:
         return _loaded[path]
+    fd = _open_checked(path, directory=False)
     try:
-        _loaded[path] = tf.load_op_library(path)
+        _loaded[path] = tf.load_op_library("/proc/self/fd/%d" % fd)
     except (tf.errors.OpError, OSError) as e:
         raise KernelUnavailable("%s did not load: %s" % (path, e)) from None
+    finally:
+        os.close(fd)
     return _loaded[path]
 
 
@@ -169,7 +196,7 @@ def build_and_load(directory=None, ahead=False):
         with open(path + ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if os.path.exists(path):
-                _check_safe(path)
+                os.close(_open_checked(path, directory=False))  # unsafe: refused, kept
                 try:
                     return _load(path)
                 except KernelUnavailable:
