@@ -5,17 +5,23 @@ import glob
 import os
 import tempfile
 
+from .private_dir import ensure_private_dir
 
-def write_atomically(path, write, durable=True):
+
+def write_atomically(path, write, durable=True, private=False):
     """Calls ``write(file)`` on a temporary file beside ``path``, then renames
     it over ``path``. A crash or kill at any point leaves the previous file
     intact (at worst a stray temporary file, which the next successful write
     removes). ``durable`` also fsyncs the file and the rename, so that they
     survive a power cut; without it the file survives only the death of
     processes (elastic commits: fsync per commit would cost milliseconds to
-    seconds per batch, and a lost machine takes its copy with it anyway)."""
+    seconds per batch, and a lost machine takes its copy with it anyway).
+    ``private``: the directory is a job's own (private_dir.py)."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    if private:
+        ensure_private_dir(directory)
+    else:
+        os.makedirs(directory, exist_ok=True)
     prefix = ".%s." % os.path.basename(path)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
     try:

@@ -69,7 +69,7 @@ def write_record(status_dir, prefix, rank, record):
     path = os.path.join(status_dir, "%s%d.json" % (prefix, rank))
     try:
         write_atomically(path, lambda f: f.write(json.dumps(record).encode("utf-8")),
-                         durable=False)
+                         durable=False, private=True)
     except OSError as e:
         return e
     return None

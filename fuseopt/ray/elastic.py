@@ -172,6 +172,7 @@ class ElasticRayExecutor:
         self.env_vars = dict(env_vars or {})
         self.store: Optional[str] = None
         self.resets = 0
+        self.job_key = _proto.new_job_key()  # MACs this run's commits (elastic_protocol)
 
     def start(self) -> None:
         """Names this run's commit store (created on each host by its workers)."""
@@ -230,6 +231,7 @@ class ElasticRayExecutor:
         # A launch directory per world, as fuseoptrun gives each job: the
         # notice that ended the last world must not end this one.
         env.update({_proto.ELASTIC_DIR_ENV: self.store, _proto.RESET_COUNT_ENV: self.resets,
+                    _proto.JOB_KEY_ENV: self.job_key,
                     "FUSEOPT_LAUNCH_DIR": os.path.join(self.store, "world-%d" % self.resets)})
         # Two calls at once per worker: the function, and a notice of new slots.
         return World(shape, self.settings.elastic_timeout, self.settings.timeout_s,

@@ -118,7 +118,8 @@ class State(abc.ABC):
             return None
         path = _proto.commit_path(root)
         try:
-            data = _proto.encode_commit(self._generation, self.FORMAT, self._payload())
+            data = _proto.encode_commit(self._generation, self.FORMAT, self._payload(),
+                                        _proto.job_key())
             _proto.write_commit(path, data)
         except Exception as e:  # whatever fails here, every rank must hear it (_check)
             return "rank %d could not write %s: %s: %s" % (world.rank(), path,
@@ -149,7 +150,7 @@ class State(abc.ABC):
         report, payload = (world.rank(), None, None), None
         if root is not None and world.local_rank() == 0:
             try:
-                found = _proto.read_commit(_proto.commit_path(root))
+                found = _proto.read_commit(_proto.commit_path(root), _proto.job_key())
             except Exception as e:  # a bad copy is reported, and another host's may do
                 report = (world.rank(), None, "host %s: %s" % (socket.gethostname(), e))
             else:

@@ -16,8 +16,15 @@ header (generation, format, payload length and CRC-32) and the payload,
 which only the framework binding reads, with its own loader that never runs
 code from the file. The checksum is verified before the payload is handed
 on, so a truncated or corrupt file is a clear error, never a crash in a
-deserializer.
+deserializer. When the driver gives the job a key (``$FUSEOPT_JOB_KEY``,
+through the environment, never argv), the header also holds a keyed
+BLAKE2b MAC of the header fields and the payload, and a copy without the
+right MAC is refused: a user who can write the store's directory (or made
+it first) cannot plant a newer generation for every rank to resume from.
+The store's directories are the job's own (base/private_dir.py).
 """
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -29,6 +36,7 @@ from ..base.atomic_file import write_atomically
 
 ELASTIC_DIR_ENV = "FUSEOPT_ELASTIC_DIR"      # the commit store's root (set by the driver)
 RESET_COUNT_ENV = "FUSEOPT_ELASTIC_RESETS"   # how many resets came before this job
+JOB_KEY_ENV = "FUSEOPT_JOB_KEY"              # hex; MACs the commits (set by the driver)
 NOTICE_FILE = "hosts-updated.json"           # in $FUSEOPT_LAUNCH_DIR, written by the driver
 COMMIT_FILE = "commit.fuseopt"
 MAGIC = b"FUSEOPT-ELASTIC-COMMIT/1\n"
@@ -49,23 +57,44 @@ def store_dir(environ=None):
     return environ.get(ELASTIC_DIR_ENV) or None
 
 
+def job_key(environ=None):
+    """The job's commit key (bytes), or None when the driver gave none."""
+    value = (os.environ if environ is None else environ).get(JOB_KEY_ENV)
+    return bytes.fromhex(value) if value else None
+
+
+def new_job_key():
+    """A fresh key for a driver to give its ranks (as JOB_KEY_ENV)."""
+    return os.urandom(32).hex()
+
+
+def _mac(key, generation, fmt, payload):
+    m = hashlib.blake2b(key=key, digest_size=32)
+    m.update(json.dumps([int(generation), fmt, len(payload)]).encode("utf-8"))
+    m.update(payload)
+    return m.hexdigest()
+
+
 def commit_path(root, host=None):
     """This host's commit file under ``root``."""
     return os.path.join(root, host or socket.gethostname(), COMMIT_FILE)
 
 
-def encode_commit(generation, fmt, payload):
+def encode_commit(generation, fmt, payload, key=None):
     """The pieces of a commit file holding ``payload`` (bytes): written one
     after the other, so a large payload is not copied to be joined. CRC-32,
     not a cryptographic hash: it guards against truncation and damage (4x
     faster than SHA-256 here), not against an attacker who can write the
     file, who could not make the payload's safe loader run code anyway."""
-    header = json.dumps({"generation": int(generation), "format": fmt, "length": len(payload),
-                         "crc32": zlib.crc32(payload)}).encode("utf-8")
+    fields = {"generation": int(generation), "format": fmt, "length": len(payload),
+              "crc32": zlib.crc32(payload)}
+    if key is not None:
+        fields["mac"] = _mac(key, generation, fmt, payload)
+    header = json.dumps(fields).encode("utf-8")
     return [MAGIC + struct.pack(">Q", len(header)) + header, payload]
 
 
-def decode_commit(data, where="commit file"):
+def decode_commit(data, where="commit file", key=None):
     """(header dict, payload bytes) of a commit file's bytes, checksum
     verified; CommitFileError saying what is wrong otherwise."""
     if not data.startswith(MAGIC):
@@ -87,16 +116,21 @@ def decode_commit(data, where="commit file"):
         raise CommitFileError("%s is corrupt: checksum mismatch" % where)
     if not isinstance(generation, int) or generation < 1:
         raise CommitFileError("%s has a bad generation %r" % (where, generation))
+    if key is not None and not hmac.compare_digest(
+            str(header.get("mac", "")), _mac(key, generation, header.get("format"), payload)):
+        raise CommitFileError("%s was not written by this job (its MAC does not match the job's "
+                              "key): refused" % where)
     return header, payload
 
 
 def write_commit(path, pieces):
     """Replaces ``path`` with the ``pieces`` (bytes) atomically; not fsynced
     (see atomic_file.write_atomically)."""
-    write_atomically(path, lambda f: [f.write(piece) for piece in pieces], durable=False)
+    write_atomically(path, lambda f: [f.write(piece) for piece in pieces], durable=False,
+                     private=True)
 
 
-def read_commit(path):
+def read_commit(path, key=None):
     """(generation, header, payload) of the file at ``path``; None when there
     is none; CommitFileError when it is unusable."""
     try:
@@ -106,7 +140,7 @@ def read_commit(path):
         return None
     except OSError as e:
         raise CommitFileError("cannot read %s: %s" % (path, e.strerror or e)) from None
-    header, payload = decode_commit(data, path)
+    header, payload = decode_commit(data, path, key)
     return header["generation"], header, payload
 
 
@@ -129,7 +163,8 @@ def write_notice(launch_dir, hosts):
     """The driver tells the running job that its hosts changed."""
     notice = {"time": time.time(), "hosts": ["%s:%d" % h for h in hosts]}
     write_atomically(os.path.join(launch_dir, NOTICE_FILE),
-                     lambda f: f.write(json.dumps(notice).encode("utf-8")), durable=False)
+                     lambda f: f.write(json.dumps(notice).encode("utf-8")), durable=False,
+                     private=True)
 
 
 def notice_time(launch_dir):

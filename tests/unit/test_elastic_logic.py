@@ -1,6 +1,8 @@
 """Elastic training's pure rules, rank-free: which commit copy wins, what a
 corrupt commit file gives, discovery output, placement, what ended a job,
 and how the sampler re-shards the rest of an epoch."""
+import os
+
 import numpy as np
 import pytest
 
@@ -215,3 +217,55 @@ def test_a_failing_discovery_script_is_a_usage_error(tmp_path):
         cli.run(["--dry-run", "-np", "2", "--host-discovery-script", str(script),
                  "python", "t.py"])
     assert issubclass(discovery.DiscoveryError, cli._hosts.HostError)  # main: one line, exit 2
+
+
+def test_commits_of_another_key_or_none_are_refused(tmp_path):
+    """Issue 48, finding 4: a commit planted with a higher generation was
+    protected by a CRC only; with the job's key it needs the job's MAC."""
+    key, other = bytes.fromhex(proto.new_job_key()), bytes.fromhex(proto.new_job_key())
+    path = str(tmp_path / "store" / "h" / proto.COMMIT_FILE)
+    proto.write_commit(path, proto.encode_commit(7, "fmt", b"ours", key))
+    assert proto.read_commit(path, key)[2] == b"ours"
+    for planted_key in (None, other):  # no MAC, or another job's
+        proto.write_commit(path, proto.encode_commit(99, "fmt", b"planted", planted_key))
+        with pytest.raises(proto.CommitFileError, match="not written by this job"):
+            proto.read_commit(path, key)
+    genuine = b"".join(proto.encode_commit(8, "fmt", b"ours", key))
+    forged = genuine.replace(b'"generation": 8', b'"generation": 9')  # a newer one, by hand
+    with pytest.raises(proto.CommitFileError, match="not written by this job"):
+        proto.decode_commit(forged, "forged", key)
+    assert proto.job_key({proto.JOB_KEY_ENV: key.hex()}) == key and proto.job_key({}) is None
+
+
+def test_job_directories_someone_else_could_write_are_refused(tmp_path, monkeypatch):
+    """Issue 48, finding 4: job directories on other hosts were made with
+    makedirs(exist_ok=True): whoever created the name first owned them."""
+    from fuseopt.base.private_dir import UnsafeDirectoryError, ensure_private_dir
+    made = ensure_private_dir(str(tmp_path / "a" / "b"))
+    assert os.stat(made).st_mode & 0o777 == 0o700 and ensure_private_dir(made) == made
+    open_store = tmp_path / "open"
+    open_store.mkdir()
+    open_store.chmod(0o777)  # pre-created, world-writable, not sticky
+    with pytest.raises(UnsafeDirectoryError, match="may be written by other users"):
+        proto.write_commit(proto.commit_path(str(open_store), "h"),
+                           proto.encode_commit(1, "f", b"x"))
+    with pytest.raises(UnsafeDirectoryError, match="written by other users \\(mode 777\\)"):
+        proto.write_notice(str(open_store), [("a", 1)])
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(UnsafeDirectoryError, match="symbolic link"):
+        ensure_private_dir(str(tmp_path / "link"))
+    # Another user's directory: as root, one given to nobody (uid 65534);
+    # as anyone else, this user's, seen by a process of another uid.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    if os.getuid() == 0:
+        os.chown(theirs, 65534, -1)
+    else:
+        monkeypatch.setattr(os, "getuid", lambda uid=os.getuid(): uid + 1)
+    owner = os.stat(theirs).st_uid
+    with pytest.raises(UnsafeDirectoryError, match="belongs to uid %d" % owner):
+        ensure_private_dir(str(theirs))
+    with pytest.raises(UnsafeDirectoryError, match="belongs to uid %d" % owner):
+        ensure_private_dir(str(theirs / "below"))

@@ -110,6 +110,10 @@ class ElasticDriver:
     def __init__(self, args, launch):
         self.args = args
         self.launch = launch
+        # MACs the commits of a store this run makes (elastic_protocol); a
+        # store you name outlives the run, so its key is yours to set
+        # (FUSEOPT_JOB_KEY in your environment reaches the ranks as it is).
+        self.job_key = None
         self.interval = discovery_interval()
         self.blacklist = set()
         self.resets = 0
@@ -132,6 +136,8 @@ class ElasticDriver:
         own_store = not os.environ.get(_proto.ELASTIC_DIR_ENV)
         store = tempfile.mkdtemp(prefix="fuseoptrun-elastic-") if own_store \
             else os.environ[_proto.ELASTIC_DIR_ENV]
+        if own_store:
+            self.job_key = _proto.new_job_key()
         try:
             return self._loop(store)
         finally:
@@ -148,6 +154,8 @@ class ElasticDriver:
                                             self.args.np if first else None)
             first = False
             env = {_proto.ELASTIC_DIR_ENV: store, _proto.RESET_COUNT_ENV: str(self.resets)}
+            if self.job_key:
+                env[_proto.JOB_KEY_ENV] = self.job_key
             total = sum(n for _, n in self.placement)
             self._notified = None
             self.say("starting %d ranks on %s" % (total, discovery.describe(self.placement)))
