@@ -8,6 +8,7 @@ import time
 import pytest
 
 from conftest import WORKERS
+from unit.dry_run import given_environment
 from fuseopt.launcher import cli, hosts
 
 PROBE = os.path.join(WORKERS, "launch_probe.py")
@@ -44,16 +45,6 @@ def test_oversubscription_is_detected_only_for_this_machine():
 def _dry_run(argv, capsys):
     assert cli.run(["--dry-run"] + argv) == 0
     return capsys.readouterr().out.split()
-
-
-def given_environment(words):
-    """The variables a dry run's shell line gives mpiexec (NAME=value words
-    before it), checked to be exactly those its -genvlist passes on."""
-    env = dict(w.split("=", 1) for w in words[:next(i for i, w in enumerate(words)
-                                                    if "=" not in w)])
-    assert "-genv" not in words
-    assert sorted(words[words.index("-genvlist") + 1].split(",")) == sorted(env)
-    return env
 
 
 def test_dry_run_builds_mpmd_command_with_settings(capsys, monkeypatch):

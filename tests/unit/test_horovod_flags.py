@@ -1,13 +1,14 @@
 """horovodrun's flags on fuseoptrun (no processes started: --dry-run)."""
 import pytest
 
+from dry_run import given_environment
 from fuseopt.launcher import cli
 
 
 def _genv(argv, capsys, monkeypatch=None):
     assert cli.run(["--dry-run"] + argv + ["python", "t.py"]) == 0
     cmd = capsys.readouterr().out.split()
-    return cmd, {cmd[i + 1]: cmd[i + 2] for i, c in enumerate(cmd) if c == "-genv"}
+    return cmd, given_environment(cmd)
 
 
 def test_on_off_flags_take_no_value(capsys):
