@@ -1,4 +1,4 @@
-"""README's configuration table agrees with fuseopt/core/config.py and the core:
+"""docs/configuration.md's knob table agrees with fuseopt/core/config.py and the core:
 every knob has a row with its keyword and the core's default, the rows marked
 *(rank 0)* are exactly the knobs the core takes from rank 0, and every other
 FUSEOPT_* row names a variable the code reads (found in the code itself), with
@@ -56,7 +56,7 @@ def _code_reads():
 
 
 def _rows():
-    with open(os.path.join(ROOT, "README.md")) as f:
+    with open(os.path.join(ROOT, "docs", "configuration.md")) as f:
         text = f.read()
     rows = {}
     for line in text.splitlines():
@@ -87,7 +87,7 @@ def _same(shown, value):
 def test_every_knob_has_its_row_keyword_and_default():
     rows, defaults = _rows(), _native_defaults()
     for knob in config.KNOBS:
-        assert knob.env in rows, "README has no row for %s" % knob.env
+        assert knob.env in rows, "docs/configuration.md has no row for %s" % knob.env
         keyword, shown, _ = rows[knob.env]
         assert keyword == "`%s`" % knob.name, (knob.env, keyword)
         assert _same(shown, defaults[knob.name]), (knob.env, shown, defaults[knob.name])
@@ -107,7 +107,7 @@ def test_other_rows_name_variables_the_code_reads():
     rows, reads = _rows(), _code_reads()
     knob_envs = {k.env for k in config.KNOBS}
     for env in set(rows) - knob_envs:
-        assert env in reads, "README documents %s, which no code reads" % env
+        assert env in reads, "docs/configuration.md documents %s, which no code reads" % env
         default = CONSTANT_DEFAULTS.get(env, reads[env])
         if default is not None:
             assert _same(rows[env][1], default), (env, rows[env][1], default)
