@@ -46,7 +46,7 @@ struct AsBfloat16 {
 // its largest element to [0.5, 1), and the exponent travels with the sum.
 // Scaling by powers of two is exact, so nothing is lost but underflow of
 // terms 2^-1000 below the largest. The narrower types' squares fit a double
-// whatever their values: they keep e = 0 and the same sums as Horovod's.
+// whatever their values: they keep e = 0 (Horovod's sums, in pairwise order).
 struct ScaledSum {
   double m, e;  // e holds an integer; a double so that MPI moves one type
 };
