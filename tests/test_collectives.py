@@ -3,20 +3,15 @@ fusion threshold and a tiny threshold forcing many buckets, at 1, 2, 4 ranks."""
 import pytest
 
 
-@pytest.mark.parametrize("nranks", [1, 2, 4])
-def test_collectives_default_threshold(run_ranks, nranks):
-    run_ranks(nranks, "collectives.py", timeout=240)
-
-
-@pytest.mark.parametrize("nranks", [2, 4])
-def test_collectives_tiny_threshold_forces_many_buckets(run_ranks, nranks):
-    # 1 KiB: most tensors of check_fused_many_and_large exceed it and the rest
-    # are split across many buckets.
-    run_ranks(nranks, "collectives.py", 1024, timeout=240)
-
-
-def test_collectives_fusion_disabled(run_ranks):
-    run_ranks(2, "collectives.py", 0, timeout=240)
+# One launch per rank count runs every check under each configuration in turn
+# (tests/workers/collectives.py): the default fusion threshold; 1 KiB, where
+# most tensors of check_fused_many_and_large exceed it and the rest are split
+# across many buckets; and fusion off.
+@pytest.mark.parametrize("nranks,configs", [(1, ["default"]), (2, ["default", 1024, 0]),
+                                            (4, ["default", 1024])])
+def test_collectives_default_tiny_and_no_fusion_threshold(run_ranks, nranks, configs):
+    out = run_ranks(nranks, "collectives.py", *configs, timeout=360).output
+    assert out.count("%d checks, 0 failed" % (12 * len(configs))) == nranks, out
 
 
 @pytest.mark.parametrize("nranks", [2, 4])
@@ -37,13 +32,12 @@ def test_collectives_without_shared_memory_path(run_ranks):
     assert "shared-memory path" not in out, out
 
 
-@pytest.mark.parametrize("threshold", [None, 1024])
-def test_hierarchical_allreduce_on_two_emulated_nodes_of_two(run_ranks, threshold):
+def test_hierarchical_allreduce_on_two_emulated_nodes_of_two(run_ranks):
     # FUSEOPT_EMULATED_LOCAL_SIZE=2 makes ranks {0,1} and {2,3} two nodes. The
     # data are small integers, exact in every dtype and summation order, so
-    # the suite's exact expectations are the flat algorithm's results.
-    args = () if threshold is None else (threshold,)
-    out = run_ranks(4, "collectives.py", *args, timeout=240,
+    # the suite's exact expectations are the flat algorithm's results. Two
+    # configurations: the default threshold and 1 KiB (many small buckets).
+    out = run_ranks(4, "collectives.py", "default", 1024, timeout=360,
                     env={"FUSEOPT_HIERARCHICAL_ALLREDUCE": "1", "FUSEOPT_EMULATED_LOCAL_SIZE": "2",
                          "FUSEOPT_LOG_LEVEL": "info"}).output
-    assert out.count("hierarchical allreduce over 2 nodes of 2 ranks") == 4, out
+    assert out.count("hierarchical allreduce over 2 nodes of 2 ranks") == 8, out

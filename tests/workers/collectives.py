@@ -249,13 +249,26 @@ def check_barrier_and_objects():
     assert gathered == [("r", k) for k in range(fuseopt.size())], gathered
 
 
+CHECKS = [check_allreduce_every_dtype_op_shape, check_allreduce_in_place_and_scaling,
+          check_scaling_edge_cases,
+          check_float32_travelling_as_16_bits,
+          check_fused_many_and_large, check_bucket_spanning_several_shared_memory_chunks,
+          check_repeated_steps_hit_cache, check_allgather,
+          check_broadcast_every_root, check_alltoall, check_reducescatter,
+          check_barrier_and_objects]
+
+
+def configuration(arg):
+    """One configuration from the command line: "default", a fusion threshold
+    in bytes, or "no-shm" (the shared-memory path off)."""
+    if arg == "default":
+        return {}
+    if arg == "no-shm":
+        return {"shm_min_bytes": -1}
+    return {"fusion_threshold": int(arg)}
+
+
 if __name__ == "__main__":
-    threshold = int(sys.argv[1]) if len(sys.argv) > 1 else None
-    harness.run([check_allreduce_every_dtype_op_shape, check_allreduce_in_place_and_scaling,
-                 check_scaling_edge_cases,
-                 check_float32_travelling_as_16_bits,
-                 check_fused_many_and_large, check_bucket_spanning_several_shared_memory_chunks,
-                 check_repeated_steps_hit_cache, check_allgather,
-                 check_broadcast_every_root, check_alltoall, check_reducescatter,
-                 check_barrier_and_objects],
-                fusion_threshold=threshold)
+    # Each argument is a configuration to run every check under, in turn, in
+    # this one launch (test_collectives.py); none: the default.
+    harness.run_configs(CHECKS, [configuration(a) for a in sys.argv[1:]] or [{}])

@@ -13,8 +13,27 @@ import fuseopt
 
 
 def run(checks, **init_settings):
+    run_configs(checks, [init_settings])
+
+
+def run_configs(checks, configs):
+    """The checks under each of configs (fuseopt.init's settings) in turn, one
+    init and shutdown each: one launch instead of one per configuration (a
+    launch costs every rank its imports)."""
+    failures = 0
+    for settings in configs:
+        rank, failed = _run_checks(checks, settings)
+        failures += failed
+    print("[rank %d] %d checks, %d failed" % (rank, len(checks) * len(configs), failures),
+          flush=True)
+    sys.exit(1 if failures else 0)
+
+
+def _run_checks(checks, init_settings):
     fuseopt.init(**init_settings)
     rank = fuseopt.rank()
+    if init_settings:
+        print("[rank %d] settings %s" % (rank, init_settings), flush=True)
     failures = 0
     for check in checks:
         start = time.monotonic()
@@ -27,9 +46,8 @@ def run(checks, **init_settings):
             failures += 1
             print("[rank %d] FAIL %s\n%s" % (rank, check.__name__, traceback.format_exc()),
                   flush=True)
-    print("[rank %d] %d checks, %d failed" % (rank, len(checks), failures), flush=True)
     fuseopt.shutdown()
-    sys.exit(1 if failures else 0)
+    return rank, failures
 
 
 def expect_error(error_type, fn, *contains):

@@ -12,8 +12,7 @@
 namespace fuseopt {
 namespace {
 
-// Largest agreed reduction: a small repeated sum, not a gradient bucket.
-constexpr int64_t kMaxCount = int64_t(1) << 20;
+constexpr int64_t kMaxCount = Loop::kAgreedMaxWords - 2;  // the check words
 
 // Every check value this process has made, with the name it stands for: on
 // two ranks the other rank's value is sum - own, and it names what that rank

@@ -101,6 +101,9 @@ class Loop {
   // (check differs; every rank sees it), after which wire holds garbage.
   // Throws Error when the context was aborted or shut down.
   bool agreed_allreduce(int32_t set, double* wire, int64_t words, double check);
+  // The longest wire: two check words and at most 2^20 values (a small
+  // repeated sum, not a gradient bucket).
+  static constexpr int64_t kAgreedMaxWords = 2 + (int64_t(1) << 20);
 
  private:
   void start();             // MPI, backend, agreed configuration
