@@ -81,6 +81,17 @@ def nccl_built() -> int:
     return int(version.value)
 
 
+def hccl_built() -> bool:
+    """Whether the HCCL library the core would load for Ascend tensors is
+    there (``FUSEOPT_HCCL_LIBRARY``, else ``libhccl.so`` on the loader's
+    path, which CANN's set_env.sh sets)."""
+    try:
+        ctypes.CDLL(os.environ.get("FUSEOPT_HCCL_LIBRARY") or "libhccl.so")
+    except OSError:
+        return False
+    return True
+
+
 def cuda_built() -> bool:
     """Whether CUDA tensors can be reduced: NCCL can be loaded (see nccl_built)."""
     return nccl_built() != 0

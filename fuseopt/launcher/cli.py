@@ -315,7 +315,8 @@ def run(argv):
     parts_argv = split_mpmd(argv)
     args = build_parser().parse_args(parts_argv[0])
     if args.check_build:
-        print(horovod_flags.check_build_report(_version()))
+        from ..tools import check_build
+        print(check_build.render(_version()))
         return 0
     if args.command[:1] == ["--"]:  # fuseoptrun -np 2 -- python train.py
         args.command = args.command[1:]

@@ -6,10 +6,8 @@ generated from config.KNOBS by cli.py; this module adds horovodrun's other
 spellings of them and its flags that are not knobs.
 """
 import argparse
-import importlib.util
 import shlex
 
-from ..api import capabilities
 from ..core import horovod_env
 
 # horovodrun spelling -> fuseopt knob (its value is the knob's value)
@@ -145,21 +143,3 @@ def remote_exec(args):
     if args.ssh_identity_file:
         cmd += ["-i", args.ssh_identity_file]
     return " ".join(shlex.quote(word) for word in cmd)
-
-
-def check_build_report(version):
-    """horovodrun --check-build's table, for what this install can use."""
-    def mark(flag):
-        return "[X]" if flag else "[ ]"
-
-    frameworks = [("TensorFlow", importlib.util.find_spec("tensorflow") is not None),
-                  ("PyTorch", importlib.util.find_spec("torch") is not None),
-                  ("MXNet", False)]
-    operations = [("NCCL", capabilities.nccl_built()), ("DDL", False), ("CCL", False),
-                  ("MPI", True), ("Gloo", False)]
-    lines = ["fuseopt v%s:" % version, "", "Available Frameworks:"]
-    lines += ["    %s %s" % (mark(ok), name) for name, ok in frameworks]
-    lines += ["", "Available Controllers:", "    [X] MPI", "    [ ] Gloo", "",
-              "Available Tensor Operations:"]
-    lines += ["    %s %s" % (mark(ok), name) for name, ok in operations]
-    return "\n".join(lines)

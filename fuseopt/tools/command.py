@@ -25,6 +25,8 @@ def build_parser():
     plot.add_argument("--tensors", type=int, default=12, help="rows to draw (default 12)")
     plot.add_argument("--last-ms", type=float, default=None,
                       help="draw only the trace's last this many milliseconds")
+    sub.add_parser("check-build", help="what this install runs on: frameworks, the MPI library "
+                   "and ABI loaded, thread level, fabrics, NCCL/HCCL, the kernel cache")
     sub.add_parser("build-tf-kernel", help="build fuseopt's TensorFlow kernel into its cache "
                    "now (a container image, a cluster's shared home) instead of at the first "
                    "traced collective")
@@ -46,6 +48,11 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command == "build-tf-kernel":
         return build_tf_kernel()
+    if args.command == "check-build":
+        from .check_build import render
+        from .._version import version
+        print(render(version()))
+        return 0
     try:
         events = timeline_summary.load(args.file)
     except (OSError, ValueError) as e:

@@ -233,6 +233,14 @@ typedef struct fuseopt_ctx fuseopt_ctx_t;
 
 int fuseopt_abi_version(void);
 
+/* Local; any time, before init too. What MPI this process runs: the library's
+ * own version string (MPI_Get_library_version), the standard version it
+ * implements, and the path of the shared library the MPI symbols were loaded
+ * from (as the dynamic loader resolved them: RPATH, LD_LIBRARY_PATH, ...).
+ * Strings are NUL-terminated, cut to their buffer's length. */
+int fuseopt_mpi_library(char* version, int64_t version_len, char* path, int64_t path_len,
+                        int32_t* standard_major, int32_t* standard_minor);
+
 /* Fills cfg with the built-in defaults. */
 int fuseopt_config_default(fuseopt_config_t* cfg);
 

@@ -1,6 +1,7 @@
 // The C boundary. Every exported function is "validate, call one method,
 // translate": exceptions are caught here and nowhere else, and become a
 // status plus a thread-local detail string.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -91,6 +92,24 @@ int finish_wait(fuseopt_ctx* ctx, int64_t handle, int64_t timeout_ms, fuseopt_ou
 extern "C" {
 
 int fuseopt_abi_version(void) { return FUSEOPT_ABI_VERSION; }
+
+int fuseopt_mpi_library(char* version, int64_t version_len, char* path, int64_t path_len,
+                        int32_t* standard_major, int32_t* standard_minor) {
+  if (!version || !path || version_len < 1 || path_len < 1 || !standard_major || !standard_minor)
+    return fail(FUSEOPT_INVALID_ARG, "fuseopt_mpi_library: NULL or empty buffer");
+  return guarded([&] {
+    const fuseopt::MpiLibrary found = fuseopt::MpiWorld::library();
+    auto copy = [](const std::string& from, char* to, int64_t len) {
+      const size_t n = std::min(from.size(), static_cast<size_t>(len - 1));
+      std::memcpy(to, from.data(), n);
+      to[n] = '\0';
+    };
+    copy(found.version, version, version_len);
+    copy(found.path, path, path_len);
+    *standard_major = found.standard_major;
+    *standard_minor = found.standard_minor;
+  });
+}
 
 int fuseopt_config_default(fuseopt_config_t* cfg) {
   if (!cfg) return fail(FUSEOPT_INVALID_ARG, "cfg is NULL");

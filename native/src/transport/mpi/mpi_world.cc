@@ -1,5 +1,7 @@
 #include "transport/mpi/mpi_world.h"
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -97,6 +99,23 @@ void MpiWorld::abandon() {
 }
 
 bool MpiWorld::thread_multiple() { return g_thread_multiple; }
+
+MpiLibrary MpiWorld::library() {
+  MpiLibrary out;
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  if (MPI_Get_library_version(version, &len) == MPI_SUCCESS)
+    out.version.assign(version, static_cast<size_t>(std::max(0, len)));
+  while (!out.version.empty() && (out.version.back() == '\n' || out.version.back() == ' '))
+    out.version.pop_back();
+  MPI_Get_version(&out.standard_major, &out.standard_minor);
+  // Which file the loader bound MPI's symbols to: the truth, whatever the
+  // build-time RPATH said (LD_LIBRARY_PATH or LD_PRELOAD may have won).
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&MPI_Get_library_version), &info) && info.dli_fname)
+    out.path = info.dli_fname;
+  return out;
+}
 
 namespace {
 

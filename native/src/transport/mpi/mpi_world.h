@@ -8,10 +8,18 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string>
 
 #include "fuseopt/fuseopt.h"
 
 namespace fuseopt {
+
+// The MPI library this process runs (MpiWorld::library).
+struct MpiLibrary {
+  std::string version;  // MPI_Get_library_version
+  std::string path;     // the shared object MPI's symbols came from, or ""
+  int standard_major = 0, standard_minor = 0;
+};
 
 class MpiWorld {
  public:
@@ -40,6 +48,9 @@ class MpiWorld {
   static void abandon();
   // Whether MPI runs at MPI_THREAD_MULTIPLE (false before it is initialised).
   static bool thread_multiple();
+
+  // Callable before MPI_Init (MPI allows these two queries then).
+  static MpiLibrary library();
 
   static MPI_Datatype datatype(fuseopt_dtype_t dtype);
   static MPI_Op op(fuseopt_reduce_op_t op, fuseopt_dtype_t dtype);
