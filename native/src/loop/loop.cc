@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/poll_schedule.h"
 #include "policy/bits.h"
+#include "transport/mpi/side_work.h"
 
 namespace fuseopt {
 namespace {
@@ -150,7 +151,11 @@ ControlPlane::Pause Loop::pause_round(ProcessSet& ps, RoundWait* wait,
   // See Note [Poll schedule]: hurried pauses, and pausing on the inbox.
   if (wait->hurry.at(now)) most = std::min(most, kRoundHurriedPause);
   std::unique_lock<std::mutex> lock(inbox_.mu);
-  auto news = [&] { return inbox_.queue.size() != wait->seen || inbox_.shutdown_requested; };
+  // Published side work (a framework thread's agreed reduction, Note [Side
+  // work]) ends the pause: the round's polls advance it.
+  auto news = [&] {
+    return inbox_.queue.size() != wait->seen || inbox_.shutdown_requested || side_work_pending();
+  };
   ++inbox_.round_waiters;
   const bool woken = inbox_.wake.wait_for(lock, most, news);
   --inbox_.round_waiters;

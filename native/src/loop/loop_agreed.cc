@@ -3,12 +3,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "base/poll_schedule.h"
 #include "loop/loop.h"
+#include "transport/mpi/side_work.h"
 
 namespace fuseopt {
 
@@ -109,6 +112,82 @@ void fold(const Exchange& e, double* wire, const double* message, int got, int64
   }
 }
 
+// One agreed reduction's exchanges, advanced by whichever thread holds MPI:
+// its caller, or (Note [Side work]) the loop thread between polls of a
+// collective of its own.
+class AgreedExchanges final : public SideWork {
+ public:
+  AgreedExchanges(double* wire, int64_t words, MPI_Comm comm, int rank, int size,
+                  double* message)
+      : wire_(wire), words_(words), comm_(comm), message_(message),
+        steps_(schedule(rank, size, exchanges_)) {}
+
+  void advance() override {
+    // Both threads advance only while holding MPI; the mutex makes that
+    // exclusion this object's own business too.
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || finished_.load(std::memory_order_relaxed)) return;
+    try {
+      if (!step()) return;
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    finished_.store(true, std::memory_order_release);
+  }
+  // Whether advance() has finished the reduction; then wire holds the sum.
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  // One pass of MPI calls; true once the last exchange is done.
+  bool step() {
+    while (next_ < steps_) {
+      const Exchange& e = exchanges_[next_];
+      if (!posted_) {
+        // The receive first, so that the message lands in it. Room for the
+        // longest wire, whatever this rank's own length: a peer calling
+        // another reduction must fail the check, not truncate (MPI aborts).
+        if (e.receive != Exchange::kNone)
+          mpi_check(MPI_Irecv(message_, static_cast<int>(Loop::kAgreedMaxWords), MPI_DOUBLE,
+                              e.peer, e.tag, comm_, &requests_[1]),
+                    "MPI_Irecv (agreed reduction)");
+        if (e.send)
+          mpi_check(MPI_Isend(wire_, static_cast<int>(words_), MPI_DOUBLE, e.peer, e.tag, comm_,
+                              &requests_[0]),
+                    "MPI_Isend (agreed reduction)");
+        posted_ = true;
+      }
+      int done = 0;
+      MPI_Status statuses[2];
+      mpi_check(MPI_Testall(2, requests_, &done, statuses), "MPI_Testall (agreed reduction)");
+      if (!done) return false;
+      if (e.receive != Exchange::kNone) {
+        int got = 0;
+        mpi_check(MPI_Get_count(&statuses[1], MPI_DOUBLE, &got), "MPI_Get_count (agreed reduction)");
+        fold(e, wire_, message_, got, words_);
+      }
+      posted_ = false;
+      ++next_;
+    }
+    return true;
+  }
+
+  double* wire_;
+  int64_t words_;
+  MPI_Comm comm_;
+  double* message_;
+  Exchange exchanges_[66];
+  int steps_;
+  int next_ = 0;
+  bool posted_ = false;
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::mutex mu_;
+  std::atomic<bool> finished_{false};
+  std::exception_ptr error_;
+};
+
 }  // namespace
 
 bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double check) {
@@ -121,11 +200,9 @@ bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double che
   // Allocated, never written as a whole: only the pages a message reaches
   // become memory.
   thread_local std::unique_ptr<double[]> message(new double[kAgreedMaxWords]);
-  Exchange steps[66];
-  int step_count = -1, step = 0, size = 1;
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  bool posted = false;
+  int size = 1;
+  std::optional<AgreedExchanges> exchanges;
+  std::optional<PublishedSideWork> published;  // withdrawn before exchanges end
   // Once the wait sleeps between polls (a late peer), it sleeps at the loop
   // thread's timer slack; two system calls, so not for the usual short wait.
   std::optional<LoopTimerSlack> slack;
@@ -134,49 +211,34 @@ bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double che
   // for good, stuck in MPI with the lost rank.
   poll_until([&] {
     throw_if_aborted();
+    if (exchanges && exchanges->finished()) return true;  // the loop thread did it
     if (!slack && std::chrono::steady_clock::now() - started >= kCollectivePoll.yield)
       slack.emplace();
     if (!rounds_mu_.try_lock()) return false;
     std::lock_guard<std::mutex> hold(rounds_mu_, std::adopt_lock);
     if (closed_) throw Error(FUSEOPT_SHUT_DOWN, "fuseopt has shut down");
-    if (step_count < 0) {
+    if (!exchanges) {
       auto it = sets_.find(set);
       if (it == sets_.end())
         throw Error(FUSEOPT_INVALID_ARG, "process set " + std::to_string(set) + " was removed");
       size = it->second->size();
-      comm = it->second->world->agreed_comm();
-      step_count = schedule(it->second->world->info().rank, size, steps);
+      exchanges.emplace(wire, words, it->second->world->agreed_comm(),
+                        it->second->world->info().rank, size, message.get());
     }
-    while (step < step_count) {
-      const Exchange& e = steps[step];
-      if (!posted) {
-        // The receive first, so that the message lands in it. Room for the
-        // longest wire, whatever this rank's own length: a peer calling
-        // another reduction must fail the check, not truncate (MPI aborts).
-        if (e.receive != Exchange::kNone)
-          mpi_check(MPI_Irecv(message.get(), static_cast<int>(kAgreedMaxWords), MPI_DOUBLE,
-                              e.peer, e.tag, comm, &requests[1]),
-                    "MPI_Irecv (agreed reduction)");
-        if (e.send)
-          mpi_check(MPI_Isend(wire, static_cast<int>(words), MPI_DOUBLE, e.peer, e.tag, comm,
-                              &requests[0]),
-                    "MPI_Isend (agreed reduction)");
-        posted = true;
-      }
-      int finished = 0;
-      MPI_Status statuses[2];
-      mpi_check(MPI_Testall(2, requests, &finished, statuses), "MPI_Testall (agreed reduction)");
-      if (!finished) return false;
-      if (e.receive != Exchange::kNone) {
-        int got = 0;
-        mpi_check(MPI_Get_count(&statuses[1], MPI_DOUBLE, &got), "MPI_Get_count (agreed reduction)");
-        fold(e, wire, message.get(), got, words);
-      }
-      posted = false;
-      ++step;
+    exchanges->advance();
+    if (exchanges->finished()) return true;
+    if (!published) {  // Note [Side work]
+      published.emplace(&*exchanges);
+      // A negotiation round of the loop thread pausing on the inbox hears
+      // of it (pause_round) and polls on; a lock, so that the news cannot
+      // fall between its check and its wait.
+      { std::lock_guard<std::mutex> lock(inbox_.mu); }
+      inbox_.wake.notify_all();
     }
-    return true;
+    return false;
   }, kCollectivePoll);
+  published.reset();
+  exchanges->rethrow();
   return wire[0] == check * size && wire[1] == check * check * size;
 }
 

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/poll_schedule.h"
+#include "transport/mpi/side_work.h"
 
 namespace fuseopt {
 
@@ -28,6 +29,7 @@ bool ControlPlane::await_and(MPI_Request* request, std::vector<uint64_t>* words,
     int done = 0;
     mpi_check(MPI_Test(request, &done, MPI_STATUS_IGNORE), "MPI_Test(negotiation)");
     if (done) return true;
+    run_side_work();  // Note [Side work]
     const auto now = clock::now();
     if (now < spin_until) continue;
     const Pause how = pause(sleep);

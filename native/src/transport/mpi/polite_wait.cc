@@ -2,6 +2,7 @@
 
 #include "base/poll_schedule.h"
 #include "transport/mpi/mpi_world.h"
+#include "transport/mpi/side_work.h"
 
 namespace fuseopt {
 
@@ -10,6 +11,7 @@ void wait_politely(MPI_Request* request, const char* what) {
       [&] {
         int done = 0;
         mpi_check(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
+        if (!done) run_side_work();  // Note [Side work]
         return done != 0;
       },
       kCollectivePoll);
