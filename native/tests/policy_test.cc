@@ -5,11 +5,15 @@
 // tests/test_native_policy.py.
 #include <cmath>
 #include <cstdio>
+#include <deque>
+#include <map>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
 #include "check.h"
+#include "policy/agreed_schedule.h"
 #include "policy/autotune.h"
 #include "policy/coordinator.h"
 #include "policy/fusion_planner.h"
@@ -262,7 +266,60 @@ static void test_autotune() {
   CHECK(tuner.current() == (TuneSetting{int64_t(16) << 20, 500}));
 }
 
+// The agreed schedule at every set size up to 70 (and a few large ones for
+// its length): simulated message by message, every rank ends with every
+// rank's values exactly once, no exchange waits forever, and every message
+// sent is received.
+static void test_agreed_schedule() {
+  for (int size = 1; size <= 70; ++size) {
+    std::vector<std::vector<AgreedExchange>> plans(size);
+    for (int r = 0; r < size; ++r) {
+      AgreedExchange out[kMaxAgreedExchanges];
+      const int n = agreed_schedule(r, size, out);
+      plans[r].assign(out, out + n);
+    }
+    // held[r][o]: how many times rank o's values are in rank r's wire.
+    std::vector<std::vector<int>> held(size, std::vector<int>(size, 0));
+    for (int r = 0; r < size; ++r) held[r][r] = 1;
+    std::map<std::tuple<int, int, int>, std::deque<std::vector<int>>> channels;
+    std::vector<size_t> next(size, 0);
+    std::vector<bool> sent(size, false);
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int r = 0; r < size; ++r) {
+        if (next[r] == plans[r].size()) continue;
+        const AgreedExchange& e = plans[r][next[r]];
+        CHECK(e.peer >= 0 && e.peer < size && e.peer != r);
+        if (e.send && !sent[r]) {
+          channels[{r, e.peer, e.tag}].push_back(held[r]);
+          sent[r] = progress = true;
+        }
+        if (e.receive != AgreedExchange::kNone) {
+          auto& queue = channels[{e.peer, r, e.tag}];
+          if (queue.empty()) continue;
+          for (int o = 0; o < size; ++o)
+            held[r][o] = (e.receive == AgreedExchange::kAdd ? held[r][o] : 0) + queue.front()[o];
+          queue.pop_front();
+        }
+        sent[r] = false;
+        ++next[r];
+        progress = true;
+      }
+    }
+    for (int r = 0; r < size; ++r) {
+      CHECK(next[r] == plans[r].size());
+      CHECK(held[r] == std::vector<int>(size, 1));
+    }
+    for (auto& kv : channels) CHECK(kv.second.empty());
+  }
+  AgreedExchange out[kMaxAgreedExchanges];
+  CHECK(agreed_schedule(0, 1, out) == 0);
+  CHECK(agreed_schedule(1, (1 << 30) + 3, out) == 32);  // fold, 30 doublings, result
+}
+
 int main() {
+  test_agreed_schedule();
   test_autotune();
   test_planner();
   test_cache();

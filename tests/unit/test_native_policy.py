@@ -1,6 +1,7 @@
 """Builds and runs the core's native unit tests, without MPI or ranks:
 native/tests/policy_test.cc, the pure policy (fusion planner, response cache,
-coordinator table, wire format, reducescatter row split, autotune search),
+coordinator table, wire format, reducescatter row split, autotune search, the
+agreed reductions' exchange schedule),
 and native/tests/dtype_test.cc, the element-wise work on the host (scaling,
 float16 and bfloat16 conversion and kernels: vector against scalar, bit for
 bit)."""
@@ -13,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Each test program with the core sources it links.
 PROGRAMS = {
     "policy_test": ["policy/autotune", "policy/fusion_planner", "policy/response_cache",
-                    "policy/coordinator", "policy/message_codec", "policy/row_split", "base/message",
+                    "policy/coordinator", "policy/message_codec", "policy/row_split", "policy/agreed_schedule",
+                    "base/message",
                     "base/dtype", "base/half16", "api/names"],
     "dtype_test": ["base/dtype", "base/half16"],
 }

@@ -11,6 +11,7 @@
 
 #include "base/poll_schedule.h"
 #include "loop/loop.h"
+#include "policy/agreed_schedule.h"
 #include "transport/mpi/side_work.h"
 
 namespace fuseopt {
@@ -60,52 +61,15 @@ namespace fuseopt {
 // (the launcher's news, a watchdog's) ends the wait with its reason.
 namespace {
 
-// One exchange of the schedule: send the wire to peer, receive from peer
-// (adding the message to the wire, or taking it as the result), or both.
-struct Exchange {
-  enum Receive { kNone, kAdd, kResult };
-  int peer;
-  bool send;
-  Receive receive;
-  int tag;
-};
-
-constexpr int kFoldTag = 1, kDoublingTag = 2, kResultTag = 3;
-
-// Recursive doubling over size ranks. With size not a power of two, the
-// first 2 * rem ranks pair up: the even one folds its values into the odd
-// one, which stands for both, and gets the result back at the end.
-int schedule(int rank, int size, Exchange out[66]) {
-  int pof2 = 1;
-  while (pof2 * 2 <= size) pof2 *= 2;
-  const int rem = size - pof2;
-  int n = 0, vrank;
-  if (rank < 2 * rem) {
-    if (rank % 2 == 0) {
-      out[n++] = {rank + 1, true, Exchange::kNone, kFoldTag};
-      out[n++] = {rank + 1, false, Exchange::kResult, kResultTag};
-      return n;
-    }
-    out[n++] = {rank - 1, false, Exchange::kAdd, kFoldTag};
-    vrank = rank / 2;
-  } else {
-    vrank = rank - rem;
-  }
-  for (int mask = 1; mask < pof2; mask <<= 1) {
-    const int vpeer = vrank ^ mask;
-    out[n++] = {vpeer < rem ? 2 * vpeer + 1 : vpeer + rem, true, Exchange::kAdd, kDoublingTag};
-  }
-  if (rank < 2 * rem) out[n++] = {rank - 1, true, Exchange::kNone, kResultTag};
-  return n;
-}
-
 // Folds a received message of `got` words into the wire of `words`.
-void fold(const Exchange& e, double* wire, const double* message, int got, int64_t words) {
+void fold(const AgreedExchange& e, double* wire, const double* message, int got, int64_t words) {
   if (got != words) {  // another reduction: keep its h for the message, fail the check
-    if (e.receive == Exchange::kResult || got < 1) wire[0] = std::numeric_limits<double>::quiet_NaN();
-    else wire[0] += message[0];
+    if (e.receive == AgreedExchange::kResult || got < 1)
+      wire[0] = std::numeric_limits<double>::quiet_NaN();
+    else
+      wire[0] += message[0];
     wire[1] = std::numeric_limits<double>::quiet_NaN();
-  } else if (e.receive == Exchange::kAdd) {
+  } else if (e.receive == AgreedExchange::kAdd) {
     for (int64_t i = 0; i < words; ++i) wire[i] += message[i];
   } else {
     std::memcpy(wire, message, sizeof(double) * words);
@@ -120,7 +84,7 @@ class AgreedExchanges final : public SideWork {
   AgreedExchanges(double* wire, int64_t words, MPI_Comm comm, int rank, int size,
                   double* message)
       : wire_(wire), words_(words), comm_(comm), message_(message),
-        steps_(schedule(rank, size, exchanges_)) {}
+        steps_(agreed_schedule(rank, size, exchanges_)) {}
 
   void advance() override {
     // Both threads advance only while holding MPI; the mutex makes that
@@ -144,12 +108,12 @@ class AgreedExchanges final : public SideWork {
   // One pass of MPI calls; true once the last exchange is done.
   bool step() {
     while (next_ < steps_) {
-      const Exchange& e = exchanges_[next_];
+      const AgreedExchange& e = exchanges_[next_];
       if (!posted_) {
         // The receive first, so that the message lands in it. Room for the
         // longest wire, whatever this rank's own length: a peer calling
         // another reduction must fail the check, not truncate (MPI aborts).
-        if (e.receive != Exchange::kNone)
+        if (e.receive != AgreedExchange::kNone)
           mpi_check(MPI_Irecv(message_, static_cast<int>(Loop::kAgreedMaxWords), MPI_DOUBLE,
                               e.peer, e.tag, comm_, &requests_[1]),
                     "MPI_Irecv (agreed reduction)");
@@ -163,7 +127,7 @@ class AgreedExchanges final : public SideWork {
       MPI_Status statuses[2];
       mpi_check(MPI_Testall(2, requests_, &done, statuses), "MPI_Testall (agreed reduction)");
       if (!done) return false;
-      if (e.receive != Exchange::kNone) {
+      if (e.receive != AgreedExchange::kNone) {
         int got = 0;
         mpi_check(MPI_Get_count(&statuses[1], MPI_DOUBLE, &got), "MPI_Get_count (agreed reduction)");
         fold(e, wire_, message_, got, words_);
@@ -178,7 +142,7 @@ class AgreedExchanges final : public SideWork {
   int64_t words_;
   MPI_Comm comm_;
   double* message_;
-  Exchange exchanges_[66];
+  AgreedExchange exchanges_[kMaxAgreedExchanges];
   int steps_;
   int next_ = 0;
   bool posted_ = false;
