@@ -283,19 +283,38 @@ def test_each_horovod_notice_is_printed_once(run_ranks):
     assert r.output.count("of 2 ok") == 2
 
 
-def test_open_mpis_mpiexec_is_refused_with_what_to_do(tmp_path):
+def test_open_mpis_launcher_gets_open_mpis_options(tmp_path):
     fake = tmp_path / "mpiexec"
     fake.write_text("#!/bin/sh\necho 'mpiexec (OpenRTE) 4.1.5'\necho\n"
                     "echo 'Report bugs to http://www.open-mpi.org/community/help/'\n")
     fake.chmod(0o755)
-    p = subprocess.run([sys.executable, "-m", "fuseopt.launcher.cli", "--mpiexec", str(fake),
-                        "-np", "2", "python", "x.py"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2, p
-    assert p.stderr.strip().splitlines() == [p.stderr.strip()], p.stderr
-    assert p.stderr.startswith("fuseoptrun: error: %s is Open MPI's" % fake)
-    assert "mpirun -np N -x FUSEOPT_" in p.stderr
-    fake.write_text("#!/bin/sh\necho 'HYDRA build details:'\n")  # Hydra's passes
-    assert cli.find_mpiexec(str(fake)) == str(fake)
+    env = dict(os.environ, FUSEOPT_CYCLE_TIME_MS="2")
+    p = subprocess.run([sys.executable, "-m", "fuseopt.launcher.cli", "--dry-run", "--mpiexec",
+                        str(fake), "-np", "3", "-H", "a:1,b:1", "--network-interface", "eth1",
+                        "python", "x.py", ":", "-np", "1", "python", "y.py"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    line = p.stdout.strip()
+    cmd = line[line.index(str(fake)):].split()
+    assert cmd[:3] == [str(fake), "--bind-to", "none"], cmd
+    assert ("--allow-run-as-root" in cmd) == (os.geteuid() == 0), cmd
+    assert "--oversubscribe" in cmd, cmd  # 4 ranks on 2 slots
+    assert cmd[cmd.index("--host") + 1] == "a:1,b:1", cmd
+    assert cmd[cmd.index("btl_tcp_if_include") + 1] == "eth1", cmd
+    exported = [cmd[i + 1] for i, w in enumerate(cmd) if w == "-x"]
+    assert "FUSEOPT_CYCLE_TIME_MS" in exported and "FUSEOPT_LAUNCH_DIR" in exported, cmd
+    assert "FUSEOPT_CYCLE_TIME_MS=2" not in " ".join(cmd)  # values stay out of argv
+    assert "-genvlist" not in cmd and "-hosts" not in cmd, cmd
+    assert " ".join(cmd).endswith("-np 3 %s -m fuseopt.launcher.rank_wrapper python x.py : "
+                                  "-np 1 %s -m fuseopt.launcher.rank_wrapper python y.py"
+                                  % (sys.executable, sys.executable)), cmd
+    p = subprocess.run([sys.executable, "-m", "fuseopt.launcher.cli", "--dry-run", "--mpiexec",
+                        str(fake), "-np", "2", "--output-filename", str(tmp_path / "o"),
+                        "python", "x.py"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--output-filename with Open MPI's mpirun" in p.stderr, p
+    fake.write_text("#!/bin/sh\necho 'HYDRA build details:'\n")  # Hydra's: its options
+    from fuseopt.launcher import open_mpi
+    assert not open_mpi.is_open_mpi(str(fake)) and cli.find_mpiexec(str(fake)) == str(fake)
 
 
 def test_network_interface_reaches_the_data_path_of_every_rank(run_ranks):

