@@ -14,8 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Each test program with the core sources it links.
 PROGRAMS = {
     "policy_test": ["policy/autotune", "policy/fusion_planner", "policy/response_cache",
-                    "policy/coordinator", "policy/message_codec", "policy/row_split", "policy/agreed_schedule",
-                    "base/message",
+                    "policy/coordinator", "policy/message_codec", "policy/row_split", "base/message",
                     "base/dtype", "base/half16", "api/names"],
     "dtype_test": ["base/dtype", "base/half16"],
 }
