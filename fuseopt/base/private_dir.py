@@ -2,7 +2,8 @@
 directory and the elastic commit store under /tmp on every host): created
 0700, or, when they exist already, used only if they are this user's and
 nobody else may write them. Whoever creates a name in /tmp first owns it; a directory
-someone else created (or may write) could hold a planted commit or notice."""
+someone else created (or may write) could hold a planted commit or notice.
+Also where this user's own cache lives (user_cache)."""
 import os
 import stat
 
@@ -53,3 +54,12 @@ def ensure_private_dir(path):
             info = os.stat(current)  # a link above (/var -> /private/var): judge its target
         _check(current, info, final)
     return path
+
+
+def user_cache(*parts):
+    """A path under this user's fuseopt cache: ``FUSEOPT_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/fuseopt``, else ``~/.cache/fuseopt``."""
+    root = os.environ.get("FUSEOPT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "fuseopt")
+    return os.path.join(root, *parts)

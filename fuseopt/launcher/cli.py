@@ -27,7 +27,7 @@ from ..core import horovod_env
 from .._version import version as _version
 from ..base.errors import InvalidArgumentError
 from .elastic import driver as elastic_driver
-from . import failure_summary, horovod_flags, open_mpi, parent_death
+from . import failure_summary, horovod_flags, open_mpi, parent_death, rank_wrapper
 from . import hosts as _hosts
 from . import slurm as _slurm
 from . import metrics_summary as _metrics_summary
@@ -220,12 +220,7 @@ def build_command(args, parts, env, launch_dir, host_list, from_slurm=False):
         cmd += ["-outfile-pattern", pattern + "/stdout", "-errfile-pattern", pattern + "/stderr"]
     cmd += ["-genvlist", ",".join(sorted(job_environment(env, launch_dir)))]
     cmd += shlex.split(args.mpi_args)
-    wrapper = [sys.executable, "-m", "fuseopt.launcher.rank_wrapper"]
-    for i, (np_, command) in enumerate(parts):
-        if i:
-            cmd.append(":")
-        cmd += ["-n", str(np_)] + wrapper + command
-    return cmd
+    return cmd + rank_wrapper.launch_argv(parts, "-n")
 
 
 # After a rank has failed, how long the job may take to end on its own (the

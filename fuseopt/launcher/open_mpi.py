@@ -18,7 +18,8 @@ needs to start it where Hydra needs nothing:
 import os
 import shlex
 import subprocess
-import sys
+
+from . import rank_wrapper
 
 _banners = {}
 
@@ -63,9 +64,4 @@ def command(mpirun, args, parts, env_names, host_list, interface):
     for name in sorted(env_names):
         cmd += ["-x", name]
     cmd += shlex.split(args.mpi_args)
-    wrapper = [sys.executable, "-m", "fuseopt.launcher.rank_wrapper"]
-    for i, (np_, program) in enumerate(parts):
-        if i:
-            cmd.append(":")
-        cmd += ["-np", str(np_)] + wrapper + program
-    return cmd
+    return cmd + rank_wrapper.launch_argv(parts, "-np")

@@ -35,6 +35,19 @@ LINGER_S = float(os.environ.get("FUSEOPT_LOST_RANK_LINGER_S", DEFAULT_LINGER_S))
 UNCLEAN_EXIT_CODE = 1
 
 
+def launch_argv(parts, np_flag):
+    """The launcher's argv tail for the (possibly MPMD) job ``parts``, [(ranks,
+    command), ...]: each command under this wrapper, parts joined by ":" (Hydra
+    and Open MPI alike), ranks given with ``np_flag``."""
+    argv = []
+    for i, (ranks, command) in enumerate(parts):
+        if i:
+            argv.append(":")
+        argv += [np_flag, str(ranks), sys.executable, "-m", "fuseopt.launcher.rank_wrapper"]
+        argv += command
+    return argv
+
+
 def exit_record(rank, pid, code, status_dir):
     """How the command ended, as rank-N.json holds it."""
     state = launch_records.read_records(status_dir, "state-").get(rank, {}).get("fuseopt")

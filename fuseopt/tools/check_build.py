@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Optional
 from ..api import capabilities
 from ..base._native import ffi, lib
 from ..base.errors import check
+from ..base.private_dir import user_cache
+from ..core.config import parse_flag
 
 # Shared-object names of the MPI ABIs, and who provides each.
 ABIS = (
@@ -80,10 +82,7 @@ def fabrics(version: str, path: str) -> List[str]:
 def tf_kernel_cache() -> str:
     """The compiled TensorFlow kernels' cache: where, how many built, how
     many builds failed (read from the directory, without TensorFlow)."""
-    root = os.environ.get("FUSEOPT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "fuseopt")
-    directory = os.path.join(root, "tf-kernels")
+    directory = user_cache("tf-kernels")  # tensorflow/kernels' cache_dir, without TensorFlow
     if os.environ.get("FUSEOPT_TF_KERNELS") == "0":
         return "off (FUSEOPT_TF_KERNELS=0)"
     if not os.path.isdir(directory):
@@ -105,8 +104,11 @@ def report(fuseopt_version: str) -> Dict[str, Any]:
     """Everything check-build prints, as a dict (tests compare it with what
     the process loaded)."""
     mpi = mpi_library()
-    threads = "MPI_THREAD_MULTIPLE" if os.environ.get("FUSEOPT_MPI_THREAD_MULTIPLE", "0") \
-        not in ("", "0") else "MPI_THREAD_SERIALIZED"
+    raw = os.environ.get("FUSEOPT_MPI_THREAD_MULTIPLE", "0")
+    try:
+        threads = "MPI_THREAD_MULTIPLE" if parse_flag(raw) else "MPI_THREAD_SERIALIZED"
+    except ValueError:
+        threads = "unknown: FUSEOPT_MPI_THREAD_MULTIPLE=%r is not a flag" % raw
     return {
         "fuseopt": fuseopt_version,
         "frameworks": {

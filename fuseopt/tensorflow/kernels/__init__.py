@@ -35,6 +35,8 @@ import warnings
 import tensorflow as tf
 from tensorflow.python.framework import op_def_registry
 
+from ...base.private_dir import user_cache
+
 OP = "FuseoptCheckStatus"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # status_op.cc: errors of traced collectives; batch_norm_op.cc:
@@ -72,10 +74,7 @@ class KernelUnavailable(RuntimeError):
 
 
 def cache_dir():
-    root = os.environ.get("FUSEOPT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "fuseopt")
-    return os.path.join(root, "tf-kernels")
+    return user_cache("tf-kernels")
 
 
 def _build_command(output):

@@ -191,7 +191,6 @@ class Loop {
   void tune(int64_t bytes, double begin_s, double end_s);  // rank 0
   void log_trial(const TuneTrial& t, size_t number, const char* note);  // 1-based number
 
-
   Entry* own_entry(ProcessSet& ps, const Response& response);
   int64_t words_per_section() const { return (config_.cache_capacity + 63) / 64; }
   ProcessSet& global() { return *sets_.at(0); }

@@ -1,7 +1,6 @@
 // Agreed reductions: a small allreduce that every rank repeats with the same
 // name and size runs on the calling thread. See Note [Agreed reductions].
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <exception>
 #include <limits>
