@@ -60,3 +60,10 @@ def test_the_command_prints_horovods_table_then_the_library_loaded(tmp_path):
     out = subprocess.run([sys.executable, "-m", "fuseopt", "check-build"], env=env, check=True,
                          capture_output=True, text=True, timeout=120).stdout
     assert "1 built, 0 failed" in out, out
+
+
+@pytest.mark.parametrize("raw, level", [("false", "MPI_THREAD_SERIALIZED"), ("0", "MPI_THREAD_SERIALIZED"),
+                                        ("on", "MPI_THREAD_MULTIPLE"), ("maybe", "unknown")])
+def test_the_thread_level_is_read_as_the_knob_reads_it(monkeypatch, raw, level):
+    monkeypatch.setenv("FUSEOPT_MPI_THREAD_MULTIPLE", raw)
+    assert check_build.report("x")["mpi"]["thread_level"].startswith(level)
