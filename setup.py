@@ -1,8 +1,9 @@
 # Metadata lives in pyproject.toml; setup.py exists for cffi_modules, which
-# compiles the native core (see fuseopt/_build.py), and to put the core's
+# compiles the native core, once per MPI ABI (see fuseopt/_build.py), and to put the core's
 # public header into the package: fuseopt.tensorflow compiles its kernels
 # against it on first use (fuseopt/tensorflow/kernels).
 import os
+import runpy
 import shutil
 
 from setuptools import setup
@@ -19,4 +20,6 @@ class BuildPyWithHeader(build_py):
         shutil.copy(HEADER, target)
 
 
-setup(cffi_modules=["fuseopt/_build.py:ffibuilder"], cmdclass={"build_py": BuildPyWithHeader})
+BUILD = "fuseopt/_build.py"
+setup(cffi_modules=[BUILD + ":" + name for name in runpy.run_path(BUILD)["MODULES"]],
+      cmdclass={"build_py": BuildPyWithHeader})

@@ -3,11 +3,14 @@
 setup.py names this file in ``cffi_modules``; ``pip install .`` then compiles
 every ``.cc`` under ``native/src`` (one folder per layer; native/src is on the
 include path, so includes name the folder: ``#include "base/log.h"``) together
-with cffi's wrapper into ``fuseopt._fuseopt_cffi``. MANIFEST.in puts native/
-into the sdist. The cdef is read from the public header between its cdef
+with cffi's wrapper into ``fuseopt._fuseopt_cffi``, and once more against
+fuseopt's own declaration of Open MPI's ABI (native/abi/openmpi) into
+``fuseopt._fuseopt_cffi_openmpi``, linked to no libmpi: fuseopt/base/_native.py
+loads the MPI the job runs on, then the core built for its ABI. MANIFEST.in
+puts native/ into the sdist. The cdef is read from the public header between its cdef
 markers, so the C declarations and constants exist in exactly one place.
 
-Which MPI to build against, first match wins:
+Which MPI ``fuseopt._fuseopt_cffi`` is built against, first match wins:
   1. ``FUSEOPT_MPI_DIR=/prefix``   a site MPI installed under prefix/{include,lib}
   2. ``FUSEOPT_MPICXX=mpicxx``     a site MPI's compiler wrapper (name or path)
   3. the ``mpich`` wheel from PyPI (the default; a build dependency)
@@ -93,8 +96,25 @@ def find_mpi():
         "FUSEOPT_MPI_DIR at an MPI prefix, or FUSEOPT_MPICXX at its mpicxx wrapper.")
 
 
-def make_builder(absolute_paths=False):
-    mpi = find_mpi()
+OPEN_MPI_ABI = {"include_dirs": [os.path.join(ROOT, "native", "abi", "openmpi")],
+                "library_dirs": [], "libraries": [], "rpath": []}
+
+
+def is_open_mpi(mpi):
+    """Whether the MPI found at build time is Open MPI (its mpi.h says so):
+    the default core then serves Open MPI jobs, and no second one is built."""
+    for directory in mpi["include_dirs"]:
+        header = os.path.join(directory, "mpi.h")
+        if os.path.exists(header) and "define OPEN_MPI " in open(header, errors="replace").read():
+            return True
+    return False
+
+
+def make_builder(absolute_paths=False, abi=None):
+    """The default core (the MPI found at build time), or with abi="openmpi"
+    the core for Open MPI's ABI."""
+    mpi = OPEN_MPI_ABI if abi == "openmpi" else find_mpi()
+    module = "fuseopt._fuseopt_cffi" + ("_" + abi if abi else "")
     sources = sorted(glob.glob(os.path.join(ROOT, "native", "src", "**", "*.cc"), recursive=True))
     if not absolute_paths:  # setuptools insists on paths relative to setup.py
         sources = [os.path.relpath(p, ROOT) for p in sources]
@@ -103,11 +123,11 @@ def make_builder(absolute_paths=False):
     # is not shadowed by the wheel's copy. $ORIGIN/../../.. is <venv>/lib when
     # installed into site-packages, where the wheel puts libmpi;
     # fuseopt/base/_native.py preloads it when neither is found.
-    rpaths = mpi["rpath"] + ["$ORIGIN/../../.."]
+    rpaths = mpi["rpath"] + ([] if abi else ["$ORIGIN/../../.."])
     ffi = FFI()
     ffi.cdef(read_cdef())
     ffi.set_source(
-        "fuseopt._fuseopt_cffi",
+        module,
         '#include "fuseopt/fuseopt.h"',
         sources=sources,
         source_extension=".cpp",
@@ -120,12 +140,18 @@ def make_builder(absolute_paths=False):
         # kernels (native/src/kernels), so that every CPU gets the same bits.
         extra_compile_args=["-std=c++17", "-O2", "-g0", "-Wall", "-fvisibility=hidden",
                             "-ffp-contract=off", "-Wno-psabi"],
-        extra_link_args=["-Wl,-rpath," + ":".join(rpaths), "-pthread"],
+        extra_link_args=(["-Wl,-rpath," + ":".join(rpaths)] if rpaths else []) + ["-pthread"],
     )
     return ffi
 
 
 if __name__ == "__main__":  # python fuseopt/_build.py: build in place, for development
-    make_builder(absolute_paths=True).compile(tmpdir=ROOT, verbose=True)
+    for abi in [None] + ([] if is_open_mpi(find_mpi()) else ["openmpi"]):
+        make_builder(absolute_paths=True, abi=abi).compile(tmpdir=ROOT, verbose=True)
 else:
+    # setup.py reads MODULES (the builders of this install) to name them in cffi_modules.
     ffibuilder = make_builder()
+    MODULES = ["ffibuilder"]
+    if not is_open_mpi(find_mpi()):
+        ffibuilder_openmpi = make_builder(abi="openmpi")
+        MODULES.append("ffibuilder_openmpi")

@@ -1,9 +1,11 @@
 """Under an MPI other than the mpich wheel's (tests/test_other_mpis.py): the
 library this process loaded is the one the test installed (what
-`fuseopt check-build` reports, checked against /proc/self/maps), then the
-checks that matter on any MPI: every collective of collectives.py, the torch
-optimizer against one process, mismatches named on every rank."""
+`fuseopt check-build` reports, checked against /proc/self/maps) and the core
+is the one built for its ABI, then the checks that matter on any MPI: every
+collective of collectives.py, the torch optimizer against one process,
+mismatches named on every rank; with the argument ``keras``, Keras 3 too."""
 import os
+import sys
 
 import torch
 
@@ -11,6 +13,7 @@ import collectives
 import negotiation
 import rank_harness as harness
 import torch_training
+from fuseopt.base import _native
 from fuseopt.tools import check_build
 
 
@@ -21,6 +24,28 @@ def check_the_library_loaded_is_the_one_expected():
     assert os.path.realpath(mpi["path"]) in mapped, (mpi["path"], mapped)
     assert os.path.realpath(mpi["path"]).startswith(os.environ["EXPECTED_MPI_PREFIX"]), mpi
     assert mpi["vendor"] == os.environ["EXPECTED_MPI_VENDOR"], mpi
+    assert _native._module.__name__ == os.environ["EXPECTED_CORE"], \
+        (_native._module.__name__, _native.MPI_ABI_REASON)
+
+
+def keras_checks():
+    import tf_ops
+    import tf_training
+    from tf_common import keras
+
+    def check_keras_training_equals_one_process():
+        # float64, as tests/workers/tf_training.py runs them: the references
+        # are then exact enough for its 1e-5.
+        keras.config.set_floatx("float64")
+        try:
+            tf_training.check_fit_equals_single_process_sgd_adam()
+            tf_training.check_custom_loop_tape_and_apply_gradients()
+            tf_training.check_sync_batch_normalization_uneven_batches()
+        finally:
+            keras.config.set_floatx("float32")
+
+    return [tf_ops.check_ops_eager_and_graph, tf_ops.check_errors,
+            check_keras_training_equals_one_process]
 
 
 if __name__ == "__main__":
@@ -28,4 +53,5 @@ if __name__ == "__main__":
     harness.run([check_the_library_loaded_is_the_one_expected] + collectives.CHECKS
                 + [torch_training.check_equivalence_sgd_momentum_and_adam,
                    torch_training.check_gradient_accumulation,
-                   negotiation.check_mismatched_shape_dtype_op_root_kind])
+                   negotiation.check_mismatched_shape_dtype_op_root_kind]
+                + (keras_checks() if "keras" in sys.argv[1:] else []))
