@@ -327,14 +327,15 @@ class EmulatedHosts:
             h.name, h.address, " ".join(shlex.quote(a) for a in self.prefix(h))) for h in self.hosts)
         return (
             "#!/bin/sh\n"
-            "# ssh stand-in for hydra (-launcher ssh -launcher-exec THIS):\n"
-            "#   THIS [-x] HOST COMMAND...  runs COMMAND (joined, like ssh) on HOST's namespaces\n"
+            "# ssh stand-in for hydra (-launcher ssh -launcher-exec THIS) and Open MPI\n"
+            "# (plm_ssh_agent): THIS [-x] HOST COMMAND...  runs COMMAND (joined, and\n"
+            "# through a shell as ssh does: Open MPI's sets variables first) on HOST's namespaces\n"
             "while [ $# -gt 0 ]; do case \"$1\" in -*) shift;; *) break;; esac; done\n"
             "host=$1; shift; cmd=\"$*\"; shift $#\n"
             "case \"$host\" in\n" + cases +
             '  *) echo "emuhosts rsh: unknown host $host" >&2; exit 255;;\n'
             "esac\n"
-            'exec "$@" sh -c "exec $cmd"\n')
+            'exec "$@" sh -c "$cmd"\n')
 
     # ---- hydra ----
     def launcher_args(self, iface=True):

@@ -317,6 +317,30 @@ def test_open_mpis_launcher_gets_open_mpis_options(tmp_path):
     assert not open_mpi.is_open_mpi(str(fake)) and cli.find_mpiexec(str(fake)) == str(fake)
 
 
+@pytest.mark.parametrize("banner, flag, agent, oob", [
+    ("mpiexec (OpenRTE) 4.1.5", "--mca", "plm_rsh_agent", "oob_tcp_if_include"),
+    ("mpirun (Open MPI) 5.0.11", "--prtemca", "plm_ssh_agent", "oob_tcp_if_include")])
+def test_open_mpis_daemons_start_through_the_remote_exec(tmp_path, banner, flag, agent, oob):
+    fake = tmp_path / "mpirun"
+    fake.write_text("#!/bin/sh\necho '%s'\n" % banner)
+    fake.chmod(0o755)
+    p = subprocess.run([sys.executable, "-m", "fuseopt.launcher.cli", "--dry-run", "--mpiexec",
+                        str(fake), "-np", "2", "-H", "a:1,b:1", "--remote-exec", "/opt/rsh",
+                        "--network-interface", "eth1", "python", "x.py"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    cmd = p.stdout.strip().split()
+    assert cmd[cmd.index(agent) - 1:cmd.index(agent) + 2] == [flag, agent, "/opt/rsh"], cmd
+    assert cmd[cmd.index(oob) - 1:cmd.index(oob) + 2] == [flag, oob, "eth1"], cmd
+    # Horovod's -p: an ssh command with arguments becomes one program, as for Hydra.
+    p = subprocess.run([sys.executable, "-m", "fuseopt.launcher.cli", "--dry-run", "--mpiexec",
+                        str(fake), "-np", "2", "-H", "a:1,b:1", "-p", "2222", "python", "x.py"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    cmd = p.stdout.strip().split()
+    assert os.path.basename(cmd[cmd.index(agent) + 1]) == "remote-exec", cmd
+
+
 def test_network_interface_reaches_the_data_path_of_every_rank(run_ranks):
     """Hydra's -iface only sets MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE (ch3);
     the wheel's ch4 netmods read UCX_NET_DEVICES / FI_TCP_IFACE."""

@@ -3,6 +3,8 @@ different hosts talk over a veth between network namespaces, not shared
 memory, and fuseoptrun starts them through a remote-exec command as it would
 through ssh."""
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -78,3 +80,26 @@ def test_rank_killed_on_one_host_stops_the_job_on_both(run_on_hosts, hosts):
 def test_torch_optimizer_equivalence_across_hosts(run_on_hosts):
     run_on_hosts("torch_training.py", "check_equivalence_sgd_momentum_and_adam",
                  "check_bucket_caps_change_timing_not_results", timeout=300)
+
+
+def test_fuseoptrun_starts_open_mpi_on_both_hosts_through_the_same_remote_exec(hosts):
+    """Open MPI's launcher, started by fuseoptrun with the same --remote-exec,
+    starts its daemon on host 1 through it (Open MPI's plm_ssh_agent); the
+    default install's core for Open MPI runs on both hosts, over eth0."""
+    import other_mpis
+    prefix = other_mpis.open_mpi()
+    sent = hosts.link_bytes(1)[1]
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "workers"))
+    env.pop("FUSEOPT_MPIEXEC", None)
+    cmd = hosts.wrap([sys.executable, "-m", "fuseopt.launcher.cli",
+                      "--mpiexec", os.path.join(prefix, "bin", "mpirun"), "-np", "4",
+                      "-H", hosts.host_list(2), "--remote-exec", hosts.shim,
+                      "--network-interface", "eth0", sys.executable,
+                      os.path.join(HERE, "workers", "topology.py"), "2", "2"])
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out
+    for r in range(4):
+        assert "[rank %d] host %s local %d/2 cross %d/2" % (r, hosts.hosts[r // 2].name, r % 2,
+                                                           r // 2) in out, out
+    assert hosts.link_bytes(1)[1] - sent > 8 << 20

@@ -172,8 +172,9 @@ def host_list_of(args, environ):
 
 
 def _one_program(command, launch_dir, dry_run):
-    """Hydra runs -launcher-exec as one file name, arguments and all: a
-    command with arguments ('ssh -p 2222') becomes a script that runs it."""
+    """Hydra runs -launcher-exec as one file name, arguments and all (and
+    Open MPI's agent is one too): a command with arguments ('ssh -p 2222')
+    becomes a script that runs it."""
     words = shlex.split(command)
     if len(words) == 1:
         return words[0]
@@ -199,11 +200,12 @@ def build_command(args, parts, env, launch_dir, host_list, from_slurm=False):
     mpiexec = find_mpiexec(args.mpiexec)
     remote_exec = args.remote_exec or horovod_flags.remote_exec(args)
     if open_mpi.is_open_mpi(mpiexec):
-        why_not = open_mpi.unsupported(args, remote_exec)
+        why_not = open_mpi.unsupported(args)
         if why_not:
             raise UsageError(why_not)
         return open_mpi.command(mpiexec, args, parts, job_environment(env, launch_dir),
-                                host_list, network_interface(args))
+                                host_list, network_interface(args), remote_exec and
+                                _one_program(remote_exec, launch_dir, args.dry_run))
     cmd = [mpiexec]
     if host_list:
         cmd += ["-hosts", ",".join("%s:%d" % h for h in host_list)]

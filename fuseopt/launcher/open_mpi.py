@@ -14,6 +14,12 @@ needs to start it where Hydra needs nothing:
 - ``--oversubscribe`` when the job has more ranks than slots (Open MPI
   refuses to start it otherwise; Hydra does not count);
 - ``--allow-run-as-root`` when run by root (Open MPI refuses otherwise).
+
+A remote-exec command (``--remote-exec``, Horovod's ``-p``/``-i``) becomes the
+agent Open MPI starts its remote daemons with, as it would start ssh: Open
+MPI 5's runtime (PRRTE) reads it as ``plm_ssh_agent``, Open MPI 4's (ORTE) as
+``plm_rsh_agent``; ``--network-interface`` then also names the interface
+those daemons talk over.
 """
 import os
 import shlex
@@ -36,20 +42,26 @@ def is_open_mpi(mpiexec):
     return "Open MPI" in banner or "OpenRTE" in banner
 
 
-def unsupported(args, remote_exec):
+def runtime_option(mpirun, name):
+    """The flag and name of a parameter of Open MPI's runtime, whose spelling
+    changed when Open MPI 5 moved it to PRRTE (ORTE's rsh is PRRTE's ssh)."""
+    if "OpenRTE" in _banners.get(mpirun, ""):  # Open MPI 4: mpirun (OpenRTE) 4.x
+        return ["--mca", name.replace("ssh", "rsh")]
+    return ["--prtemca", name]
+
+
+def unsupported(args):
     """Why fuseoptrun cannot drive Open MPI's launcher for these flags, or None."""
-    if remote_exec:
-        return ("--remote-exec/--ssh-port with Open MPI's mpirun: not supported yet (Open MPI "
-                "starts remote daemons through its plm_ssh_agent MCA parameter; pass it with "
-                "--mpi-args)")
     if args.output_filename:
         return ("--output-filename with Open MPI's mpirun: not supported yet (pass Open MPI's "
                 "own --output with --mpi-args)")
     return None
 
 
-def command(mpirun, args, parts, env_names, host_list, interface):
-    """The mpirun argv for the (possibly MPMD) job ``parts``."""
+def command(mpirun, args, parts, env_names, host_list, interface, remote_exec=None):
+    """The mpirun argv for the (possibly MPMD) job ``parts``; ``remote_exec``
+    is one program that takes ssh's argv."""
+    is_open_mpi(mpirun)  # reads the banner that runtime_option consults
     cmd = [mpirun, "--bind-to", "none"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
@@ -59,8 +71,12 @@ def command(mpirun, args, parts, env_names, host_list, interface):
         cmd.append("--oversubscribe")
     if host_list:
         cmd += ["--host", ",".join("%s:%d" % h for h in host_list)]
-    if interface:  # the ranks' TCP traffic; Open MPI's daemons pick their own
+    if remote_exec:
+        cmd += runtime_option(mpirun, "plm_ssh_agent") + [remote_exec]
+    if interface:  # the ranks' TCP traffic, and the daemons' where fuseoptrun starts them
         cmd += ["--mca", "btl_tcp_if_include", interface]
+        if remote_exec:
+            cmd += runtime_option(mpirun, "oob_tcp_if_include") + [interface]
     for name in sorted(env_names):
         cmd += ["-x", name]
     cmd += shlex.split(args.mpi_args)

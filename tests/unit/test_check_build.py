@@ -67,3 +67,23 @@ def test_the_command_prints_horovods_table_then_the_library_loaded(tmp_path):
 def test_the_thread_level_is_read_as_the_knob_reads_it(monkeypatch, raw, level):
     monkeypatch.setenv("FUSEOPT_MPI_THREAD_MULTIPLE", raw)
     assert check_build.report("x")["mpi"]["thread_level"].startswith(level)
+
+
+def test_the_core_reported_is_the_one_loaded():
+    core = check_build.report("x")["core"]
+    with open("/proc/self/maps") as f:
+        mapped = {os.path.realpath(line.split()[-1]) for line in f if "/" in line}
+    assert os.path.realpath(core["file"]) in mapped, core
+    assert (core["module"], core["family"], core["why"]) == \
+        ("fuseopt._fuseopt_cffi", "mpich", "the default")
+
+
+def test_open_mpis_transports_are_read_from_its_plug_ins(tmp_path):
+    components = tmp_path / "lib" / "openmpi" / "openmpi3"
+    components.mkdir(parents=True)
+    for name in ("mca_btl_vader.so", "mca_pml_ucx.so", "mca_mtl_ofi.so", "mca_bml_r2.so"):
+        (components / name).write_text("")
+    (tmp_path / "lib" / "openmpi" / "libucp.so.0").write_text("")
+    found = check_build.fabrics("Open MPI v4.1.4", str(tmp_path / "lib" / "libmpi.so.40"))
+    assert found == ["Open MPI components: btl_vader, mtl_ofi, pml_ucx",
+                     "UCX (carried by this Open MPI)"]

@@ -13,19 +13,21 @@ import collectives
 import negotiation
 import rank_harness as harness
 import torch_training
-from fuseopt.base import _native
 from fuseopt.tools import check_build
 
 
 def check_the_library_loaded_is_the_one_expected():
-    mpi = check_build.report("x")["mpi"]
+    found = check_build.report("x")
+    mpi, core = found["mpi"], found["core"]
     with open("/proc/self/maps") as f:
-        mapped = {os.path.realpath(line.split()[-1]) for line in f if "libmpi" in line}
+        mapped = {os.path.realpath(line.split()[-1]) for line in f if "/" in line}
     assert os.path.realpath(mpi["path"]) in mapped, (mpi["path"], mapped)
     assert os.path.realpath(mpi["path"]).startswith(os.environ["EXPECTED_MPI_PREFIX"]), mpi
     assert mpi["vendor"] == os.environ["EXPECTED_MPI_VENDOR"], mpi
-    assert _native._module.__name__ == os.environ["EXPECTED_CORE"], \
-        (_native._module.__name__, _native.MPI_ABI_REASON)
+    assert os.path.realpath(core["file"]) in mapped, (core, mapped)
+    assert core["module"] == os.environ["EXPECTED_CORE"], core
+    assert not [m for m in mapped if "libmpi.so" in m and m != os.path.realpath(mpi["path"])], \
+        "two MPI libraries in one process: %s" % mapped
 
 
 def keras_checks():
