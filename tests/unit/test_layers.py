@@ -55,7 +55,7 @@ def imported(module, path, known):
                 parts = package.split(".")
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             subs = [base + "." + a.name for a in node.names if base + "." + a.name in known]
-            compiled = all(a.name == "_fuseopt_cffi" for a in node.names)  # the extension
+            compiled = all(a.name.startswith("_fuseopt_cffi") for a in node.names)  # the cores
             found.update(subs or ([base] if base in known and not compiled else []))
     return found - {module}
 
