@@ -200,14 +200,16 @@ def run_procs(cmds, env, timeout, label, tmp, grace=20.0):
 def run_job(how, argv, env, timeout, label, mpiexec=None):
     """One job (Note [one job]) of the worker command argv, in a fresh --result-dir: how is
     "single" (one process), "mpi" (mpiexec -n NRANKS), "pair" (NRANKS processes that find
-    each other) or "unconnected" (NRANKS processes, Note [unconnected]). Returns every
+    each other) or "unconnected" (NRANKS processes, Note [unconnected]); mpiexec may be an
+    argv (a launcher with its options). Returns every
     process's result (write_result) and the tail of the first one's stderr."""
     tmp = tempfile.mkdtemp(prefix="bench_")
     cmds = [argv + ["--result-dir", tmp, "--proc-index", str(i)]
             + (["--handshake"] if how == "unconnected" else [])
             for i in range(1 if how in ("single", "mpi") else NRANKS)]
     try:
-        run_procs([[mpiexec, "-n", str(NRANKS)] + cmds[0]] if how == "mpi" else cmds, env,
+        launch = list(mpiexec) if isinstance(mpiexec, (list, tuple)) else [mpiexec]
+        run_procs([launch + ["-n", str(NRANKS)] + cmds[0]] if how == "mpi" else cmds, env,
                   timeout, label, tmp)
         return (read_results(tmp, 1 if how == "single" else NRANKS),
                 tail(os.path.join(tmp, "stderr.0"), 8000))

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/dtype.h"
+#include "kernels/pair_sum.h"
 #include "transport/mpi/polite_wait.h"
 
 namespace fuseopt {
@@ -123,15 +124,8 @@ namespace {
 template <typename T>
 void reduce_and_publish(const T* in, double pre, const std::vector<const T*>& others, T* out,
                         T* publish, double post, int64_t n) {
-  if (others.size() == 1) {  // two ranks: a loop the compiler vectorizes
-    const T* o = others[0];
-    for (int64_t i = 0; i < n; ++i) {
-      const T r = static_cast<T>((o[i] + static_cast<T>(in[i] * pre)) * post);
-      out[i] = r;
-      publish[i] = r;
-    }
-    return;
-  }
+  if (others.size() == 1)
+    return kernels::pair_sum_publish(in, pre, others[0], out, publish, post, n);
   for (int64_t i = 0; i < n; ++i) {
     T acc = static_cast<T>(in[i] * pre);
     for (const T* o : others) acc = o[i] + acc;
