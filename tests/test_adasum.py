@@ -3,7 +3,8 @@ direct numpy implementation of the paper's formula (tests/workers/adasum.py)."""
 import pytest
 
 
-@pytest.mark.parametrize("nranks", [1, 2, 4, 8])
+# 8 ranks: three levels of the recursion (4 would add only a subset of them).
+@pytest.mark.parametrize("nranks", [1, 2, 8])
 def test_adasum_matches_the_formula(run_ranks, nranks):
     r = run_ranks(nranks, "adasum.py", timeout=180)
     assert r.output.count("5 checks, 0 failed") == nranks, r

@@ -18,14 +18,15 @@ else the family of an MPI library this process already mapped (mpi4py
 imported first); else Open MPI's when Open MPI's launcher started the rank
 (``OMPI_COMM_WORLD_SIZE``); else the default. For Open MPI the library is
 loaded first, with RTLD_GLOBAL, so the core's MPI names bind to it:
-``FUSEOPT_MPI_LIBRARY`` if set, else the one under ``OPAL_PREFIX`` (which
-Open MPI's launcher sets when it runs from its own prefix), else ``libmpi.so.40`` as the loader finds it
-(LD_LIBRARY_PATH, the ldconfig cache), else beside the ``mpirun`` on PATH. ``FUSEOPT_MPI_LIBRARY`` also serves the MPICH family:
-a file loaded first satisfies the core's dependency by its soname.
+``FUSEOPT_MPI_LIBRARY`` if set, else the one under ``OPAL_PREFIX`` (which Open
+MPI's launcher sets when it runs from its own prefix), else ``libmpi.so.40``
+as the loader finds it (LD_LIBRARY_PATH, the ldconfig cache), else beside the
+``mpirun`` on PATH. ``FUSEOPT_MPI_LIBRARY`` also serves the MPICH family: a
+file loaded first satisfies the core's dependency by its soname.
 
 The choice is made once, at import; both cores are the same code calling MPI
-through the same PLT, so it costs nothing afterwards (benchmarks/allreduce.py
---mpi compares it with a core built against Open MPI's own headers).
+through the same PLT, so it costs nothing afterwards (benchmarks/mpis.py
+--site compares the Open MPI core with one built against Open MPI's header).
 """
 import ctypes
 import glob

@@ -3,7 +3,9 @@ library this process loaded is the one the test installed (what
 `fuseopt check-build` reports, checked against /proc/self/maps) and the core
 is the one built for its ABI, then the checks that matter on any MPI: every
 collective of collectives.py, the torch optimizer against one process,
-mismatches named on every rank; with the argument ``keras``, Keras 3 too."""
+mismatches named on every rank; with the argument ``keras``, Keras 3 too;
+with ``brief``, only the library, an allreduce of every dtype and the
+optimizer (a build's smoke test: the full set runs on the default install)."""
 import os
 import sys
 
@@ -52,6 +54,10 @@ def keras_checks():
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
+    if "brief" in sys.argv[1:]:
+        harness.run([check_the_library_loaded_is_the_one_expected,
+                     collectives.check_allreduce_every_dtype_op_shape,
+                     torch_training.check_equivalence_sgd_momentum_and_adam])
     harness.run([check_the_library_loaded_is_the_one_expected] + collectives.CHECKS
                 + [torch_training.check_equivalence_sgd_momentum_and_adam,
                    torch_training.check_gradient_accumulation,

@@ -1,25 +1,15 @@
 // Row loops of the per-channel kernels, written with GCC vector extensions so
-// that one source serves every instruction set. The lanes are the same in
-// every clone (8 floats, 8 doubles) and nothing is contracted into FMAs
-// (-std=c++17 sets -ffp-contract=off), so the clones give the same bits:
-// results do not depend on the CPU, as ATen's do.
+// that one source serves every instruction set (kernels/vector_lanes.h): the
+// clones give the same bits, so results do not depend on the CPU, as ATen's do.
 #include "kernels/channel_rows.h"
 
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FUSEOPT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FUSEOPT_CLONES
-#endif
-#define FUSEOPT_INLINE inline __attribute__((always_inline))
+#include "kernels/vector_lanes.h"
 
 namespace fuseopt {
 namespace kernels {
 namespace {
-
-typedef float v8f __attribute__((vector_size(32)));
-typedef double v8d __attribute__((vector_size(64)));
 
 FUSEOPT_INLINE v8d load_wide(const float* p) {
   v8f f;
@@ -30,16 +20,6 @@ FUSEOPT_INLINE v8d load_wide(const double* p) {
   v8d d;
   std::memcpy(&d, p, sizeof d);
   return d;
-}
-template <class V, class T>
-FUSEOPT_INLINE V load(const T* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V, class T>
-FUSEOPT_INLINE void store(T* p, V v) {
-  std::memcpy(p, &v, sizeof v);
 }
 template <class V>
 FUSEOPT_INLINE double lanes_total(V v) {

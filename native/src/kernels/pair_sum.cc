@@ -1,33 +1,10 @@
 #include "kernels/pair_sum.h"
 
-#include <cstring>
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FUSEOPT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FUSEOPT_CLONES
-#endif
-// The helpers take and return vectors: inlined into each clone, they use its
-// instructions (called, they would be compiled for the baseline).
-#define FUSEOPT_INLINE inline __attribute__((always_inline))
+#include "kernels/vector_lanes.h"
 
 namespace fuseopt {
 namespace kernels {
 namespace {
-
-typedef float v8f __attribute__((vector_size(32)));
-typedef double v8d __attribute__((vector_size(64)));
-
-template <class V, class T>
-FUSEOPT_INLINE V load(const T* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V, class T>
-FUSEOPT_INLINE void store(T* p, V v) {
-  std::memcpy(p, &v, sizeof v);
-}
 
 // T(x * factor) for 8 floats, the product in double.
 FUSEOPT_INLINE v8f scaled(v8f x, double factor) {

@@ -1,11 +1,10 @@
 // The reduction step of the two-rank shared-memory allreduce
 // (transport/mpi/shm_allreduce.cc): this rank's elements plus the other
 // rank's, written to the output and to the slot the other rank reads, in one
-// pass. Compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time
-// (GCC target_clones), as channel_rows.h: at -O2 GCC leaves such a loop scalar
-// (three pointers it cannot prove apart), which made the step compute-bound
-// (16 MiB: 4.2-4.5 ms for 32 MiB of traffic, against ~1.4 ms for a
-// two-reads-one-write loop over the same bytes here).
+// pass, in vector clones per instruction set (vector_lanes.h): at -O2 GCC
+// leaves such a loop scalar (three pointers it cannot prove apart), which made
+// the step compute-bound (16 MiB: 4.2-4.5 ms for 32 MiB of traffic, against
+// ~1.4 ms for a two-reads-one-write loop over the same bytes here).
 #pragma once
 
 #include <cstdint>
