@@ -78,7 +78,7 @@ def check_fused_many_and_large():
 
 
 def check_bucket_spanning_several_shared_memory_chunks():
-    # ~57 MiB of sub-MiB tensors fuse into buckets larger than one 16 MiB
+    # ~57 MiB of sub-MiB tensors fuse into buckets larger than one 2 MiB
     # shared-memory slot, so tensors straddle chunk boundaries and both slots
     # of each rank take turns; powers-of-two scales keep the sums exact.
     sizes = [250007 + 13 * i for i in range(60)]
@@ -111,7 +111,7 @@ def _allreduce_on_wire(x, name, op, wire, **kwargs):
 def check_float32_travelling_as_16_bits():
     # The core's rounding on its copies gives the bits of a cast, a 16-bit
     # allreduce and a cast back, for every op, with scaling, through the
-    # fusion buffer (small) and shared memory (over one 16 MiB slot).
+    # fusion buffer (small) and shared memory (over one 2 MiB slot).
     rq = fuseopt.core.requests
     r = fuseopt.rank()
     for wire, half in ((rq.WIRE_FLOAT16, np.float16), (rq.WIRE_BFLOAT16, ml_dtypes.bfloat16)):

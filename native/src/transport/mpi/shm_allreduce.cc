@@ -9,14 +9,17 @@
 
 namespace fuseopt {
 namespace {
-// Bytes per slot: buffers larger than this go through in chunks. Each chunk
-// costs two barriers, and a rank whose loop thread shares a core with compute
-// pays for every barrier it waits at: 1 MiB slots (cache-sized chunks) were
-// up to 30% faster for a lone 4 MiB allreduce on an idle machine, but in
-// 2-rank MLP training they sometimes ran the loop thread at 30-38 ms of CPU
-// per step instead of 8 (steps of 74-84 ms instead of 53-57), which 16 MiB
-// slots never did in the same runs.
-constexpr int64_t kSlotBytes = int64_t(16) << 20;
+// Bytes per slot: buffers larger than this go through in chunks, each costing
+// two barriers. 2 MiB chunks stay in the caches between the phases (a rank
+// reads what the other has just written): measured 2026-11-28, 2 ranks, float32
+// averages, against 16 MiB slots in the same run, 16 MiB allreduces took
+// 3.3-3.4 ms instead of 7.2-7.5 and 64 MiB 15.4-16.6 instead of 20.3-21.6, and
+// in MLP training (benchmarks/torch_train.py, 4 interleaved reps) the overhead
+// over two unconnected processes was 7.8 ms instead of 12.1, the loop thread's
+// CPU 11.8 ms per step instead of 12.2. (On 2026-11-23, before the side work of
+// Note [Side work] and with 1 MiB slots, training had sometimes run the loop
+// thread at 30-38 ms of CPU per step: watch for it.)
+constexpr int64_t kSlotBytes = int64_t(2) << 20;
 }  // namespace
 
 // Walks a bucket's segments as one stream of elements, front to back.
