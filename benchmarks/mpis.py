@@ -68,11 +68,11 @@ def launcher(path):
     env = {}
     libdir = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(path))), "lib")
     venv_lib = os.path.join(os.path.dirname(os.path.dirname(sys.executable)), "lib")
-    if os.path.realpath(libdir) != os.path.realpath(venv_lib) and os.path.isdir(libdir) and any(
-            n.startswith("libmpi.so.") for n in os.listdir(libdir)):
+    found = sorted(n for n in os.listdir(libdir) if n.startswith("libmpi.so.")) \
+        if os.path.isdir(libdir) else []
+    if found and os.path.realpath(libdir) != os.path.realpath(venv_lib):
         # A site MPI of the MPICH ABI (Intel MPI): its library, as its mpivars.sh would.
-        env["MPI4PY_LIBMPI"] = os.path.join(libdir, sorted(
-            n for n in os.listdir(libdir) if n.startswith("libmpi.so."))[0])
+        env["MPI4PY_LIBMPI"] = os.path.join(libdir, found[0])
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             filter(None, [libdir, os.environ.get("LD_LIBRARY_PATH")]))
     if not open_mpi.is_open_mpi(path):
@@ -138,11 +138,10 @@ def summarize(jobs, sizes):
                     r["mpi"]["blocking"][n] / r[who][form][n]
                     for r in by_rep.values() if who in r and "mpi" in r) for n in sizes}
         # What the choice at run time costs: the site build's time over the default's.
-        for form, col in (("blocking", "fuseopt"), ("async", "fuseopt async")):
-            pairs = [r for r in by_rep.values() if "site" in r and "fuseopt" in r]
-            if pairs:
-                ratios["choice " + form] = {n: statistics.median(
-                    r["site"][form][n] / r["fuseopt"][form][n] for r in pairs) for n in sizes}
+        pairs = [r for r in by_rep.values() if "site" in r and "fuseopt" in r]
+        for form in ("blocking", "async") if pairs else ():
+            ratios["choice " + form] = {n: statistics.median(
+                r["site"][form][n] / r["fuseopt"][form][n] for r in pairs) for n in sizes}
         versions = {j["contender"]: j["result"]["versions"] for j in mine}
         out[mpi] = {"time": times, "ratio": ratios,
                     "library": versions.get("mpi", {}).get("mpi_library", "?"),

@@ -108,7 +108,7 @@ def _load_open_mpi(why):
     # import would also search other installs, e.g. an editable one's.)
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not glob.glob(os.path.join(package, "_fuseopt_cffi_openmpi.*")):
-        return _load_default(why)
+        return _load_default(why, preloaded=True)
     try:
         from .. import _fuseopt_cffi_openmpi
     except ImportError as e:
@@ -128,8 +128,8 @@ def _mpich_wheel_libmpi():
     return next((p for p in candidates if os.path.exists(p)), None)
 
 
-def _load_default(why):
-    explicit = os.environ.get("FUSEOPT_MPI_LIBRARY")
+def _load_default(why, preloaded=False):
+    explicit = None if preloaded else os.environ.get("FUSEOPT_MPI_LIBRARY")
     if explicit:
         try:
             _preload(explicit)
