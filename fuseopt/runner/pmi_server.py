@@ -308,12 +308,13 @@ class PmiServer:
                 return
             conn.closed = True
             self._selector.unregister(conn.sock)
-            conn.sock.close()
             self._barrier.discard(conn)
             if conn.rank is not None and not conn.finalized:
                 self.fail("rank %d ended its PMI connection before MPI_Finalize (its process "
                           "died?)" % conn.rank, "lost")
             self._check_done()
+            # Closed last: whoever sees the connection end finds the failure recorded.
+            conn.sock.close()
 
     def _check_done(self):
         if self.failure is not None or sum(c.finalized for c in self._ranks.values()) == self.size:

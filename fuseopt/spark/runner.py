@@ -171,8 +171,11 @@ class _SparkJob:
         died = [m for m in messages if m[0] == "exit" and m[2] != 0]  # in order of arrival
         if errors and not (died and all(consequence(e) for e in errors.values())):
             raise_rank_error(errors, "fuseopt.spark.run")
-        if died:  # the first is the one that failed; the others were stopped for it
-            _, rank, code, host = died[0]
+        if died:
+            # The first to die on its own failed; a rank whose error is only the loss of
+            # another may exit before the lost rank's own exit reaches us.
+            own = [m for m in died if m[1] not in errors or not consequence(errors[m[1]])]
+            _, rank, code, host = (own or died)[0]
             raise RankFailedError("fuseopt.spark.run: rank %d of %d (on %s) ended with %s "
                                   "before returning a result; the other ranks were stopped"
                                   % (rank, self.size, host, ending(code)))
