@@ -51,7 +51,9 @@ def assert_same_weights(a, b):
 def test_lost_host_continues_on_the_survivors_from_the_last_commit(hosts, tmp_path):
     out, ref = tmp_path / "elastic", tmp_path / "reference"
     out.mkdir()
-    r = run_on_hosts(hosts, 4, [out, "--kill-host", 1, "--kill-at", 9, "--copy-commit-at", 8],
+    # With PowerSGD: its Q and step counts go through the commit too.
+    r = run_on_hosts(hosts, 4, [out, "--kill-host", 1, "--kill-at", 9, "--copy-commit-at", 8,
+                                "--powersgd"],
                      ["-H", hosts.host_list(2), "--min-np", "2"], timeout=150)
     commit = next(c for c in lines(r.output, "commit") if field(c, "batch") == "8")
     assert field(commit, "size") == "4", r.output
@@ -60,6 +62,7 @@ def test_lost_host_continues_on_the_survivors_from_the_last_commit(hosts, tmp_pa
     assert len(starts) == 2 and field(starts[1], "size") == "2", r.output
     for name in ("gen", "batch", "epoch", "sum"):
         assert field(starts[1], name) == field(commit, name), (name, r.output)
+    assert (field(starts[0], "psgd"), field(starts[1], "psgd")) == ("0", "8"), r.output
     assert field(starts[1], "lr") == "0.1", r.output  # the reset callback's 0.05 * size()
     assert "lost rank(s) 2,3 on %s" % hosts.hosts[1].name in r.output, r.output
     assert field(lines(r.output, "final")[0], "size") == "2"
@@ -68,7 +71,8 @@ def test_lost_host_continues_on_the_survivors_from_the_last_commit(hosts, tmp_pa
     os.makedirs(store / socket.gethostname())
     shutil.copy(out / "commit.fuseopt", elastic_protocol.commit_path(str(store)))
     ref.mkdir()
-    r2 = launch(2, "elastic_torch.py", ref, launcher_args=("--min-np", "2"), timeout=120,
+    r2 = launch(2, "elastic_torch.py", ref, "--powersgd", launcher_args=("--min-np", "2"),
+                timeout=120,
                 env={elastic_protocol.ELASTIC_DIR_ENV: str(store)})
     assert field(lines(r2.output, "start")[0], "sum") == field(commit, "sum"), r2.output
     assert lines(r2.output, "final")[0] == lines(r.output, "final")[0]

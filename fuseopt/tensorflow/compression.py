@@ -1,14 +1,16 @@
 """Gradient compressors for TensorFlow: the algorithms of fuseopt.training.compression
 on TensorFlow tensors, so that a mixed job compresses identically on both
 sides. Residuals are tf.Variables, so that updates persist inside tf.function."""
+import numpy as np
 import tensorflow as tf
 
 from ..training import compression as _neutral
+from ..training import powersgd as _powersgd
 from ..core import requests as _rq
 from ..training.compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
 
 
-class _TensorFlowKit(_neutral.TensorKit):
+class _TensorFlowKit(_powersgd.MatrixKit):
     float32, int8 = tf.float32, tf.int8
 
     def is_floating(self, dtype):
@@ -38,6 +40,87 @@ class _TensorFlowKit(_neutral.TensorKit):
         with tf.control_dependencies([dependency]):
             return [tf.identity(t) for t in tensors]
 
+    # -- PowerSGD's: counts and branches are tensors, so that a traced step
+    # keeps one structure; state is variables (tf.function orders their reads
+    # and writes as written).
+    def known(self, flag):
+        return bool(flag) if tf.executing_eagerly() else None
+
+    def cond(self, flag, if_true, if_false):
+        return tf.cond(flag, if_true, if_false)
+
+    def less(self, a, b):
+        return tf.less(a, b)
+
+    def count(self, store, name):
+        if name not in store:
+            store[name] = tf.Variable(0, dtype=tf.int64, trainable=False)
+        done = store[name].read_value()
+        with tf.control_dependencies([done]):
+            store[name].assign_add(1)
+        return done
+
+    def load_count(self, store, name, value):
+        if name in store:
+            store[name].assign(value)
+        else:
+            store[name] = tf.Variable(value, dtype=tf.int64, trainable=False)
+
+    def state(self, store, name, initial):
+        if name not in store:
+            store[name] = tf.Variable(initial(), trainable=False)
+        return store[name]
+
+    def assign(self, store, name, value):
+        store[name].assign(value)
+
+    def load(self, store, name, value):
+        value = np.asarray(value, np.float32)
+        if name in store:
+            store[name].assign(value)
+        else:
+            store[name] = tf.Variable(value, trainable=False)
+
+    def snapshot(self, value):
+        return np.array(value.numpy())
+
+    def constant_for_step(self, make, step):
+        shape = make(0).shape
+        value = tf.numpy_function(lambda s: make(int(s)), [step], tf.float32)
+        value.set_shape(shape)
+        return value
+
+    def as_matrix(self, tensor, rows, cols):
+        return tf.reshape(tf.cast(tensor, tf.float32), [rows, cols])
+
+    def flat(self, tensor):
+        return tf.reshape(tensor, [-1])
+
+    def reshape(self, tensor, shape):
+        return tf.reshape(tensor, shape)
+
+    def zeros(self, shape):
+        return tf.zeros(shape, tf.float32)
+
+    def add_into(self, state, tensor):
+        state.assign_add(tensor)
+        return state.read_value()
+
+    def sub_mm_into(self, state, a, b):
+        state.assign_sub(tf.matmul(a, b, transpose_b=True))
+
+    def mm(self, a, b):
+        return tf.matmul(a, b)
+
+    def mm_t(self, a, b):
+        return tf.matmul(a, b, transpose_a=True)
+
+    def mm_bt(self, a, b):
+        return tf.matmul(a, b, transpose_b=True)
+
+    def orthonormal(self, matrix):
+        return tf.linalg.qr(matrix, full_matrices=False)[0]
+
 
 _TF = _TensorFlowKit()
 
@@ -55,10 +138,17 @@ class EFSignCompressor(_neutral.EFSignCompressor):
     kit = _TF
 
 
+class PowerSGDCompressor(_powersgd.PowerSGDCompressor):
+    __doc__ = _powersgd.PowerSGDCompressor.__doc__
+    kit = _TF
+
+
 class Compression:
-    """``Compression.none`` / ``.fp16`` / ``.bf16`` and ``Compression.ef_sign()``."""
+    """``Compression.none`` / ``.fp16`` / ``.bf16``, ``Compression.ef_sign()``
+    and ``Compression.powersgd(rank=...)``."""
 
     none = NoneCompressor()
     fp16 = FP16Compressor()
     bf16 = BF16Compressor()
     ef_sign = EFSignCompressor
+    powersgd = PowerSGDCompressor

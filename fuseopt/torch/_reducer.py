@@ -6,12 +6,15 @@ The optimizer decides *when* a gradient is ready (hooks, accumulation,
 groups, phase); the reducer decides *how* it travels (in place from a cached
 plan, or compressed / permuted through a request batch) and keeps what is in
 flight until ``wait_and_write_back``."""
+import functools
+
 import torch
 
 from ..training import buckets, naming, optimizer_args
 from ..api import overlap
 from ..core import requests as _rq
 from ..training.compression import on_wire, reducing_over
+from ..training.powersgd import finish_rounds
 from . import _tensors as _t
 from . import ops, ragged_ops
 from .compression import Compression
@@ -45,7 +48,7 @@ class GradientReducer:
                 self.names[i] = naming.GRADIENT_PREFIX + shared.name
                 if shared.perm is not None:
                     self._perms[i] = shared
-        self._compression = compression
+        self.compression = compression
         # Cast to 16 bits by the core on its copies instead (float32 host
         # gradients; WIRE_AS_IS for any other compressor).
         self._wire = on_wire(compression)
@@ -85,11 +88,11 @@ class GradientReducer:
 
     def submit(self, indices):
         """Starts the allreduces of these parameters in one native call."""
-        op = self._compression.reduce_op if self._compression.reduce_op is not None else self._op
+        op = self.compression.reduce_op if self.compression.reduce_op is not None else self._op
         scales = optimizer_args.scales(op, self._predivide)
         # In place from a plan: uncompressed, or cast by the core (_wire).
         wire = self._wire
-        if (wire or self._compression is Compression.none) and not self._perms:
+        if (wire or self.compression is Compression.none) and not self._perms:
             grads = [self.params[i].grad for i in indices]
             if all(g is not None and g.is_cpu and not g.is_sparse and g.is_contiguous()
                    and (not wire or g.dtype is torch.float32) for g in grads):
@@ -132,10 +135,10 @@ class GradientReducer:
         shared = self._perms.get(i)
         if shared is not None:  # travels in the shared layout (a copy, made contiguous later)
             grad = grad.permute(shared.perm)
-        if self._compression is Compression.none:
+        if self.compression is Compression.none:
             return (grad,), None
         with reducing_over(self._set_size):
-            return self._compression.compress_payloads(grad, self.names[i])
+            return self.compression.compress_payloads(grad, self.names[i])
 
     def _submit_plain(self, indices, grads, op, scales, wire):
         """The common case (host gradients in place, no compression but the
@@ -172,16 +175,46 @@ class GradientReducer:
         with overlap.GRADIENTS.waiting():
             for bucket in self._in_place_buckets:  # the averages are already in p.grad
                 bucket.wait()
+            compressed = []  # (index, round-1 reduced payloads, ctx)
             for i, entry in self.in_flight.items():
                 if isinstance(entry, _Sparse):
                     self.params[i].grad = entry.handle()
                 elif entry is not _IN_PLACE:
-                    self._write_back(i, *entry)
+                    bucket, first, count, ctx = entry
+                    compressed.append((i, bucket.wait()[first:first + count], ctx))
+            if not compressed:
+                return
+            if self.compression is Compression.none:
+                results = [reduced[0] for _, reduced, _ in compressed]
+            else:  # PowerSGD's second round, one fused batch for every gradient
+                results = finish_rounds(self.compression,
+                                        [(reduced, ctx) for _, reduced, ctx in compressed],
+                                        functools.partial(self._reduce_round,
+                                                          [i for i, _, _ in compressed]))
+            for (i, _, _), result in zip(compressed, results):
+                self._write_back(i, result)
 
-    def _write_back(self, i, bucket, first, count, ctx):
-        reduced = bucket.wait()[first:first + count]
-        plain = self._compression is Compression.none
-        result = reduced[0] if plain else self._compression.decompress_payloads(reduced, ctx)
+    def _reduce_round(self, indices, positions, payload_lists, round_):
+        """One further round of a multi-round compressor: every payload in one
+        batch (fused by the core), named after its gradient and the round."""
+        op = self.compression.reduce_op
+        scales = optimizer_args.scales(op, self._predivide)
+        batch = _rq.Batch()
+        for position, payloads in zip(positions, payload_lists):
+            i = indices[position]
+            for k, payload in enumerate(payloads):
+                name = "%s.round%d.%d" % (self.names[i], round_, k)
+                args, kwargs = ops.allreduce_op(payload.contiguous(), name, op, scales[0],
+                                                scales[1], True, self._process_set)
+                batch.add(*args, phase=self.phase, **kwargs)
+        reduced = batch.submit_group().wait()
+        out, first = [], 0
+        for payloads in payload_lists:
+            out.append(reduced[first:first + len(payloads)])
+            first += len(payloads)
+        return out
+
+    def _write_back(self, i, result):
         shared = self._perms.get(i)
         if shared is not None:
             result = result.permute(shared.inverse)

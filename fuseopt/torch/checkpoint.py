@@ -24,7 +24,8 @@ import torch
 
 from ..training import checkpoint as _ckpt
 from ..core import world
-from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                        broadcast_parameters)
 
 FORMAT = "fuseopt.torch.checkpoint/2"
 
@@ -58,13 +59,16 @@ def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0,
     next successful save removes what it left. Collective (every rank's RNG
     state is gathered). ``extra`` must be plain data (see module docstring)."""
     rng = _ckpt.gather_rng_states(_rng_state())
+    compression = _compression_state(optimizer)
+    if compression is not None:  # each rank's own error buffers
+        compression = allgather_object(compression, name="checkpoint.compression")
 
     def write(f):
         _ckpt.check_plain(extra, "extra", (torch.Tensor,))
         try:
             torch.save({"format": FORMAT, "model": model.state_dict(),
                         "optimizer": _inner(optimizer).state_dict() if optimizer is not None
-                        else None,
+                        else None, "compression": compression,
                         "step": step, "extra": extra, "world_size": world.size(), "rng": rng}, f)
         except RuntimeError as e:
             # torch's writer reports a failed write (a full disk) as "unexpected
@@ -74,6 +78,13 @@ def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0,
             raise
 
     _ckpt.save_on_root(path, root_rank, write)
+
+
+def _compression_state(optimizer):
+    """PowerSGD's (or ef_sign's) state on this rank, or None."""
+    if optimizer is None or not hasattr(optimizer, "compression_state"):
+        return None
+    return optimizer.compression_state()
 
 
 def _read(path, model, optimizer):
@@ -87,7 +98,7 @@ def _read(path, model, optimizer):
     if optimizer is not None and payload["optimizer"] is not None:
         _inner(optimizer).load_state_dict(payload["optimizer"])
     model.load_state_dict(payload["model"])
-    return {k: payload[k] for k in ("step", "extra", "world_size", "rng")}
+    return {k: payload.get(k) for k in ("step", "extra", "world_size", "rng", "compression")}
 
 
 def _check_fits(path, expected, saved):
@@ -102,6 +113,18 @@ def _check_fits(path, expected, saved):
                  if k in saved and tuple(getattr(saved[k], "shape", ())) != tuple(v.shape)]
     _ckpt.expect(not problems, "checkpoint %r was saved from a different model: %s"
                  % (path, "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else "")))
+
+
+def _restore_compression(optimizer, saved, saved_world_size):
+    """Each rank takes its own saved compressor state; after a resize, the
+    shared part (PowerSGD's Q and step counts) and no error buffers, which
+    belonged to ranks that held other data."""
+    if saved is None or _compression_state(optimizer) is None:
+        return
+    if saved_world_size == world.size():
+        optimizer.load_compression_state(saved[world.rank()])
+    else:
+        optimizer.load_compression_state({k: v for k, v in saved[0].items() if k != "errors"})
 
 
 def load_checkpoint(path: str, model: Any, optimizer: Any = None, root_rank: int = 0,
@@ -121,6 +144,7 @@ def load_checkpoint(path: str, model: Any, optimizer: Any = None, root_rank: int
     if optimizer is not None:
         broadcast_optimizer_state(optimizer, root_rank)
     meta = broadcast_object(meta, root_rank, name="checkpoint.meta")
+    _restore_compression(optimizer, meta["compression"], meta["world_size"])
     state = _ckpt.rng_state_for_this_rank(meta["rng"], meta["world_size"], _reseed)
     if state is not None:
         _set_rng_state(state)

@@ -3,11 +3,12 @@ fuseopt.training.compression (which also says how to write your own) on torch te
 import torch
 
 from ..training import compression as _neutral
+from ..training import powersgd as _powersgd
 from ..core import requests as _rq
 from ..training.compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
 
 
-class _TorchKit(_neutral.TensorKit):
+class _TorchKit(_powersgd.MatrixKit):
     float32, int8 = torch.float32, torch.int8
 
     def is_floating(self, dtype):
@@ -54,6 +55,71 @@ class _TorchKit(_neutral.TensorKit):
         # to() then mul_: int8 * float32 directly takes a slow promoting loop
         return q.to(torch.float32).mul_(scale)
 
+    # -- PowerSGD's (eager: Python ints and bools, state kept as tensors) --------
+    def known(self, flag):
+        return bool(flag)
+
+    def cond(self, flag, if_true, if_false):
+        return if_true() if flag else if_false()
+
+    def less(self, a, b):
+        return a < b
+
+    def count(self, store, name):
+        done = store.get(name, 0)
+        store[name] = done + 1
+        return done
+
+    def load_count(self, store, name, value):
+        store[name] = value
+
+    def state(self, store, name, initial):
+        if name not in store:
+            store[name] = torch.from_numpy(initial())
+        return store[name]
+
+    def assign(self, store, name, value):
+        store[name] = value
+
+    def load(self, store, name, value):
+        store[name] = torch.as_tensor(value, dtype=torch.float32).clone()
+
+    def snapshot(self, value):
+        return value.detach().clone()
+
+    def constant_for_step(self, make, step):
+        return torch.from_numpy(make(step))
+
+    def as_matrix(self, tensor, rows, cols):
+        return tensor.detach().reshape(rows, cols).to(torch.float32)
+
+    def flat(self, tensor):
+        return tensor.reshape(-1)
+
+    def reshape(self, tensor, shape):
+        return tensor.reshape(shape)
+
+    def zeros(self, shape):
+        return torch.zeros(shape, dtype=torch.float32)
+
+    def add_into(self, state, tensor):
+        return state.add_(tensor)
+
+    def sub_mm_into(self, state, a, b):
+        state.addmm_(a, b.t(), alpha=-1)
+
+    def mm(self, a, b):
+        return torch.mm(a, b)
+
+    def mm_t(self, a, b):
+        return torch.mm(a.t(), b)
+
+    def mm_bt(self, a, b):
+        return torch.mm(a, b.t())
+
+    def orthonormal(self, matrix):
+        return torch.linalg.qr(matrix, mode="reduced").Q
+
 
 _TORCH = _TorchKit()
 
@@ -74,12 +140,18 @@ class EFSignCompressor(_neutral.EFSignCompressor):
     kit = _TORCH
 
 
+class PowerSGDCompressor(_powersgd.PowerSGDCompressor):
+    __doc__ = _powersgd.PowerSGDCompressor.__doc__
+    kit = _TORCH
+
+
 class Compression:
     """Horovod's names ``Compression.none`` and ``Compression.fp16``, plus
-    ``Compression.bf16`` and ``Compression.ef_sign()`` (stateful: create one
-    per optimizer)."""
+    ``Compression.bf16``, ``Compression.ef_sign()`` and
+    ``Compression.powersgd(rank=...)`` (stateful: create one per optimizer)."""
 
     none = NoneCompressor()
     fp16 = FP16Compressor()
     bf16 = BF16Compressor()
     ef_sign = EFSignCompressor
+    powersgd = PowerSGDCompressor

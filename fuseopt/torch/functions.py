@@ -118,6 +118,21 @@ def broadcast_optimizer_state(optimizer: Any, root_rank: int = 0, model: Any = N
                              process_set=process_set)
     if world.rank() != root_rank:
         inner.load_state_dict(state)
+    _broadcast_compression_state(optimizer, root_rank, process_set)
+
+
+def _broadcast_compression_state(optimizer, root_rank, process_set):
+    """The compressor's shared state (PowerSGD's Q and step counts) from
+    root_rank; each rank keeps its own error buffers (a rank that has none,
+    e.g. one that joined an elastic job, starts from zero)."""
+    state = optimizer.compression_state() if hasattr(optimizer, "compression_state") else None
+    if state is None:
+        return
+    shared = broadcast_object({k: v for k, v in state.items() if k != "errors"}
+                              if world.rank() == root_rank else None, root_rank,
+                              name="broadcast.compression_state", process_set=process_set)
+    if world.rank() != root_rank:
+        optimizer.load_compression_state(shared)
 
 
 def _sparse_parameters(model):

@@ -13,6 +13,7 @@ from ..api import ops as _np
 from ..core import requests as _rq
 from ..base.c_boundary import derived_name
 from ..training.compression import as_compressor, one_payload_each, reducing_over
+from ..training.powersgd import finish_rounds
 from ..core import world
 from ..base.errors import InvalidArgumentError
 from ..core import process_sets as _ps
@@ -127,10 +128,15 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     with reducing_over(_ps.size_of(process_set)):
         payloads, ctx = compression.compress_payloads(tensor, name)
     op = compression.reduce_op if compression.reduce_op is not None else op
-    reduced = [_Allreduce.apply(p, derived_name(name, ".%d" % i), op,
-                                prescale_factor, postscale_factor, process_set)
-               for i, p in enumerate(payloads)]
-    return compression.decompress_payloads(reduced, ctx)
+
+    def reduce(payloads, suffix):
+        return [_Allreduce.apply(p, derived_name(name, "%s.%d" % (suffix, i)), op,
+                                 prescale_factor, postscale_factor, process_set)
+                for i, p in enumerate(payloads)]
+
+    # Further rounds (PowerSGD) carry the round in their names.
+    return finish_rounds(compression, [(reduce(payloads, ""), ctx)], lambda _, lists, r: [
+        reduce(lists[0], ".round%d" % r)])[0]
 
 
 

@@ -159,6 +159,31 @@ class DistributedOptimizer(OptimizerWrapper):
                 self._hook_handles.append(p.register_post_accumulate_grad_hook(
                     functools.partial(self._on_grad_ready, i)))
 
+    def state_dict(self):
+        """The wrapped optimizer's state_dict, plus this rank's compressor
+        state under ``"fuseopt_compression"`` when the compressor keeps one
+        (PowerSGD's Q and error buffers, ef_sign's residuals)."""
+        state = self._optimizer.state_dict()
+        compression = self.compression_state()
+        return state if compression is None else dict(state, fuseopt_compression=compression)
+
+    def load_state_dict(self, state_dict):
+        """Loads what state_dict gave (a plain optimizer's state_dict too)."""
+        state_dict = dict(state_dict)
+        compression = state_dict.pop("fuseopt_compression", None)
+        self._optimizer.load_state_dict(state_dict)
+        if compression is not None:
+            self.load_compression_state(compression)
+
+    def compression_state(self):
+        """The compressor's state on this rank, or None if it keeps none."""
+        compression = self._reducer.compression
+        return compression.state_dict() if hasattr(compression, "state_dict") else None
+
+    def load_compression_state(self, state):
+        """Restores what compression_state gave (names it lacks keep their state)."""
+        self._reducer.compression.load_state_dict(state)
+
     def register_step_pre_hook(self, hook):
         """The wrapped optimizer's: ``hook`` runs before each step."""
         return self._optimizer.register_step_pre_hook(hook)

@@ -93,6 +93,27 @@ class Compressor:
         listed, ctx = ctx
         return self.decompress(payloads if listed else payloads[0], ctx)
 
+    # Compressors that reduce in several rounds (PowerSGD: the second
+    # round's payloads are computed from the first's results) set ``rounds``
+    # and implement next_payloads; the bindings run the rounds with
+    # fuseopt.training.powersgd.finish_rounds.
+    rounds = 1
+
+    def next_payloads(self, reduced, ctx):
+        """After a round's payloads are reduced: the next round's
+        ``(payloads, ctx)``, or None when ``decompress(reduced, ctx)`` gives
+        the tensor."""
+        return None
+
+    def next_round_payloads(self, payloads, ctx):
+        """next_payloads on compress_payloads' lists and contexts."""
+        listed, ctx = ctx
+        following = self.next_payloads(payloads if listed else payloads[0], ctx)
+        if following is None:
+            return None
+        payloads, ctx = following
+        return payloads, (True, ctx)
+
 
 class HorovodCompressor(Compressor):
     """A compressor written for Horovod that is not a fuseopt Compressor:
@@ -142,6 +163,9 @@ def one_payload_each(compression, tensors, names, ranks):
     if compression is None:
         return list(tensors), [None] * len(tensors), lambda t, ctx: t
     compression = as_compressor(compression)
+    if compression.rounds > 1:
+        raise UnsupportedError("%s reduces in %d rounds: only allreduce and DistributedOptimizer "
+                               "take it" % (type(compression).__name__, compression.rounds))
     with reducing_over(ranks):
         packed = [compression.compress_payloads(t, n) for t, n in zip(tensors, names)]
     if any(len(payloads) != 1 for payloads, _ in packed):
@@ -302,6 +326,14 @@ class EFSignCompressor(Compressor):
         # step as a copy, since payloads may be summed in place (torch's reducer)
         return (kit.after(kept, [kit.cast(q, kit.int8), step]),
                 (tensor.dtype, n, name, q, kit.copy(step)))
+
+    def state_dict(self):
+        """This rank's residuals, as ``errors`` (PowerSGD's name for its own)."""
+        return {"errors": {k: self.kit.snapshot(v) for k, v in self.residuals.items()}}
+
+    def load_state_dict(self, state):
+        for name, value in state.get("errors", {}).items():
+            self.kit.load(self.residuals, name, value)
 
     def decompress(self, payloads, ctx):
         q_sum, step_sum = payloads

@@ -1,7 +1,7 @@
 """An elastic PyTorch job for tests/test_elastic.py, deterministic to the bit.
 
     elastic_torch.py OUT [--kill-host H --kill-at B] [--copy-commit-at B]
-                         [--grow-at B HOSTSFILE LINE] [--fail-at B]
+                         [--grow-at B HOSTSFILE LINE] [--fail-at B] [--powersgd]
 
 96 samples, 4 per rank and batch, 3 epochs, a commit every 2 batches and at
 each epoch's end. ``B`` counts batches over the whole run (state.batch).
@@ -9,7 +9,8 @@ Only in the first job (no reset yet): --kill-host SIGKILLs the ranks of
 cross rank H once batch B is done (uncommitted); --grow-at has rank 0 add
 LINE to the discovery script's HOSTSFILE and wait until fuseoptrun noticed;
 --fail-at raises an ordinary error on rank 1. --copy-commit-at copies host
-0's commit file, as written at batch B, to OUT/commit.fuseopt.
+0's commit file, as written at batch B, to OUT/commit.fuseopt. --powersgd
+compresses the gradients with PowerSGD (its state goes through the commits).
 
 Rank 0 prints a line per start and commit, and OUT/final.pt at the end.
 """
@@ -33,6 +34,7 @@ p.add_argument("--kill-at", type=int, default=-1)
 p.add_argument("--copy-commit-at", type=int, default=-1)
 p.add_argument("--grow-at", nargs=3)
 p.add_argument("--fail-at", type=int, default=-1)
+p.add_argument("--powersgd", action="store_true")
 args = p.parse_args()
 
 EPOCHS, PER_RANK, COMMIT_EVERY, BASE_LR = 3, 4, 2, 0.05
@@ -44,9 +46,12 @@ g = torch.Generator().manual_seed(7)
 data = torch.utils.data.TensorDataset(torch.randn(96, 8, generator=g), torch.randn(96, 1, generator=g))
 torch.manual_seed(100 + hvd.rank())  # ranks differ until the state is synced
 model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Tanh(), torch.nn.Linear(6, 1))
+compression = hvd.Compression.powersgd(rank=1, start_iter=2) if args.powersgd \
+    else hvd.Compression.none
 optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=BASE_LR * hvd.size(),
                                                      momentum=0.9),
-                                     named_parameters=model.named_parameters())
+                                     named_parameters=model.named_parameters(),
+                                     compression=compression)
 sampler = hvd.elastic.ElasticSampler(data, shuffle=True, seed=3)
 loader = torch.utils.data.DataLoader(data, batch_size=PER_RANK, sampler=sampler)
 
@@ -54,6 +59,13 @@ loader = torch.utils.data.DataLoader(data, batch_size=PER_RANK, sampler=sampler)
 def checksum(m):
     return hashlib.sha256(b"".join(t.detach().numpy().tobytes()
                                    for t in m.state_dict().values())).hexdigest()[:16]
+
+
+def powersgd_steps():
+    """Reductions of the compressed weight so far ('-' without PowerSGD)."""
+    if not args.powersgd:
+        return "-"
+    return str(optimizer.compression_state()["steps"].get("grad.0.weight", 0))
 
 
 def say(text):
@@ -101,10 +113,10 @@ def commit(state):
 
 @hvd.elastic.run
 def train(state):
-    say("start size %d resets %s gen %d epoch %d batch %d lr %g sum %s t=%.3f" % (
+    say("start size %d resets %s gen %d epoch %d batch %d lr %g sum %s psgd %s t=%.3f" % (
         hvd.size(), os.environ.get(elastic_protocol.RESET_COUNT_ENV), state._generation,
         state.epoch, state.batch, optimizer.param_groups[0]["lr"], checksum(state.model),
-        time.time()))
+        powersgd_steps(), time.time()))
     first_step = True
     while state.epoch < EPOCHS:
         for batch_idx, (x, y) in enumerate(loader):

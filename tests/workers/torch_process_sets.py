@@ -70,6 +70,20 @@ def check_collectives_and_gradients():
     (p * (R + 1)).sum().backward()
     opt.step()
     close(p.detach(), torch.full((3,), -plus_one), "ef_sign DistributedOptimizer in the set")
+    # PowerSGD's two rounds stay in the set too; at full rank it is exact.
+    full_rank = dict(rank=2, start_iter=0, min_compression_rate=0.01)
+    mine_m = torch.arange(128.0).reshape(64, 2) * (R + 1)
+    mean_m = torch.arange(128.0).reshape(64, 2) * plus_one
+    got = hvd.allreduce(mine_m, name="psgd", compression=hvd.Compression.powersgd(**full_rank),
+                        process_set=mine)
+    close(got, mean_m, "powersgd allreduce in the set", 1e-3)  # float32 of values to 254
+    p = torch.nn.Parameter(torch.zeros(64, 2))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=1.0), named_parameters=[("psgd.p", p)],
+                                   compression=hvd.Compression.powersgd(**full_rank),
+                                   process_set=mine)
+    (p * mine_m).sum().backward()
+    opt.step()
+    close(p.detach(), -mean_m, "powersgd DistributedOptimizer in the set", 1e-3)
     # A compressor that sums and divides by reduction_size() sees the set's
     # size in grouped_allreduce and reducescatter too (reducescatter takes
     # the caller's op, not the compressor's reduce_op: Sum is passed).

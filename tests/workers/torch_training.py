@@ -412,6 +412,8 @@ CHECKS = [check_equivalence_sgd_momentum_and_adam, check_bucket_caps_change_timi
           check_torch_compile, check_join_with_uneven_batches]
 
 if __name__ == "__main__":
+    import torch_powersgd_checks
+    CHECKS += torch_powersgd_checks.CHECKS
     torch.set_num_threads(1)
     # Check names on the command line run only those (e.g. on emulated hosts).
     chosen = [c for c in CHECKS if c.__name__ in sys.argv[1:]]

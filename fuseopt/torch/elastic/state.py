@@ -44,6 +44,10 @@ class StateHandler:
         self.value = value
         self.save()
 
+    def from_commit(self, saved: Any) -> Any:
+        """What to restore of a commit (written by another rank: local rank 0)."""
+        return saved
+
 
 class ModelStateHandler(StateHandler):
     def sync(self) -> None:
@@ -52,7 +56,15 @@ class ModelStateHandler(StateHandler):
 
 class OptimizerStateHandler(StateHandler):
     def sync(self) -> None:
-        broadcast_optimizer_state(self.value, 0)
+        broadcast_optimizer_state(self.value, 0)  # and the compressor's shared state
+
+    def from_commit(self, saved: Any) -> Any:
+        # A compressor's error buffers were the writing rank's own: every rank
+        # of the new job starts them from zero (Q and step counts are shared).
+        compression = saved.get("fuseopt_compression") if isinstance(saved, dict) else None
+        if compression is None or "errors" not in compression:
+            return saved
+        return dict(saved, fuseopt_compression=dict(compression, errors={}))
 
 
 LRScheduler = getattr(torch.optim.lr_scheduler, "LRScheduler",
@@ -132,6 +144,6 @@ class TorchState(ObjectState):
                     sorted(data["handlers"]) + sorted(data["values"]),
                     sorted(self._handlers) + sorted(self._saved_state)))
         for name, handler in self._handlers.items():
-            handler.saved = data["handlers"][name]
+            handler.saved = handler.from_commit(data["handlers"][name])
         self._set_user_values(data["values"])
         self.restore()
