@@ -76,17 +76,21 @@ def test_resume_on_fewer_ranks(run_ranks, tmp_path):
     assert "resumed at step 20 from 4 ranks on 2; lr scale 0.50" in r.output, r
 
 
-def test_keras_fit_killed_and_resumed_matches_an_uninterrupted_fit(run_ranks, tmp_path):
+def test_keras_fit_with_powersgd_killed_and_resumed_matches_an_uninterrupted_fit(run_ranks,
+                                                                               tmp_path):
     import numpy as np
     full, broken = tmp_path / "full", tmp_path / "broken"
     full.mkdir()
     broken.mkdir()
-    run_ranks(2, "checkpoint_keras.py", full, "full", 4, timeout=240)
+    # With PowerSGD: its Q, step counts and each rank's errors come back too.
+    r = run_ranks(2, "checkpoint_keras.py", full, "full", 4, "--powersgd", timeout=240)
+    assert "[rank 1] powersgd steps [24, 24]" in r.output, r  # 2 weights x 4 epochs x 6 steps
     r = run_ranks(2, "checkpoint_keras.py", broken, "never", 4, "--kill-at-epoch", 2,
-                  expect_ok=False, timeout=240)
+                  "--powersgd", expect_ok=False, timeout=240)
     assert r.code != 0 and "SIGKILL" in r.output, r
-    r = run_ranks(2, "checkpoint_keras.py", broken, "resumed", 4, timeout=240)
+    r = run_ranks(2, "checkpoint_keras.py", broken, "resumed", 4, "--powersgd", timeout=240)
     assert "[rank 1] resumed after epoch 1" in r.output, r
+    assert "[rank 1] powersgd steps [24, 24]" in r.output, r
     a, b = np.load(full / "final-full.npz"), np.load(broken / "final-resumed.npz")
     assert len(a.files) == len(b.files) == 4
     for k in a.files:

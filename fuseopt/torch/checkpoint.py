@@ -93,6 +93,10 @@ def _read(path, model, optimizer):
     _ckpt.expect(isinstance(payload, dict) and payload.get("format") == FORMAT,
                  "%r is not a fuseopt.torch checkpoint (format %s)" % (path, FORMAT))
     _check_fits(path, model.state_dict(), payload["model"])
+    compression = payload.get("compression")
+    _ckpt.expect(compression is None or (isinstance(compression, list) and
+                                         len(compression) == payload["world_size"]),
+                 "checkpoint %r holds compressor state that is not one per rank" % path)
     # The optimizer checks its groups before it changes anything; the model
     # was checked above: so a file that does not fit changes neither.
     if optimizer is not None and payload["optimizer"] is not None:

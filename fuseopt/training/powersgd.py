@@ -169,6 +169,12 @@ class PowerSGDCompressor(Compressor):
         self.qs = {}  # name -> float32 (cols, r): the last mean Q, the same on every rank
         self.steps = {}  # name -> reductions of this gradient so far
 
+    def get_config(self):
+        """The constructor's arguments (a Keras optimizer's config saves them)."""
+        return {"rank": self.rank, "start_iter": self.start_iter,
+                "error_feedback": self.error_feedback, "warm_start": self.warm_start,
+                "min_compression_rate": self.min_compression_rate, "seed": self.seed}
+
     def __repr__(self):
         return ("PowerSGDCompressor(rank=%d, start_iter=%d, error_feedback=%s, warm_start=%s)"
                 % (self.rank, self.start_iter, self.error_feedback, self.warm_start))

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 import rank_harness as harness
+from powersgd_reference import numpy_powersgd
 from tf_common import (B, close, global_data, hvd, keras, make_model, rank_rows,
                        weights_equal_across_ranks)
 from fuseopt.tensorflow.wrappers.optimizer import DistributedLossScaleOptimizer
@@ -131,6 +132,38 @@ def check_ef_sign_in_tf_function_and_fit():
     # The Keras optimizer path, by name: trains, and ranks stay equal.
     model, _ = fit_pair(lambda: keras.optimizers.SGD(0.1, momentum=0.9), compression="ef_sign")
     weights_equal_across_ranks(model, "ef_sign fit")
+
+
+def check_powersgd_in_tf_function_and_fit():
+    # Traced once: warm-up and compressed steps share one graph (tf.cond on
+    # the step count), and Q, the errors and the count are variables.
+    n, rng = hvd.size(), np.random.default_rng(8)
+    w, b = tf.Variable(tf.zeros([12, 10]), name="w"), tf.Variable(tf.zeros([10]), name="b")
+    comp = hvd.Compression.powersgd(rank=1, start_iter=2)
+
+    @tf.function
+    def reduced_gradients(gw, gb):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * gw) + tf.reduce_sum(b * gb)
+        return hvd.DistributedGradientTape(tape, compression=comp).gradient(loss, [w, b])
+
+    state = {}
+    for k in range(5):  # every rank draws all ranks' gradients (same generator)
+        gws = [rng.normal(size=(12, 10)) * (r + 1) for r in range(n)]
+        gbs = [rng.normal(size=10) for r in range(n)]
+        got_w, got_b = reduced_gradients(tf.constant(gws[hvd.rank()], tf.float32),
+                                         tf.constant(gbs[hvd.rank()], tf.float32))
+        (name,) = comp.qs  # the weight's: the bias goes plain
+        q0 = comp.initial_q(name, 10, 1).astype(np.float64)
+        close(got_w.numpy(), numpy_powersgd(gws, state, q0, 2), "powersgd tape step %d" % k, 1e-4)
+        close(got_b.numpy(), np.mean(gbs, axis=0), "powersgd tape bias %d" % k, 1e-5)
+        traces = traces if k else reduced_gradients.experimental_get_tracing_count()
+    assert reduced_gradients.experimental_get_tracing_count() == traces  # no retrace
+    assert comp.state_dict()["steps"] == {name: 5}
+    # The Keras optimizer path: trains, and ranks stay equal.
+    model, _ = fit_pair(lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+                        compression=hvd.Compression.powersgd(rank=1, start_iter=1))
+    weights_equal_across_ranks(model, "powersgd fit")
 
 
 def check_cast_compression_runs_in_the_core():
@@ -538,7 +571,7 @@ CHECKS = [check_fit_equals_single_process_sgd_adam,
           check_accumulation_equals_concatenated_batch,
           check_custom_loop_tape_and_apply_gradients,
           check_compression_and_sparse_gradients, check_cast_compression_runs_in_the_core,
-          check_ef_sign_in_tf_function_and_fit,
+          check_ef_sign_in_tf_function_and_fit, check_powersgd_in_tf_function_and_fit,
           check_loss_scale_optimizer_and_mixed_precision, check_callbacks,
           check_local_sgd_callback, check_save_and_load_model,
           check_partial_distributed_optimizer_keeps_local_layers_local,

@@ -12,30 +12,12 @@ import torch
 import torch.nn.functional as F
 
 import fuseopt.torch as hvd
+from powersgd_reference import numpy_powersgd
 from torch_training import (B, assert_equal_across_ranks, close, global_batch, make_model,
                             my_slice)
 
 RANK = 1
 START = 1  # one plain step, then compressed
-
-
-def numpy_powersgd(grads_per_rank, state, initial_q):
-    """The mean gradient as PowerSGD delivers it, from every rank's gradient
-    of one parameter (float64): round 1 sums M_i Q, the basis P^ of the sum,
-    round 2 averages M_i^T P^; each rank keeps M_i - P^ P^T M_i."""
-    step = state.setdefault("step", 0)
-    state["step"] += 1
-    shape = grads_per_rank[0].shape
-    ms = [g.reshape(shape[0], -1) for g in grads_per_rank]
-    if step < START:
-        return np.mean(grads_per_rank, axis=0)
-    errors = state.setdefault("errors", [np.zeros_like(m) for m in ms])
-    ms = [m + e for m, e in zip(ms, errors)]
-    q = state.get("q", initial_q)
-    basis, _ = np.linalg.qr(sum(m @ q for m in ms))
-    state["errors"] = [m - basis @ (basis.T @ m) for m in ms]
-    state["q"] = np.mean([m.T @ basis for m in ms], axis=0)
-    return (basis @ state["q"].T).reshape(shape)
 
 
 def per_rank_gradients(reference, x, y, n):
@@ -74,7 +56,8 @@ def train_against_reference(steps, passes=1):
                     mean = np.mean([g[i] for g in grads], axis=0)
                 else:
                     q0 = compressor.initial_q(names[i], int(np.prod(p.shape[1:])), r)
-                    mean = numpy_powersgd([g[i] for g in grads], states[i], q0.astype(np.float64))
+                    mean = numpy_powersgd([g[i] for g in grads], states[i], q0.astype(np.float64),
+                                          START)
                     compressed.append(names[i])
                 p -= 0.1 * torch.from_numpy(mean).float()
     opt.remove_hooks()

@@ -6,8 +6,9 @@
                          hvd.callbacks.CheckpointCallback("ckpt.fuseopt")])
 
 Both functions are collective. The file holds the model's variables, the
-optimizer's (slots and iteration count), the step, your ``extra`` object, the
-world size and every rank's RNG state (Python, NumPy, and the model's own
+optimizer's (slots and iteration count), every rank's compressor state
+(PowerSGD's, ef_sign's), the step, your ``extra`` object, the world size and
+every rank's RNG state (Python, NumPy, and the model's own
 seed generators, e.g. Dropout's), so a resumed job continues where it
 stopped. It is an ``.npz`` archive of arrays with a JSON header, read with
 ``allow_pickle=False``: loading never runs code from the file, and ``extra``
@@ -47,6 +48,9 @@ def save_checkpoint(path: str, model: Any, step: int = 0, extra: Any = None,
     shared, seeds, opt_vars = _split(model)
     rng = _ckpt.gather_rng_states(dict(_ckpt.python_rng_state(),
                                        seeds=[np.asarray(v) for v in seeds]))
+    compression = _compression_state(model)
+    if compression is not None:  # each rank's own error buffers
+        compression = objects.allgather_object(compression, name="checkpoint.compression")
 
     def write(f):
         arrays = {"model/%d" % i: np.asarray(v) for i, v in enumerate(shared)}
@@ -55,11 +59,53 @@ def save_checkpoint(path: str, model: Any, step: int = 0, extra: Any = None,
             arrays.update({"seeds/%d/%d" % (r, i): s for i, s in enumerate(state.pop("seeds"))})
         header = {"format": FORMAT, "model_paths": [v.path for v in shared],
                   "optimizer_count": len(opt_vars), "step": step, "extra": extra,
-                  "world_size": world.size(), "rng": rng}
+                  "world_size": world.size(), "rng": rng,
+                  "compression": None if compression is None else [
+                      _compression_to_arrays(r, state, arrays)
+                      for r, state in enumerate(compression)]}
         raw = _ckpt.encode_header(header)
         np.savez(f, header=np.frombuffer(raw, dtype=np.uint8), **arrays)
 
     _ckpt.save_on_root(path, root_rank, write)
+
+
+def _compression_state(model):
+    """The optimizer's compressor state on this rank (PowerSGD, ef_sign), or None."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not hasattr(optimizer, "compression_state"):
+        return None
+    return optimizer.compression_state()
+
+
+def _compression_to_arrays(rank, state, arrays):
+    """Puts one rank's compressor state into ``arrays``; returns what the
+    header keeps of it (the names, in order, and the step counts)."""
+    kept = {"steps": {k: int(v) for k, v in state.get("steps", {}).items()}}
+    for field in ("errors", "qs"):
+        names = list(state.get(field, {}))
+        for i, name in enumerate(names):
+            arrays["compression/%d/%s/%d" % (rank, field, i)] = np.asarray(state[field][name])
+        kept[field] = names
+    return kept
+
+
+def _compression_from_archive(archive, header):
+    if header.get("compression") is None:
+        return None
+    return [dict(steps=kept["steps"], **{
+        field: {name: archive["compression/%d/%s/%d" % (rank, field, i)]
+                for i, name in enumerate(kept[field])} for field in ("errors", "qs")})
+        for rank, kept in enumerate(header["compression"])]
+
+
+def _restore_compression(model, saved, saved_world_size):
+    """Each rank takes its own saved compressor state; after a resize, the
+    shared part (PowerSGD's Q and step counts) and no error buffers."""
+    if saved is None or _compression_state(model) is None:
+        return
+    mine = saved[world.rank()] if saved_world_size == world.size() else \
+        {k: v for k, v in saved[0].items() if k != "errors"}
+    model.optimizer.load_compression_state(mine)
 
 
 def _read(path, shared, opt_vars):
@@ -83,9 +129,14 @@ def _read(path, shared, opt_vars):
             state["seeds"] = [archive[k] for k in sorted(
                 (k for k in archive.files if k.startswith("seeds/%d/" % r)),
                 key=lambda k: int(k.rsplit("/", 1)[1]))]
+        compression = _compression_from_archive(archive, header)
+        _ckpt.expect(compression is None or len(compression) == header["world_size"],
+                     "checkpoint %r holds compressor state for %d ranks of %s"
+                     % (path, len(compression or ()), header["world_size"]))
     for v, value in zip(shared + opt_vars, values):  # all checked: assign all
         v.assign(value)
-    return {k: header[k] for k in ("step", "extra", "world_size", "rng")}
+    return dict({k: header[k] for k in ("step", "extra", "world_size", "rng")},
+                compression=compression)
 
 
 def load_checkpoint(path: str, model: Any, root_rank: int = 0, missing_ok: bool = False) -> Any:
@@ -103,6 +154,7 @@ def load_checkpoint(path: str, model: Any, root_rank: int = 0, missing_ok: bool 
         return None
     broadcast_variables(shared + opt_vars, root_rank)
     meta = objects.broadcast_object(meta, root_rank, name="checkpoint.meta")
+    _restore_compression(model, meta["compression"], meta["world_size"])
     state = _ckpt.rng_state_for_this_rank(meta["rng"], meta["world_size"], _reseed)
     if state is not None:
         _ckpt.set_python_rng_state(state)

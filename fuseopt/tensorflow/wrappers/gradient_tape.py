@@ -11,6 +11,7 @@ from .. import _tensors as _t
 from .. import ops
 from ..functions import variable_path
 from ...core import process_sets as _ps
+from ...base.errors import InvalidArgumentError
 from ..compression import Compression
 
 
@@ -58,6 +59,11 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
     grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) and sparse_as_dense
              else g for g in grads]
     if names is None:
+        if hasattr(compression, "state_dict"):  # its state would be keyed by a new name each call
+            raise InvalidArgumentError(
+                "%s keeps state per gradient, keyed by the variable's name, but these variables "
+                "have no distinct names (or use_generic_names=True): name them, e.g. "
+                "tf.Variable(..., name=\"w\"), as Keras layers do" % type(compression).__name__)
         names = ops._names(len(grads), None, "gradients")
     names = _t.unique_in_graph(names)
     scales = optimizer_args.scales(op, gradient_predivide_factor)

@@ -7,14 +7,26 @@ from ..compression import Compression
 from .gradient_tape import reduce_except_local, reduce_gradients
 
 _COMPRESSION_NAMES = {"none": lambda: Compression.none, "fp16": lambda: Compression.fp16,
-                      "bf16": lambda: Compression.bf16, "ef_sign": Compression.ef_sign}
+                      "bf16": lambda: Compression.bf16, "ef_sign": Compression.ef_sign,
+                      "powersgd": Compression.powersgd}
 
 
-def _compression_name(c):
+def _compression_config(c):
+    """A compressor as saved config: its name, or {name: its arguments} for
+    one that takes some (PowerSGD); None for a user's own."""
     for name, make in _COMPRESSION_NAMES.items():
         if c is make() or type(c) is type(make()):
-            return name
+            return {name: c.get_config()} if hasattr(c, "get_config") else name
     return None
+
+
+def _compression_from_config(config):
+    if isinstance(config, str):
+        return _COMPRESSION_NAMES[config]()
+    if isinstance(config, dict) and len(config) == 1:
+        (name, arguments), = config.items()
+        return _COMPRESSION_NAMES[name](**arguments)
+    return config
 
 
 class Reducer:
@@ -22,8 +34,7 @@ class Reducer:
 
     def _init_reducer(self, compression, backward_passes_per_step, average_aggregated_gradients,
                       op, gradient_predivide_factor, sparse_as_dense, name_map, bucket_cap_mb):
-        if isinstance(compression, str):
-            compression = _COMPRESSION_NAMES[compression]()
+        compression = _compression_from_config(compression)
         optimizer_args.check(backward_passes_per_step, op, gradient_predivide_factor)
         self.compression = compression
         self.backward_passes_per_step = backward_passes_per_step
@@ -41,13 +52,23 @@ class Reducer:
         self.process_set = None  # the ranks that average (set by DistributedOptimizer)
         self.num_groups, self.groups = 0, None  # Horovod's explicit groups (likewise)
 
+    def compression_state(self):
+        """The compressor's state on this rank (PowerSGD's Q, error buffers and
+        step counts; ef_sign's residuals), or None if it keeps none."""
+        c = self.compression
+        return c.state_dict() if hasattr(c, "state_dict") else None
+
+    def load_compression_state(self, state):
+        """Restores what compression_state gave (names it lacks keep their state)."""
+        self.compression.load_state_dict(state)
+
     def register_local_var(self, var):
         """Horovod's: ``var``'s gradient is not averaged across ranks; each rank
         applies its own (divided by size() with ``scale_local_gradients``)."""
         self._local_vars[id(var)] = var
 
     def _reducer_config(self):
-        return {"compression": _compression_name(self.compression) or "none",
+        return {"compression": _compression_config(self.compression) or "none",
                 "backward_passes_per_step": self.backward_passes_per_step,
                 "average_aggregated_gradients": self.average_aggregated_gradients,
                 "op": int(self.op), "gradient_predivide_factor": self.gradient_predivide_factor,
