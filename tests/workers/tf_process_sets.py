@@ -103,6 +103,12 @@ def check_collectives(mine, other):
     ef = htf.allreduce(tf.ones([3]) * (R + 1), compression=htf.Compression.ef_sign(),
                        name="ef", process_set=mine)
     soft(close, ef, np.full(3, total / n), "ef_sign in the set")
+    # PowerSGD's two rounds stay in the set; at full rank it is exact.
+    base = np.arange(128.0, dtype=np.float32).reshape(64, 2)
+    psgd = htf.allreduce(tf.constant(base * (R + 1)), name="psgd", process_set=mine,
+                         compression=htf.Compression.powersgd(rank=2, start_iter=0,
+                                                              min_compression_rate=0.01))
+    soft(close, psgd, base * (total / n), "powersgd in the set")
     expect(htf.allgather_object(R, process_set=mine) == members, "allgather_object")
     expect(htf.broadcast_object(R, root_rank=members[-1], process_set=mine) == members[-1],
            "broadcast_object")

@@ -161,9 +161,13 @@ def check_powersgd_in_tf_function_and_fit():
     assert reduced_gradients.experimental_get_tracing_count() == traces  # no retrace
     assert comp.state_dict()["steps"] == {name: 5}
     # The Keras optimizer path: trains, and ranks stay equal.
-    model, _ = fit_pair(lambda: keras.optimizers.SGD(0.1, momentum=0.9),
-                        compression=hvd.Compression.powersgd(rank=1, start_iter=1))
-    weights_equal_across_ranks(model, "powersgd fit")
+    for passes in (1, 2):  # and with gradients accumulated over two passes per step
+        comp = hvd.Compression.powersgd(rank=1, start_iter=1)
+        model, _ = fit_pair(lambda: keras.optimizers.SGD(0.1, momentum=0.9), passes=passes,
+                            compression=comp)
+        weights_equal_across_ranks(model, "powersgd fit, %d passes" % passes)
+        # one reduction per step of the wrapper, not per pass: STEPS steps of 1 epoch
+        assert sorted(comp.state_dict()["steps"].values())[-1] == STEPS, comp.state_dict()["steps"]
 
 
 def check_cast_compression_runs_in_the_core():
