@@ -359,11 +359,16 @@ class EmulatedHosts:
         st = data[0]["stats64"]
         return st["rx"]["bytes"], st["tx"]["bytes"]
 
-    def shape(self, rate, burst="512kb"):
-        """Limits every host's egress to ``rate`` (e.g. "1gbit") with tbf. (netem,
-        for added delay, is not built into this machine's kernel.)"""
+    def unshape(self):
+        """Removes what shape() added: the hosts' links at the veth's own speed."""
         for h in self.hosts:
             _run([IP, "netns", "exec", h.netns, TC, "qdisc", "del", "dev", h.iface, "root"],
                  check=False)
+
+    def shape(self, rate, burst="512kb"):
+        """Limits every host's egress to ``rate`` (e.g. "1gbit") with tbf. (netem,
+        for added delay, is not built into this machine's kernel.)"""
+        self.unshape()
+        for h in self.hosts:
             _run([IP, "netns", "exec", h.netns, TC, "qdisc", "add", "dev", h.iface, "root", "tbf",
                   "rate", rate, "burst", burst, "latency", "50ms"])

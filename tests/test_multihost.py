@@ -103,3 +103,19 @@ def test_fuseoptrun_starts_open_mpi_on_both_hosts_through_the_same_remote_exec(h
         assert "[rank %d] host %s local %d/2 cross %d/2" % (r, hosts.hosts[r // 2].name, r % 2,
                                                            r // 2) in out, out
     assert hosts.link_bytes(1)[1] - sent > 8 << 20
+
+
+def test_the_network_benchmark_measures_the_link_and_refuses_an_unshaped_one(hosts):
+    """benchmarks/network.py reads every figure against the link it measured
+    (MPI's own exchange between the hosts) and stops when the rate it asked
+    tbf for was not applied."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
+    import network
+    with pytest.raises(SystemExit, match="200mbit, measured .* the rate was not applied"):
+        network.measure_link(hosts, "200mbit")  # nothing shaped yet: the veth's own speed
+    try:
+        hosts.shape("200mbit")
+        got = network.measure_link(hosts, "200mbit")
+    finally:
+        hosts.unshape()
+    assert 0.1 < got <= 0.21, got
