@@ -147,6 +147,8 @@ def worker(args):
 SWEEP = [("no fusion", {"fusion_threshold": 0}), ("1 MiB", {"fusion_threshold": 1 << 20}),
          ("4 MiB", {"fusion_threshold": 4 << 20}), ("16 MiB", {"fusion_threshold": 16 << 20}),
          ("64 MiB (default)", {}), ("autotune", {"autotune": 1, "autotune_window_rounds": 10})]
+# With two ranks per host: one copy of each gradient per host crosses the link, or two.
+HIERARCHY = [("flat (default)", {}), ("hierarchical", {"hierarchical_allreduce": 1})]
 
 
 def sweep(args):
@@ -158,7 +160,7 @@ def sweep(args):
     torch.set_num_threads(1)
     (x, y), _ = digits()
     rng = np.random.default_rng(5)
-    for label, settings in SWEEP:
+    for label, settings in (HIERARCHY if args.per_host > 1 else SWEEP):
         hvd.init(**settings)
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(64, WIDTH), torch.nn.ReLU(),
@@ -210,12 +212,15 @@ def probe(_args):
 
 # ---- driver ---------------------------------------------------------------------------------
 
-def on_hosts(hosts, argv, timeout):
-    """fuseoptrun on host 0 starting one rank on each host, as a user's two-host job."""
+def on_hosts(hosts, argv, timeout, per_host=1):
+    """fuseoptrun on host 0 starting per_host ranks on each host, as a user's two-host
+    job; with more ranks than the 2 cores the hosts share, MPICH's local polling off (as
+    tests/test_multihost.py: fuseoptrun cannot see that the hosts share cores)."""
+    crowded = ["--nolocal", "on"] if per_host > 1 else []
     cmd = hosts.prefix(0) + [
-        sys.executable, "-m", "fuseopt.launcher.cli", "-H", hosts.host_list(1),
-        "--remote-exec", hosts.shim, "--network-interface", "eth0", "-np", "2",
-        sys.executable, os.path.abspath(__file__)] + argv
+        sys.executable, "-m", "fuseopt.launcher.cli", "-H", hosts.host_list(per_host),
+        "--remote-exec", hosts.shim, "--network-interface", "eth0", "-np", str(2 * per_host),
+        *crowded, sys.executable, os.path.abspath(__file__)] + argv
     run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          timeout=timeout)
     if run.returncode != 0:
@@ -274,6 +279,7 @@ def summarize(runs, options):
             "final": statistics.mean(r["final"] for r in mine),
             "final_sd": statistics.stdev(r["final"] for r in mine) if len(mine) > 1 else 0.0,
             "to_target_s": statistics.mean(done) if len(done) == len(mine) else None,
+            "to_target_sd": statistics.stdev(done) if len(done) == len(mine) > 1 else 0.0,
             "reached": "%d/%d" % (len(done), len(mine))}
     return target, rows
 
@@ -292,17 +298,25 @@ def table(link, got, target, rows):
 
 
 def plot(path, links):
+    """Per link: time to the target accuracy and final accuracy, mean and sd over seeds."""
     plt = report.pyplot()
-    fig, axes = plt.subplots(1, len(links), figsize=(6 * len(links), 4), squeeze=False)
-    for ax, (link, info) in zip(axes[0], links.items()):
+    fig, axes = plt.subplots(2, len(links), figsize=(6 * len(links), 7), squeeze=False)
+    for column, (link, info) in enumerate(links.items()):
         names = list(info["rows"])
-        vals = [info["rows"][n]["to_target_s"] or 0 for n in names]
-        ax.bar(range(len(names)), vals, color=["#d62728" if n.startswith("ddp") else
-                                               "#bbbbbb" if n == REFERENCE else "#1f77b4"
-                                               for n in names])
-        ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
-        ax.set_ylabel("training time to %.3f accuracy (s)" % info["target"])
-        ax.set_title("%s (measured %.2f Gbit/s)" % (link, info["link_gbps"]))
+        rows = [info["rows"][n] for n in names]
+        colors = ["#d62728" if n.startswith("ddp") else "#bbbbbb" if n == REFERENCE
+                  else "#1f77b4" for n in names]
+        xs = range(len(names))
+        top, bottom = axes[0][column], axes[1][column]
+        top.bar(xs, [r["to_target_s"] or 0 for r in rows], color=colors,
+                yerr=[r.get("to_target_sd", 0) for r in rows], capsize=3)
+        top.set_ylabel("training time to %.3f accuracy (s)" % info["target"])
+        top.set_title("%s (measured %.2f Gbit/s)" % (link, info["link_gbps"]))
+        bottom.errorbar(xs, [r["final"] for r in rows], yerr=[r["final_sd"] for r in rows],
+                        fmt="o", color="#333333", capsize=3)
+        bottom.set_ylabel("final validation accuracy")
+        for ax in (top, bottom):
+            ax.set_xticks(list(xs), names, rotation=45, ha="right")
     report.save(plt, fig, path, 110)
 
 
@@ -315,23 +329,26 @@ def sweep_driver(args):
         try:
             got = measure_link(hosts, link)
             out = on_hosts(hosts, ["--worker", "--sweep", "--sweep-steps", str(args.sweep_steps),
-                                   "--bucket-mb", str(args.bucket_mb)], timeout=3600)
+                                   "--bucket-mb", str(args.bucket_mb), "--per-host",
+                                   str(args.per_host)], timeout=3600, per_host=args.per_host)
         finally:
             hosts.close()
         rows = [json.loads(l[len("SWEEP "):]) for l in out.splitlines() if l.startswith("SWEEP ")]
         record[link] = {"link_gbps": got, "rows": rows}
         best = min((r for r in rows if r["setting"] != "autotune"), key=lambda r: r["step_ms"])
-        lines += ["### %s (measured %.2f Gbit/s each way)" % (link, got), ""] + report.table(
+        lines += ["### %s, %d rank(s) per host (measured %.2f Gbit/s each way)"
+                  % (link, args.per_host, got), ""] + report.table(
             ["setting", "step ms", "vs best swept", "threshold held", "cycle ms", "steps tuning"],
             "lrrrrr", [[r["setting"], "%.1f" % r["step_ms"], "%.2fx" % (r["step_ms"] /
                                                                       best["step_ms"]),
                         "%.1f MiB" % (r["threshold"] / 2.0 ** 20), "%.2f" % r["cycle_ms"],
                         str(r["tuning_steps"])] for r in rows]) + [""]
         print("\n".join(lines), flush=True)
-    with open(os.path.join(args.out, "network_fusion.json"), "w") as f:
+    name = "network_fusion" if args.per_host == 1 else "network_hierarchy"
+    with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump({"started": started, "steps": args.sweep_steps, "links": record}, f)
-    with open(os.path.join(args.out, "network_fusion.md"), "w") as f:
-        f.write("# Fusion threshold and the autotuner on a slow link\n\n`%s` (%.0f s; "
+    with open(os.path.join(args.out, name + ".md"), "w") as f:
+        f.write("# Fusion threshold, hierarchy and the autotuner on a slow link\n\n`%s` (%.0f s; "
                 "bucket_cap_mb %g, median of %d steps per setting)\n\n%s\n" % (
                     " ".join([os.path.basename(sys.executable)] + sys.argv),
                     time.time() - started, args.bucket_mb, args.sweep_steps, "\n".join(lines)))
@@ -352,6 +369,8 @@ def main():
     p.add_argument("--sweep", action="store_true",
                    help="fusion thresholds and the autotuner (uncompressed step time) instead")
     p.add_argument("--sweep-steps", type=int, default=40)
+    p.add_argument("--per-host", type=int, default=1,
+                   help="ranks per host in --sweep; 2: flat against hierarchical allreduce")
     p.add_argument("--bucket-mb", type=float, default=0.0,
                    help="DistributedOptimizer's bucket_cap_mb in --sweep (0: each gradient "
                         "handed over as it is ready, so the core's fusion decides)")
