@@ -320,10 +320,34 @@ def plot(path, links):
     report.save(plt, fig, path, 110)
 
 
+def sweep_lines(per_host, record):
+    """The tables (and the autotuner's verdict) of a --sweep record."""
+    lines = []
+    for link, info in record.items():
+        rows = info["rows"]
+        best = min((r for r in rows if r["setting"] != "autotune"), key=lambda r: r["step_ms"])
+        lines += ["### %s, %d rank(s) per host (measured %.2f Gbit/s each way)"
+                  % (link, per_host, info["link_gbps"]), ""] + report.table(
+            ["setting", "step ms", "vs best swept", "threshold held", "cycle ms", "steps tuning"],
+            "lrrrrr", [[r["setting"], "%.1f" % r["step_ms"], "%.2fx" % (r["step_ms"] /
+                                                                      best["step_ms"]),
+                        "%.1f MiB" % (r["threshold"] / 2.0 ** 20), "%.2f" % r["cycle_ms"],
+                        str(r["tuning_steps"])] for r in rows]) + [""]
+        tuned = [r for r in rows if r["setting"] == "autotune"]
+        if tuned:
+            lines += [report.Verdicts().line(
+                tuned[0]["step_ms"] <= 1.1 * best["step_ms"],
+                "%.2fx the best swept threshold's step with the autotuner's pick, within 10%%"
+                % (tuned[0]["step_ms"] / best["step_ms"])), ""]
+    return lines
+
+
 def sweep_driver(args):
     """--sweep: per link, the uncompressed step time per fusion threshold and what the
-    autotuner holds; writes results/network_fusion.{md,json}."""
-    started, lines, record = time.time(), [], {}
+    autotuner holds (or, --per-host 2, flat against hierarchical allreduce); writes
+    results/network_fusion.{md,json} (network_hierarchy)."""
+    started, record = time.time(), {}
+    command = " ".join([os.path.basename(sys.executable)] + sys.argv)
     for link in args.link.split(","):
         hosts = shaped_hosts(link)
         try:
@@ -333,25 +357,23 @@ def sweep_driver(args):
                                    str(args.per_host)], timeout=3600, per_host=args.per_host)
         finally:
             hosts.close()
-        rows = [json.loads(l[len("SWEEP "):]) for l in out.splitlines() if l.startswith("SWEEP ")]
-        record[link] = {"link_gbps": got, "rows": rows}
-        best = min((r for r in rows if r["setting"] != "autotune"), key=lambda r: r["step_ms"])
-        lines += ["### %s, %d rank(s) per host (measured %.2f Gbit/s each way)"
-                  % (link, args.per_host, got), ""] + report.table(
-            ["setting", "step ms", "vs best swept", "threshold held", "cycle ms", "steps tuning"],
-            "lrrrrr", [[r["setting"], "%.1f" % r["step_ms"], "%.2fx" % (r["step_ms"] /
-                                                                      best["step_ms"]),
-                        "%.1f MiB" % (r["threshold"] / 2.0 ** 20), "%.2f" % r["cycle_ms"],
-                        str(r["tuning_steps"])] for r in rows]) + [""]
-        print("\n".join(lines), flush=True)
-    name = "network_fusion" if args.per_host == 1 else "network_hierarchy"
+        record[link] = {"link_gbps": got, "rows": [json.loads(l[len("SWEEP "):]) for l in
+                                                   out.splitlines() if l.startswith("SWEEP ")]}
+        print("\n".join(sweep_lines(args.per_host, {link: record[link]})), flush=True)
+    write_sweep(args, {"command": command, "duration_s": time.time() - started,
+                       "steps": args.sweep_steps, "bucket_mb": args.bucket_mb,
+                       "per_host": args.per_host, "links": record})
+
+
+def write_sweep(args, data):
+    name = "network_fusion" if data["per_host"] == 1 else "network_hierarchy"
     with open(os.path.join(args.out, name + ".json"), "w") as f:
-        json.dump({"started": started, "steps": args.sweep_steps, "links": record}, f)
+        json.dump(data, f)
     with open(os.path.join(args.out, name + ".md"), "w") as f:
         f.write("# Fusion threshold, hierarchy and the autotuner on a slow link\n\n`%s` (%.0f s; "
                 "bucket_cap_mb %g, median of %d steps per setting)\n\n%s\n" % (
-                    " ".join([os.path.basename(sys.executable)] + sys.argv),
-                    time.time() - started, args.bucket_mb, args.sweep_steps, "\n".join(lines)))
+                    data["command"], data["duration_s"], data["bucket_mb"], data["steps"],
+                    "\n".join(sweep_lines(data["per_host"], data["links"]))))
 
 
 def main():
@@ -390,9 +412,16 @@ def main():
     if args.render:
         with open(args.render) as f:
             record = json.load(f)
+        if "per_host" in record:  # a --sweep's
+            return write_sweep(args, record)
         for info in record["links"].values():
             info["target"], info["rows"] = summarize(info["runs"], args.options)
         return write(args, record)
+    return run_links(args)
+
+
+def run_links(args):
+    """Per link: shape, measure, one training job of every option and seed."""
     started, links = time.time(), {}
     for link in args.link.split(","):
         hosts = shaped_hosts(link)
@@ -416,12 +445,53 @@ def main():
     return write(args, record)
 
 
+def compressing_step_ms(info, option):
+    """The median over seeds of each run's median step: past a warm-up of 10% of the
+    steps, a step as it is once compressing."""
+    return statistics.median(r["step_ms"] for r in info["runs"] if r["option"] == option)
+
+
+def verdicts(links):
+    """The issue's targets, on what this run measured (None where it did not run)."""
+    out, v = [], report.Verdicts()
+    slow, fast = links.get("1gbit"), links.get("10gbit")
+    if slow and "none" in slow["rows"]:
+        rows, none = slow["rows"], slow["rows"]["none"]
+        ours = [(r["to_target_s"] / none["to_target_s"], o) for o, r in rows.items()
+                if not o.startswith("ddp") and o != "none" and r["to_target_s"] is not None
+                and r["final"] >= none["final"] - 0.01]
+        if ours:
+            ratio, best = min(ours)
+            out.append(v.line(ratio <= 0.3, "%.2fx the uncompressed time to %.3f accuracy at "
+                              "1gbit, the best fuseopt option (%s, final accuracy %.3f against "
+                              "%.3f), at most 0.3x" % (ratio, slow["target"], best,
+                                                       rows[best]["final"], none["final"])))
+        if "powersgd2" in rows and "ddp_powersgd2" in rows:
+            mine, ddp = (compressing_step_ms(slow, o) for o in ("powersgd2", "ddp_powersgd2"))
+            gap = abs(rows["powersgd2"]["final"] - rows["ddp_powersgd2"]["final"])
+            out.append(v.line(mine <= ddp and gap <= 0.005,
+                              "%.1f ms per step compressing with PowerSGD rank 2 at 1gbit, at "
+                              "most DDP powerSGD_hook's %.1f ms, accuracy %.3f within 0.5 point "
+                              "of its %.3f" % (mine, ddp, rows["powersgd2"]["final"],
+                                               rows["ddp_powersgd2"]["final"])))
+    if fast and "none" in fast["rows"]:
+        base = fast["rows"]["none"]["to_target_s"]
+        worst = sorted(((r["to_target_s"] or float("inf")) / base, o)
+                       for o, r in fast["rows"].items() if not o.startswith("ddp"))[::-1]
+        slower = ["%s %.2fx" % (o, x) for x, o in worst if x > 1.05]
+        out.append(v.line(not slower, "%s the uncompressed time to accuracy at 10gbit; no "
+                          "option more than 5%% slower" % (", ".join(slower) or
+                                                            "at most %.2fx" % worst[0][0])))
+    return out
+
+
 def write(args, record):
     """results/network.{json,png,md} from a run's record."""
     links = record["links"]
     text = "\n".join(line for link, info in links.items()
                      for line in table(link, info["link_gbps"], info["target"], info["rows"])
                      + [""])
+    text += "\n" + "\n".join(verdicts(links)) + "\n"
     print(text)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "network.json"), "w") as f:
