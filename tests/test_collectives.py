@@ -30,14 +30,3 @@ def test_collectives_without_shared_memory_path(run_ranks):
     out = run_ranks(2, "collectives.py", env={"FUSEOPT_SHM_MIN_BYTES": "-1",
                                               "FUSEOPT_LOG_LEVEL": "info"}, timeout=240).output
     assert "shared-memory path" not in out, out
-
-
-def test_hierarchical_allreduce_on_two_emulated_nodes_of_two(run_ranks):
-    # FUSEOPT_EMULATED_LOCAL_SIZE=2 makes ranks {0,1} and {2,3} two nodes. The
-    # data are small integers, exact in every dtype and summation order, so
-    # the suite's exact expectations are the flat algorithm's results. Two
-    # configurations: the default threshold and 1 KiB (many small buckets).
-    out = run_ranks(4, "collectives.py", "default", 1024, timeout=360,
-                    env={"FUSEOPT_HIERARCHICAL_ALLREDUCE": "1", "FUSEOPT_EMULATED_LOCAL_SIZE": "2",
-                         "FUSEOPT_LOG_LEVEL": "info"}).output
-    assert out.count("hierarchical allreduce over 2 nodes of 2 ranks") == 8, out

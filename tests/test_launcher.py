@@ -144,12 +144,12 @@ def _sleeping_job(tmp_path, **popen):
            "sleep", str(tmp_path)]
     proc = subprocess.Popen(cmd, **popen)
     deadline = time.time() + 60
-    while len(list(tmp_path.glob("pid.*"))) < 2:
+    while len(list(tmp_path.glob("pid.[0-9]"))) < 2:
         if time.time() > deadline:
             proc.kill()
             raise AssertionError("ranks did not start")
         time.sleep(0.1)
-    return proc, [int(p.read_text()) for p in tmp_path.glob("pid.*")]
+    return proc, [int(p.read_text()) for p in tmp_path.glob("pid.[0-9]")]
 
 
 def test_sigterm_stops_every_rank(tmp_path):
@@ -184,7 +184,7 @@ def test_a_killed_launcher_takes_mpiexec_and_the_ranks_with_it(tmp_path):
             alive = [pid for pid in pids if _running(pid)]
         assert not alive, "ranks %s outlived the launcher" % alive
     finally:
-        for pid in [int(p.read_text()) for p in tmp_path.glob("pid.*")]:
+        for pid in [int(p.read_text()) for p in tmp_path.glob("pid.[0-9]")]:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
 

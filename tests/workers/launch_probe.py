@@ -34,8 +34,11 @@ elif mode == "argv":
         seen.update(name for name, value in values.items() if value in cmdline)
     print("rank%d values in some argv: %s" % (rank, sorted(seen) or "none"))
 elif mode == "sleep":
-    with open(os.path.join(sys.argv[2], "pid.%d" % rank), "w") as f:
+    # Written whole, then renamed: the test reads the pid as soon as the file exists.
+    path = os.path.join(sys.argv[2], "pid.%d" % rank)
+    with open(path + ".tmp", "w") as f:
         f.write(str(os.getpid()))
+    os.rename(path + ".tmp", path)
     time.sleep(120)
 else:
     import numpy as np
