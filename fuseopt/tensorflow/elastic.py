@@ -26,7 +26,8 @@ import json
 import numpy as np
 import tensorflow as tf
 
-from ..training.checkpoint import CheckpointError, check_plain, encode_header
+from ..training.checkpoint import (CheckpointError, check_plain, compression_from_arrays,
+                                   compression_to_arrays, encode_header)
 from ..training.elastic import RESET_ERRORS, HostsUpdatedInterrupt, ObjectState, State, run_fn
 from ..base.errors import InvalidArgumentError, UnsupportedError
 from ..api.runtime import init, shutdown
@@ -71,14 +72,22 @@ class VariablesState(ObjectState):
         """The variables to save, restore and sync, in an order that is the
         same on every rank."""
 
+    def _compressing_optimizer(self) -> Any:
+        """The optimizer whose compressor keeps state (PowerSGD, ef_sign), or None."""
+        return None
+
     def _save_variables(self) -> None:
         variables = self._variables()
         self._saved_paths = [variable_path(v) for v in variables]
         self._saved_values = [np.array(v) for v in variables]
+        optimizer = self._compressing_optimizer()
+        self._saved_compression = None if optimizer is None else optimizer.compression_state()
 
     def _load_variables(self) -> None:
         for v, value in zip(self._variables(), self._saved_values):
             v.assign(value)
+        if getattr(self, "_saved_compression", None) is not None:
+            self._compressing_optimizer().load_compression_state(self._saved_compression)
 
     def save(self) -> None:
         self._save_variables()
@@ -90,15 +99,27 @@ class VariablesState(ObjectState):
 
     def sync(self) -> None:
         broadcast_variables(self._variables(), 0)
+        optimizer = self._compressing_optimizer()
+        if optimizer is not None:  # Q and step counts are rank 0's; errors stay each rank's
+            mine = optimizer.compression_state()
+            shared = broadcast_object({k: v for k, v in mine.items() if k != "errors"}
+                                      if rank() == 0 else None, 0,
+                                      name="elastic.compression_state")
+            optimizer.load_compression_state(shared)
         self._save_variables()
         super().sync()
 
     def _payload(self) -> bytes:
+        arrays = {"v%d" % i: a for i, a in enumerate(self._saved_values)}
+        # Without the error buffers: they are this (writing) rank's own, and every
+        # rank of the job that restores the commit starts them from zero.
+        compression = None if self._saved_compression is None else compression_to_arrays(
+            "compression", {k: v for k, v in self._saved_compression.items() if k != "errors"},
+            arrays)
         header = encode_header({"format": self.FORMAT, "paths": self._saved_paths,
-                                "values": self._user_values()})
+                                "values": self._user_values(), "compression": compression})
         buffer = io.BytesIO()
-        np.savez(buffer, header=np.frombuffer(header, np.uint8),
-                 **{"v%d" % i: a for i, a in enumerate(self._saved_values)})
+        np.savez(buffer, header=np.frombuffer(header, np.uint8), **arrays)
         return buffer.getvalue()
 
     def _load_payload(self, payload: bytes) -> None:
@@ -111,12 +132,17 @@ class VariablesState(ObjectState):
                 raise CheckpointError("the commit was saved from other variables (another "
                                       "model or optimizer)")
             values = [archive["v%d" % i] for i in range(len(variables))]
+            compression = None
+            if header.get("compression") is not None and self._compressing_optimizer():
+                compression = compression_from_arrays("compression", header["compression"],
+                                                      archive)
         wrong = [variable_path(v) for v, a in zip(variables, values)
                  if tuple(a.shape) != tuple(v.shape)]
         if wrong:
             raise CheckpointError("the commit's variables have other shapes: %s" % wrong[:8])
         check_plain(header["values"], "elastic state values")
         self._saved_values = values
+        self._saved_compression = compression
         self._set_user_values(header["values"])
         self.restore()
 
@@ -141,6 +167,13 @@ class TensorFlowKerasState(VariablesState):
         self.backend = backend
         self._save_variables()
         super().__init__(**kwargs)
+
+    def _compressing_optimizer(self) -> Any:
+        optimizer = self.optimizer
+        if optimizer is None or not hasattr(optimizer, "compression_state") or \
+                optimizer.compression_state() is None:
+            return None
+        return optimizer
 
     def _variables(self) -> List[Any]:
         shared, _seeds, opt_vars = split_model_variables(self.model)

@@ -97,6 +97,28 @@ def encode_header(header):
         raise InvalidArgumentError("checkpoint metadata is not plain JSON data: %s" % e) from None
 
 
+def compression_to_arrays(prefix, state, arrays):
+    """Puts a compressor's state (fuseopt.training.powersgd's state_dict
+    layout: ``errors`` and ``qs`` map names to arrays, ``steps`` to ints)
+    into ``arrays`` under ``prefix``; returns what a JSON header keeps of it
+    (the names, in order, and the step counts), for archives read without
+    pickle."""
+    kept = {"steps": {k: int(v) for k, v in state.get("steps", {}).items()}}
+    for field in ("errors", "qs"):
+        names = list(state.get(field) or {})
+        for i, name in enumerate(names):
+            arrays["%s/%s/%d" % (prefix, field, i)] = np.asarray(state[field][name])
+        kept[field] = names
+    return kept
+
+
+def compression_from_arrays(prefix, kept, archive):
+    """The state compression_to_arrays stored (``archive``: its arrays)."""
+    return dict(steps=kept["steps"], **{
+        field: {name: archive["%s/%s/%d" % (prefix, field, i)]
+                for i, name in enumerate(kept.get(field, []))} for field in ("errors", "qs")})
+
+
 def lr_scale(saved_world_size, world_size=None, keep="global_batch"):
     """Factor for the learning rate after resuming on a different number of
     ranks.

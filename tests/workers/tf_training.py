@@ -157,7 +157,8 @@ def check_powersgd_in_tf_function_and_fit():
         q0 = comp.initial_q(name, 10, 1).astype(np.float64)
         close(got_w.numpy(), numpy_powersgd(gws, state, q0, 2), "powersgd tape step %d" % k, 1e-4)
         close(got_b.numpy(), np.mean(gbs, axis=0), "powersgd tape bias %d" % k, 1e-5)
-        traces = traces if k else reduced_gradients.experimental_get_tracing_count()
+        if k == 0:  # the first call traces (twice, as it creates the state's variables)
+            traces = reduced_gradients.experimental_get_tracing_count()
     assert reduced_gradients.experimental_get_tracing_count() == traces  # no retrace
     assert comp.state_dict()["steps"] == {name: 5}
     # The Keras path with gradients accumulated over two passes per step (without
@@ -168,6 +169,38 @@ def check_powersgd_in_tf_function_and_fit():
     weights_equal_across_ranks(model, "powersgd fit, 2 passes")
     # one reduction per step of the wrapper, not per pass: STEPS steps of 1 epoch
     assert sorted(comp.state_dict()["steps"].values()) == [STEPS, STEPS], comp.state_dict()
+    check_powersgd_state_in_keras_elastic_commits(model, comp)
+
+
+def check_powersgd_state_in_keras_elastic_commits(model, comp):
+    """KerasState keeps the compressor's state: restore() gives this rank's
+    own back; a commit carries Q and the counts, not the writer's errors."""
+    state = hvd.elastic.KerasState(model, epoch=0)
+    saved = comp.state_dict()
+    assert all(np.any(e) for e in saved["errors"].values()), saved["errors"]
+
+    def scramble():
+        comp.load_state_dict({"errors": {k: np.ones_like(e) for k, e in saved["errors"].items()},
+                              "qs": {k: np.ones_like(q) for k, q in saved["qs"].items()},
+                              "steps": {k: 0 for k in saved["steps"]}})
+
+    def expect(fields, what):
+        now = comp.state_dict()
+        assert now["steps"] == saved["steps"], (what, now["steps"])
+        for field in fields:
+            for k, v in saved[field].items():
+                close(now[field][k], v, "%s: %s %s" % (what, field, k), 0)
+
+    scramble()
+    state.restore()  # in memory: this rank's errors come back
+    expect(("errors", "qs"), "restored")
+    scramble()
+    state._load_payload(state._payload())  # as after a reset: Q and counts, no errors
+    expect(("qs",), "from the commit")
+    assert all(np.all(e == 1) for e in comp.state_dict()["errors"].values())
+    state.sync()  # collective: Q and counts from rank 0, each rank's errors kept
+    expect(("qs",), "synced")
+
 
 
 def check_cast_compression_runs_in_the_core():

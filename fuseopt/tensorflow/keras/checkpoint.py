@@ -61,7 +61,7 @@ def save_checkpoint(path: str, model: Any, step: int = 0, extra: Any = None,
                   "optimizer_count": len(opt_vars), "step": step, "extra": extra,
                   "world_size": world.size(), "rng": rng,
                   "compression": None if compression is None else [
-                      _compression_to_arrays(r, state, arrays)
+                      _ckpt.compression_to_arrays("compression/%d" % r, state, arrays)
                       for r, state in enumerate(compression)]}
         raw = _ckpt.encode_header(header)
         np.savez(f, header=np.frombuffer(raw, dtype=np.uint8), **arrays)
@@ -77,25 +77,11 @@ def _compression_state(model):
     return optimizer.compression_state()
 
 
-def _compression_to_arrays(rank, state, arrays):
-    """Puts one rank's compressor state into ``arrays``; returns what the
-    header keeps of it (the names, in order, and the step counts)."""
-    kept = {"steps": {k: int(v) for k, v in state.get("steps", {}).items()}}
-    for field in ("errors", "qs"):
-        names = list(state.get(field, {}))
-        for i, name in enumerate(names):
-            arrays["compression/%d/%s/%d" % (rank, field, i)] = np.asarray(state[field][name])
-        kept[field] = names
-    return kept
-
-
 def _compression_from_archive(archive, header):
     if header.get("compression") is None:
         return None
-    return [dict(steps=kept["steps"], **{
-        field: {name: archive["compression/%d/%s/%d" % (rank, field, i)]
-                for i, name in enumerate(kept[field])} for field in ("errors", "qs")})
-        for rank, kept in enumerate(header["compression"])]
+    return [_ckpt.compression_from_arrays("compression/%d" % rank, kept, archive)
+            for rank, kept in enumerate(header["compression"])]
 
 
 def _restore_compression(model, saved, saved_world_size):
