@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from ..training.checkpoint import (CheckpointError, check_plain, compression_from_arrays,
                                    compression_to_arrays, encode_header)
+from ..training.compression import keeps_state, shared_part
 from ..training.elastic import RESET_ERRORS, HostsUpdatedInterrupt, ObjectState, State, run_fn
 from ..base.errors import InvalidArgumentError, UnsupportedError
 from ..api.runtime import init, shutdown
@@ -101,8 +102,7 @@ class VariablesState(ObjectState):
         broadcast_variables(self._variables(), 0)
         optimizer = self._compressing_optimizer()
         if optimizer is not None:  # Q and step counts are rank 0's; errors stay each rank's
-            mine = optimizer.compression_state()
-            shared = broadcast_object({k: v for k, v in mine.items() if k != "errors"}
+            shared = broadcast_object(shared_part(optimizer.compression_state())
                                       if rank() == 0 else None, 0,
                                       name="elastic.compression_state")
             optimizer.load_compression_state(shared)
@@ -114,8 +114,7 @@ class VariablesState(ObjectState):
         # Without the error buffers: they are this (writing) rank's own, and every
         # rank of the job that restores the commit starts them from zero.
         compression = None if self._saved_compression is None else compression_to_arrays(
-            "compression", {k: v for k, v in self._saved_compression.items() if k != "errors"},
-            arrays)
+            "compression", shared_part(self._saved_compression), arrays)
         header = encode_header({"format": self.FORMAT, "paths": self._saved_paths,
                                 "values": self._user_values(), "compression": compression})
         buffer = io.BytesIO()
@@ -169,11 +168,9 @@ class TensorFlowKerasState(VariablesState):
         super().__init__(**kwargs)
 
     def _compressing_optimizer(self) -> Any:
-        optimizer = self.optimizer
-        if optimizer is None or not hasattr(optimizer, "compression_state") or \
-                optimizer.compression_state() is None:
-            return None
-        return optimizer
+        # fuseopt's Keras wrappers hold their compressor as .compression
+        stateful = keeps_state(getattr(self.optimizer, "compression", None))
+        return self.optimizer if stateful else None
 
     def _variables(self) -> List[Any]:
         shared, _seeds, opt_vars = split_model_variables(self.model)

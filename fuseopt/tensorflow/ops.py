@@ -25,7 +25,7 @@ from . import _tensors as _t
 from ..core import process_sets as _ps
 from ..core import requests as _rq
 from ..training.compression import reducing_over
-from ..training.powersgd import finish_rounds
+from ..training.powersgd import finish_rounds, regroup
 from .compression import NoneCompressor
 from .tf_errors import with_tf_errors
 
@@ -256,23 +256,15 @@ def allreduce_named(tensors, names, op, compression=None, prescale_factor=1.0,
                          for (ps, _), n in zip(packed, names) for k in range(len(ps))]
         reduced = allreduce_named(payloads, payload_names, op, None, prescale_factor,
                                   postscale_factor, meter, bucket_cap, process_set)
-        firsts, i = [], 0
-        for ps, ctx in packed:
-            firsts.append((reduced[i:i + len(ps)], ctx))
-            i += len(ps)
+        firsts = list(zip(regroup(reduced, [ps for ps, _ in packed]), [c for _, c in packed]))
 
         def reduce_round(positions, lists, round_):
             # Further rounds (PowerSGD's second) in one grouped op, named by round.
             flat = [p for ps in lists for p in ps]
             flat_names = [None if names[j] is None else "%s.round%d.%d" % (names[j], round_, k)
                           for j, ps in zip(positions, lists) for k in range(len(ps))]
-            done = allreduce_named(flat, flat_names, op, None, prescale_factor,
-                                   postscale_factor, meter, None, process_set)
-            out, i = [], 0
-            for ps in lists:
-                out.append(done[i:i + len(ps)])
-                i += len(ps)
-            return out
+            return regroup(allreduce_named(flat, flat_names, op, None, prescale_factor,
+                                           postscale_factor, meter, None, process_set), lists)
         return finish_rounds(compression, firsts, reduce_round)
 
     @tf.custom_gradient

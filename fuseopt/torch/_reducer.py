@@ -14,7 +14,7 @@ from ..training import buckets, naming, optimizer_args
 from ..api import overlap
 from ..core import requests as _rq
 from ..training.compression import on_wire, reducing_over
-from ..training.powersgd import finish_rounds
+from ..training.powersgd import finish_rounds, regroup
 from . import _tensors as _t
 from . import ops, ragged_ops
 from .compression import Compression
@@ -101,11 +101,9 @@ class GradientReducer:
         started = []
         for i in indices:
             payloads, ctx = self._payloads(i)
-            for k, payload in enumerate(payloads):
-                name = self.names[i] if k == 0 else "%s.%d" % (self.names[i], k)
-                args, kwargs = ops.allreduce_op(payload.contiguous(), name, op, scales[0],
-                                                scales[1], True, self._process_set)
-                batch.add(*args, phase=self.phase, **kwargs)
+            self._add(batch, payloads, [self.names[i]] + ["%s.%d" % (self.names[i], k)
+                                                          for k in range(1, len(payloads))],
+                      op, scales)
             if payloads:
                 started.append((i, len(payloads), ctx))
         if not started:  # sparse gradients only
@@ -117,6 +115,13 @@ class GradientReducer:
         for i, count, ctx in started:
             self.in_flight[i] = (bucket, first, count, ctx)
             first += count
+
+    def _add(self, batch, payloads, names, op, scales):
+        """Adds the allreduces of these payloads, under these names, to batch."""
+        for payload, name in zip(payloads, names):
+            args, kwargs = ops.allreduce_op(payload.contiguous(), name, op, scales[0], scales[1],
+                                            True, self._process_set)
+            batch.add(*args, phase=self.phase, **kwargs)
 
     def _payloads(self, i):
         """What gradient ``i`` sends, and the compression context to decode
@@ -201,18 +206,10 @@ class GradientReducer:
         scales = optimizer_args.scales(op, self._predivide)
         batch = _rq.Batch()
         for position, payloads in zip(positions, payload_lists):
-            i = indices[position]
-            for k, payload in enumerate(payloads):
-                name = "%s.round%d.%d" % (self.names[i], round_, k)
-                args, kwargs = ops.allreduce_op(payload.contiguous(), name, op, scales[0],
-                                                scales[1], True, self._process_set)
-                batch.add(*args, phase=self.phase, **kwargs)
-        reduced = batch.submit_group().wait()
-        out, first = [], 0
-        for payloads in payload_lists:
-            out.append(reduced[first:first + len(payloads)])
-            first += len(payloads)
-        return out
+            name = self.names[indices[position]]
+            self._add(batch, payloads, ["%s.round%d.%d" % (name, round_, k)
+                                        for k in range(len(payloads))], op, scales)
+        return regroup(batch.submit_group().wait(), payload_lists)
 
     def _write_back(self, i, result):
         shared = self._perms.get(i)

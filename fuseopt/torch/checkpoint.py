@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..training import checkpoint as _ckpt
+from ..training.compression import compression_state_of
 from ..core import world
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
@@ -59,7 +60,7 @@ def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0,
     next successful save removes what it left. Collective (every rank's RNG
     state is gathered). ``extra`` must be plain data (see module docstring)."""
     rng = _ckpt.gather_rng_states(_rng_state())
-    compression = _compression_state(optimizer)
+    compression = compression_state_of(optimizer)
     if compression is not None:  # each rank's own error buffers
         compression = allgather_object(compression, name="checkpoint.compression")
 
@@ -78,13 +79,6 @@ def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0,
             raise
 
     _ckpt.save_on_root(path, root_rank, write)
-
-
-def _compression_state(optimizer):
-    """PowerSGD's (or ef_sign's) state on this rank, or None."""
-    if optimizer is None or not hasattr(optimizer, "compression_state"):
-        return None
-    return optimizer.compression_state()
 
 
 def _read(path, model, optimizer):
@@ -119,18 +113,6 @@ def _check_fits(path, expected, saved):
                  % (path, "; ".join(problems[:8]) + ("; ..." if len(problems) > 8 else "")))
 
 
-def _restore_compression(optimizer, saved, saved_world_size):
-    """Each rank takes its own saved compressor state; after a resize, the
-    shared part (PowerSGD's Q and step counts) and no error buffers, which
-    belonged to ranks that held other data."""
-    if saved is None or _compression_state(optimizer) is None:
-        return
-    if saved_world_size == world.size():
-        optimizer.load_compression_state(saved[world.rank()])
-    else:
-        optimizer.load_compression_state({k: v for k, v in saved[0].items() if k != "errors"})
-
-
 def load_checkpoint(path: str, model: Any, optimizer: Any = None, root_rank: int = 0,
                     missing_ok: bool = False) -> Any:
     """Restores ``model`` (and ``optimizer``) on every rank from root_rank's
@@ -148,7 +130,9 @@ def load_checkpoint(path: str, model: Any, optimizer: Any = None, root_rank: int
     if optimizer is not None:
         broadcast_optimizer_state(optimizer, root_rank)
     meta = broadcast_object(meta, root_rank, name="checkpoint.meta")
-    _restore_compression(optimizer, meta["compression"], meta["world_size"])
+    if meta["compression"] is not None and compression_state_of(optimizer) is not None:
+        optimizer.load_compression_state(_ckpt.compression_state_for_this_rank(
+            meta["compression"], meta["world_size"]))
     state = _ckpt.rng_state_for_this_rank(meta["rng"], meta["world_size"], _reseed)
     if state is not None:
         _set_rng_state(state)

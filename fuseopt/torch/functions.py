@@ -7,6 +7,7 @@ import io
 import torch
 
 from ..training import naming
+from ..training.compression import compression_state_of, shared_part
 from ..api import objects as _objects
 from ..core import process_sets as _ps
 from ..core import world
@@ -125,11 +126,10 @@ def _broadcast_compression_state(optimizer, root_rank, process_set):
     """The compressor's shared state (PowerSGD's Q and step counts) from
     root_rank; each rank keeps its own error buffers (a rank that has none,
     e.g. one that joined an elastic job, starts from zero)."""
-    state = optimizer.compression_state() if hasattr(optimizer, "compression_state") else None
+    state = compression_state_of(optimizer)
     if state is None:
         return
-    shared = broadcast_object({k: v for k, v in state.items() if k != "errors"}
-                              if world.rank() == root_rank else None, root_rank,
+    shared = broadcast_object(shared_part(state) if world.rank() == root_rank else None, root_rank,
                               name="broadcast.compression_state", process_set=process_set)
     if world.rank() != root_rank:
         optimizer.load_compression_state(shared)

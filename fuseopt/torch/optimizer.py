@@ -22,7 +22,7 @@ import torch
 
 from ..training import buckets, optimizer_args
 from ..core import process_sets as _ps
-from ..training.compression import as_compressor
+from ..training.compression import as_compressor, state_of
 from ..base.errors import InvalidArgumentError, MismatchError, UnsupportedError
 from . import ops
 from ._reducer import GradientReducer
@@ -177,8 +177,7 @@ class DistributedOptimizer(OptimizerWrapper):
 
     def compression_state(self):
         """The compressor's state on this rank, or None if it keeps none."""
-        compression = self._reducer.compression
-        return compression.state_dict() if hasattr(compression, "state_dict") else None
+        return state_of(self._reducer.compression)
 
     def load_compression_state(self, state):
         """Restores what compression_state gave (names it lacks keep their state)."""

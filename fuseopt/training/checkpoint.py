@@ -20,6 +20,7 @@ from ..api import objects
 from ..core import world
 from ..base.atomic_file import write_atomically
 from ..base.errors import FuseoptError, InvalidArgumentError
+from .compression import shared_part
 
 
 class CheckpointError(FuseoptError, ValueError):
@@ -95,6 +96,15 @@ def encode_header(header):
         return json.dumps(header, allow_nan=True).encode("utf-8")
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError("checkpoint metadata is not plain JSON data: %s" % e) from None
+
+
+def compression_state_for_this_rank(states, saved_world_size):
+    """This rank's saved compressor state (``states``: every rank's, in rank
+    order); after a resize only the shared part (compression.shared_part),
+    since the error buffers belonged to ranks that held other data."""
+    if saved_world_size == world.size():
+        return states[world.rank()]
+    return shared_part(states[0])
 
 
 def compression_to_arrays(prefix, state, arrays):

@@ -175,6 +175,31 @@ def one_payload_each(compression, tensors, names, ranks):
             lambda t, ctx: compression.decompress_payloads([t], ctx))
 
 
+def keeps_state(compressor):
+    """Whether a compressor keeps state between steps, per gradient name
+    (PowerSGD, ef_sign: they have state_dict and load_state_dict)."""
+    return hasattr(compressor, "state_dict")
+
+
+def state_of(compressor):
+    """A compressor's state on this rank (its state_dict: PowerSGD's Q, error
+    buffers and step counts, ef_sign's residuals), or None if it keeps none."""
+    return compressor.state_dict() if keeps_state(compressor) else None
+
+
+def compression_state_of(optimizer):
+    """The compressor state of a fuseopt optimizer wrapper (its
+    compression_state()), or None: another optimizer, or a compressor that
+    keeps none."""
+    return optimizer.compression_state() if hasattr(optimizer, "compression_state") else None
+
+
+def shared_part(state):
+    """What of a compressor's state is the same on every rank: all but this
+    rank's own error buffers (PowerSGD's Q and step counts)."""
+    return {k: v for k, v in state.items() if k != "errors"}
+
+
 class NoneCompressor(Compressor):
     """No compression."""
 

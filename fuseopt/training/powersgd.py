@@ -287,6 +287,16 @@ class PowerSGDCompressor(Compressor):
             self.kit.load_count(self.steps, name, int(value))
 
 
+def regroup(flat, payload_lists):
+    """``flat`` (a grouped reduction's results, in order) split back into one
+    list per tensor, as long as each of ``payload_lists``."""
+    out, first = [], 0
+    for payloads in payload_lists:
+        out.append(flat[first:first + len(payloads)])
+        first += len(payloads)
+    return out
+
+
 def finish_rounds(compression, reduced, reduce):
     """The tensors of a reduction once round 1 is back: ``reduced`` lists
     (round-1 reduced payloads, ctx) per tensor as ``compress_payloads`` gave

@@ -25,6 +25,7 @@ import keras
 import numpy as np
 
 from ...training import checkpoint as _ckpt
+from ...training.compression import compression_state_of
 from ...api import objects
 from ...core import world
 from ..functions import broadcast_variables
@@ -48,7 +49,7 @@ def save_checkpoint(path: str, model: Any, step: int = 0, extra: Any = None,
     shared, seeds, opt_vars = _split(model)
     rng = _ckpt.gather_rng_states(dict(_ckpt.python_rng_state(),
                                        seeds=[np.asarray(v) for v in seeds]))
-    compression = _compression_state(model)
+    compression = compression_state_of(getattr(model, "optimizer", None))
     if compression is not None:  # each rank's own error buffers
         compression = objects.allgather_object(compression, name="checkpoint.compression")
 
@@ -69,29 +70,11 @@ def save_checkpoint(path: str, model: Any, step: int = 0, extra: Any = None,
     _ckpt.save_on_root(path, root_rank, write)
 
 
-def _compression_state(model):
-    """The optimizer's compressor state on this rank (PowerSGD, ef_sign), or None."""
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is None or not hasattr(optimizer, "compression_state"):
-        return None
-    return optimizer.compression_state()
-
-
 def _compression_from_archive(archive, header):
     if header.get("compression") is None:
         return None
     return [_ckpt.compression_from_arrays("compression/%d" % rank, kept, archive)
             for rank, kept in enumerate(header["compression"])]
-
-
-def _restore_compression(model, saved, saved_world_size):
-    """Each rank takes its own saved compressor state; after a resize, the
-    shared part (PowerSGD's Q and step counts) and no error buffers."""
-    if saved is None or _compression_state(model) is None:
-        return
-    mine = saved[world.rank()] if saved_world_size == world.size() else \
-        {k: v for k, v in saved[0].items() if k != "errors"}
-    model.optimizer.load_compression_state(mine)
 
 
 def _read(path, shared, opt_vars):
@@ -140,7 +123,10 @@ def load_checkpoint(path: str, model: Any, root_rank: int = 0, missing_ok: bool 
         return None
     broadcast_variables(shared + opt_vars, root_rank)
     meta = objects.broadcast_object(meta, root_rank, name="checkpoint.meta")
-    _restore_compression(model, meta["compression"], meta["world_size"])
+    if meta["compression"] is not None and \
+            compression_state_of(getattr(model, "optimizer", None)) is not None:
+        model.optimizer.load_compression_state(_ckpt.compression_state_for_this_rank(
+            meta["compression"], meta["world_size"]))
     state = _ckpt.rng_state_for_this_rank(meta["rng"], meta["world_size"], _reseed)
     if state is not None:
         _ckpt.set_python_rng_state(state)

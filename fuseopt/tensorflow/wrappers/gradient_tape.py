@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from ...training import buckets, naming, optimizer_args
+from ...training.compression import keeps_state
 from ...api import overlap
 from .. import _tensors as _t
 from .. import ops
@@ -59,7 +60,7 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
     grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) and sparse_as_dense
              else g for g in grads]
     if names is None:
-        if hasattr(compression, "state_dict"):  # its state would be keyed by a new name each call
+        if keeps_state(compression):  # its state would be keyed by a new name each call
             raise InvalidArgumentError(
                 "%s keeps state per gradient, keyed by the variable's name, but these variables "
                 "have no distinct names (or use_generic_names=True): name them, e.g. "

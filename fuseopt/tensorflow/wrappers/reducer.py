@@ -3,6 +3,7 @@ config, and the reduction itself (DistributedGradientTape's functions)."""
 import keras
 
 from ...training import buckets, naming, optimizer_args
+from ...training.compression import state_of
 from ..compression import Compression
 from .gradient_tape import reduce_except_local, reduce_gradients
 
@@ -55,8 +56,7 @@ class Reducer:
     def compression_state(self):
         """The compressor's state on this rank (PowerSGD's Q, error buffers and
         step counts; ef_sign's residuals), or None if it keeps none."""
-        c = self.compression
-        return c.state_dict() if hasattr(c, "state_dict") else None
+        return state_of(self.compression)
 
     def load_compression_state(self, state):
         """Restores what compression_state gave (names it lacks keep their state)."""

@@ -16,6 +16,7 @@ import io
 import torch
 
 from ...training.checkpoint import CheckpointError
+from ...training.compression import shared_part
 from ...training.elastic import ObjectState
 from ..functions import (broadcast_object, broadcast_optimizer_state,
                          broadcast_parameters)
@@ -62,9 +63,9 @@ class OptimizerStateHandler(StateHandler):
         # A compressor's error buffers were the writing rank's own: every rank
         # of the new job starts them from zero (Q and step counts are shared).
         compression = saved.get("fuseopt_compression") if isinstance(saved, dict) else None
-        if compression is None or "errors" not in compression:
+        if compression is None:
             return saved
-        return dict(saved, fuseopt_compression=dict(compression, errors={}))
+        return dict(saved, fuseopt_compression=shared_part(compression))
 
 
 LRScheduler = getattr(torch.optim.lr_scheduler, "LRScheduler",
