@@ -6,22 +6,20 @@ model. ``grouped_allreduce`` negotiates a list in one step so it fuses.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 import contextlib
-import itertools
 
 import numpy as np
 import tensorflow as tf
 
-from ..training import buckets
-from ..core import output_pool
 from ..api import ops as _np
 from ..base.c_boundary import derived_name
 from ..training.compression import as_compressor, on_wire
 from ..core.requests import WIRE_AS_IS
 from ..core import world
-from ..base.errors import FuseoptError, InvalidArgumentError, UnsupportedError
+from ..base.errors import InvalidArgumentError, UnsupportedError
 from . import _tensors as _t
+from ._tensors import ResultBuffers, started_allreduce as _started_allreduce
 from ..core import process_sets as _ps
 from ..core import requests as _rq
 from ..training.compression import reducing_over
@@ -35,98 +33,6 @@ if TYPE_CHECKING:  # names used only in annotations
 Sum, Average, Min, Max, Product = _np.Sum, _np.Average, _np.Min, _np.Max, _np.Product
 Adasum = _np.Adasum
 _OP_NAMES = {Min: "Min", Max: "Max", Product: "Product", Adasum: "Adasum"}
-
-
-
-class _ResultBuffers:
-    """Result arrays of one graph op, reused from one execution to the next.
-
-    A fresh result array per step costs more than the copy into it (first-touch
-    page faults: ~10 ms per step for an 8.4M-parameter model here).
-    tf.numpy_function copies what the function returns into its output tensor,
-    so the array is free again once the op has run; should a TensorFlow version
-    keep a reference instead, output_pool.unshared sees it and a new array is
-    made."""
-
-    def __init__(self, n):
-        self._arrays = [None] * n
-
-    def take(self, inputs):
-        out = []
-        for i, x in enumerate(inputs):
-            a = self._arrays[i]  # held by self._arrays and the name a, when free
-            if a is None or a.shape != x.shape or a.dtype != x.dtype or \
-                    not output_pool.unshared(a):
-                a = self._arrays[i] = np.empty(x.shape, x.dtype)
-            out.append(a)
-        return out
-
-
-# Graph mode, started buckets: token -> GroupHandle, until the waiting op
-# takes it (see _started_allreduce).
-_in_flight: Dict[Any, Any] = {}
-_tokens = itertools.count(1)
-
-
-def _finish_abandoned(token):
-    """An execution that stopped between a bucket's start and the wait (an
-    error elsewhere in the step, an interrupt) leaves the bucket in flight,
-    and its names with it: the next start of that bucket would be refused.
-    The other ranks started it too (starting never blocks), so it completes;
-    wait for it and drop the result."""
-    handle = _in_flight.pop(token, None)
-    if handle is not None:
-        try:
-            handle.wait()
-        except FuseoptError:
-            pass  # that step's error was raised back then
-
-
-def _started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter,
-                       process_set=None, wire=WIRE_AS_IS):
-    """Graph mode with overlap: the list is cut into buckets of about
-    ``bucket_cap`` bytes in the order backward produces gradients (the
-    reverse of the variables'), one op per bucket only *starts* its
-    allreduce, as soon as that bucket's tensors exist, and one op waits for
-    all of them. Communication then runs on fuseopt's thread while TensorFlow
-    computes the rest of backward. Starting never blocks, so the start ops
-    need no fixed order across ranks; the waiting op keeps its place in the
-    chain of blocking fuseopt ops (_tensors.run)."""
-    sizes = [(t.shape.num_elements() or 0) * t.dtype.size for t in tensors]
-    backward = list(range(len(tensors)))[::-1]
-    plan = [[backward[k] for k in b] for b in buckets.split([sizes[i] for i in backward],
-                                                            bucket_cap)]
-    tokens = []
-    for bucket in plan:
-        bucket_names = [names[i] for i in bucket]
-        outputs = _ResultBuffers(len(bucket))
-        last = []  # this op's previous token
-
-        def start(*arrays, bucket_names=bucket_names, outputs=outputs, last=last):
-            if last:
-                _finish_abandoned(last.pop())
-            handle = _np.submit_grouped_allreduce(list(arrays), bucket_names, op, prescale,
-                                                  postscale, False, outputs.take(arrays),
-                                                  process_set, wire)
-            token = next(_tokens)
-            _in_flight[token] = handle
-            last.append(token)
-            return [np.array(token, np.int64)]
-
-        tokens += _t.run(start, [tensors[i] for i in bucket], [tf.int64], "allreduce_start",
-                         blocking=False)
-
-    def finish(*started):
-        handles = [_in_flight.pop(int(k)) for k in started]
-        with meter.waiting() if meter is not None else contextlib.nullcontext():
-            return [r for h in handles for r in h.wait()]
-
-    order = [i for bucket in plan for i in bucket]
-    outs = _t.run(finish, tokens, [tensors[i].dtype for i in order], "allreduce_wait")
-    result = [None] * len(tensors)
-    for i, o in zip(order, outs):
-        result[i] = o
-    return result
 
 
 def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
@@ -148,7 +54,7 @@ def _grouped_allreduce_raw(tensors, names, op, prescale, postscale, meter=None,
         return outs
 
     # Eager results are handed out as they are, so only graph ops reuse theirs.
-    outputs = None if tf.executing_eagerly() else _ResultBuffers(len(tensors))
+    outputs = None if tf.executing_eagerly() else ResultBuffers(len(tensors))
 
     def fn(*arrays):
         with meter.waiting() if meter is not None else contextlib.nullcontext():

@@ -13,7 +13,7 @@ import torch
 from ..training import buckets, naming, optimizer_args
 from ..api import overlap
 from ..core import requests as _rq
-from ..training.compression import on_wire, reducing_over
+from ..training.compression import on_wire, reducing_over, results_in_place
 from ..training.powersgd import finish_rounds, regroup
 from . import _tensors as _t
 from . import ops, ragged_ops
@@ -142,7 +142,7 @@ class GradientReducer:
             grad = grad.permute(shared.perm)
         if self.compression is Compression.none:
             return (grad,), None
-        with reducing_over(self._set_size):
+        with reducing_over(self._set_size), results_in_place():
             return self.compression.compress_payloads(grad, self.names[i])
 
     def _submit_plain(self, indices, grads, op, scales, wire):

@@ -2,6 +2,8 @@
 fuseopt.training.compression (which also says how to write your own) on torch tensors."""
 import torch
 
+from ..api import ef_sign as _ef_sign
+from ..base.errors import InvalidArgumentError
 from ..training import compression as _neutral
 from ..training import powersgd as _powersgd
 from ..core import requests as _rq
@@ -54,6 +56,35 @@ class _TorchKit(_powersgd.MatrixKit):
     def dequantized(self, q, scale):
         # to() then mul_: int8 * float32 directly takes a slow promoting loop
         return q.to(torch.float32).mul_(scale)
+
+    def ef_sign_encode(self, residuals, name, tensor, levels):
+        # The core's kernels take host float32 in one piece; anything else
+        # (CUDA, 16-bit gradients, strided views) takes the primitives' path.
+        if tensor.device.type != "cpu" or tensor.dtype != torch.float32 \
+                or not tensor.is_contiguous():
+            return None
+        residual = self.residual(residuals, name, tensor)
+        if residual.shape != tensor.shape or not residual.is_contiguous():
+            raise InvalidArgumentError("ef_sign: the residual kept for %r has shape %s, the "
+                                       "gradient %s" % (name, tuple(residual.shape),
+                                                        tuple(tensor.shape)))
+        values = torch.empty(tensor.shape, dtype=torch.int8)
+        kept = torch.empty_like(values)
+        step = _ef_sign.encode(tensor.data_ptr(), residual.data_ptr(), values.data_ptr(),
+                               kept.data_ptr(), tensor.numel(), levels, torch.get_num_threads())
+        return values, torch.tensor([step], dtype=torch.float32), kept, step
+
+    def ef_sign_decode(self, residuals, name, total, step_sum, kept, step, ranks, into):
+        out = into if into is not None else torch.empty(kept.shape, dtype=torch.float32)
+        total = total.contiguous()
+        if total.dtype != torch.int8 or total.numel() != kept.numel():
+            raise InvalidArgumentError("ef_sign: %r came back as %s of %d elements, not the int8 "
+                                       "values of %d" % (name, total.dtype, total.numel(),
+                                                         kept.numel()))
+        _ef_sign.decode(total.data_ptr(), kept.data_ptr(), residuals[name].data_ptr(),
+                        out.data_ptr(), kept.numel(), float(step_sum), step, ranks,
+                        torch.get_num_threads())
+        return out
 
     # -- PowerSGD's (eager: Python ints and bools, state kept as tensors) --------
     def known(self, flag):

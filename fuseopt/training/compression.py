@@ -63,6 +63,21 @@ def reducing_over(nranks):
         _reducing_ranks.reset(token)
 
 
+# Set by the optimizer wrappers, which overwrite each gradient with its
+# reduced value anyway: a compressor may then decode into the gradient it
+# compressed (the caller of a plain allreduce keeps its input).
+_results_in_place = contextvars.ContextVar("fuseopt_results_in_place", default=False)
+
+
+@contextlib.contextmanager
+def results_in_place():
+    token = _results_in_place.set(True)
+    try:
+        yield
+    finally:
+        _results_in_place.reset(token)
+
+
 class Compressor:
     """Base class of every compressor: sends the tensor as it is.
     ``reduce_op`` None means the optimizer's op."""
@@ -263,6 +278,22 @@ class TensorKit(abc.ABC):
         """``q`` (integers) times ``scale`` (shape [1]), as float32."""
         return self.cast(q, self.float32) * scale
 
+    # A kit may run ef_sign's passes in the core's kernels (fuseopt.api.ef_sign)
+    # where they apply; they keep the bits of the primitives' path.
+
+    def ef_sign_encode(self, residuals, name, tensor, levels):
+        """``(values, step, kept, step as a float)``: EFSignCompressor.compress's
+        work in one native call (values: int8 payload, step: float32 payload
+        of shape [1], kept: a copy of values for decode), or None where the
+        kernels do not apply (then the primitives above do it)."""
+        return None
+
+    def ef_sign_decode(self, residuals, name, total, step_sum, kept, step, ranks, into):
+        """The decoded mean gradient (into ``into`` if given, else fresh) from
+        the summed payloads, after correcting name's residual, in one native
+        call; for what ef_sign_encode encoded."""
+        raise NotImplementedError
+
     def copy(self, tensor):
         """A copy that an in-place reduction of ``tensor`` leaves alone."""
         return tensor
@@ -341,6 +372,11 @@ class EFSignCompressor(Compressor):
         levels = 127 // n
         kit = self.kit
         name = name if name is not None else "unnamed.%d" % next(self._unnamed)
+        native = kit.ef_sign_encode(self.residuals, name, tensor, levels)
+        if native is not None:
+            values, step, kept, own_step = native
+            into = tensor if _results_in_place.get() else None
+            return [values, step], (tensor.dtype, n, name, kept, own_step, into)
         corrected = kit.accumulated(kit.residual(self.residuals, name, tensor), tensor)
         step = kit.abs_max(corrected) / float(levels)
         q = kit.rounded(corrected, step, levels)
@@ -362,8 +398,11 @@ class EFSignCompressor(Compressor):
 
     def decompress(self, payloads, ctx):
         q_sum, step_sum = payloads
-        dtype, n, name, q, step = ctx
         kit = self.kit
+        if len(ctx) == 6:  # encoded by the native kernels
+            dtype, n, name, kept, step, into = ctx
+            return kit.ef_sign_decode(self.residuals, name, q_sum, step_sum, kept, step, n, into)
+        dtype, n, name, q, step = ctx
         mean_step = step_sum / float(n)
         # The others decode this rank's q with the mean step, not its own:
         # keeping the difference makes the residual exactly what they missed.

@@ -37,7 +37,7 @@ def reduce_gradients(grads, sources, compression, op, gradient_predivide_factor,
                      group_of=None, generic_names=False):
     """Averages a list of gradients across ranks in one grouped allreduce
     (inside a graph: buckets of ``bucket_cap`` bytes, each started as soon as
-    backward has produced it; see ops._started_allreduce).
+    backward has produced it; see _tensors.started_allreduce).
 
     None gradients (a variable unused on this rank) take part as zeros, so
     every rank submits the same set of names. IndexedSlices are allgathered

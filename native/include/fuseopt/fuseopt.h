@@ -461,6 +461,45 @@ int fuseopt_batch_norm_backward_sums(const fuseopt_batch_norm_backward_t* args, 
 int fuseopt_batch_norm_backward_apply(const fuseopt_batch_norm_backward_t* args,
                                       const double* local, const double* total);
 
+/* ---- ef_sign compression kernels (Compression.ef_sign) --------------------
+ * One gradient of count float32 values, on host memory. encode: c =
+ * residual + gradient; step = max|c| / levels (NaN when c holds a non-finite
+ * value); q = round(c / step) (ties to even) within [-levels, levels], 0
+ * everywhere when step is 0 or not finite, written to values (the payload
+ * to sum over the ranks) and to kept (for decode); residual = c - q * step.
+ * levels: 1-127 (127 // ranks, so that the sum fits an int8). */
+typedef struct {
+  size_t struct_size;
+  int64_t count;
+  const float* gradient;
+  float* residual;
+  int8_t* values;
+  int8_t* kept;
+  int32_t levels;
+  int32_t threads;                /* as in fuseopt_batch_norm_forward_t */
+  float step;                     /* out */
+} fuseopt_ef_sign_encode_t;
+
+int fuseopt_ef_sign_encode(fuseopt_ef_sign_encode_t* args);
+
+/* After values and steps were summed over `ranks` ranks: with mean =
+ * step_sum / ranks, residual -= kept * (mean - step) (the others decode this
+ * rank's q with the mean step) and out = sum * (mean / ranks): the average
+ * gradient, identical on every rank. out may be the gradient. */
+typedef struct {
+  size_t struct_size;
+  int64_t count;
+  const int8_t* sum;
+  const int8_t* kept;
+  float* residual;
+  float* out;
+  float step_sum, step;
+  int32_t ranks;
+  int32_t threads;
+} fuseopt_ef_sign_decode_t;
+
+int fuseopt_ef_sign_decode(const fuseopt_ef_sign_decode_t* args);
+
 const char* fuseopt_status_string(int status);
 const char* fuseopt_dtype_name(int dtype);
 int fuseopt_dtype_size(int dtype);  /* bytes per element; 0 for an unknown code */

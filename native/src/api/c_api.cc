@@ -1,6 +1,8 @@
-// The C boundary. Every exported function is "validate, call one method,
-// translate": exceptions are caught here and nowhere else, and become a
-// status plus a thread-local detail string.
+// The C boundary of the context, its requests and handles. Every exported
+// function is "validate, call one method, translate": exceptions are caught
+// by guarded() (c_boundary.h) and nowhere else, and become a status plus a
+// thread-local detail string. The framework-neutral kernels' entry points
+// are in kernel_api.cc.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -10,48 +12,34 @@
 #include <vector>
 
 #include "api/agreed_reduction.h"
+#include "api/c_boundary.h"
 #include "api/context.h"
 #include "base/error.h"
 #include "base/dtype.h"
-#include "kernels/batch_norm.h"
 #include "policy/row_split.h"
 #include "transport/device/device_free.h"
 #include "transport/mpi/mpi_world.h"
 
-struct fuseopt_ctx {
-  fuseopt::Context context;
-  explicit fuseopt_ctx(const fuseopt_config_t& c) : context(c) {}
-};
-
-struct fuseopt_agreed {
-  fuseopt_ctx* ctx;
-  fuseopt::AgreedReduction reduction;
-};
-
+namespace fuseopt {
+namespace api {
 namespace {
 
 thread_local std::string t_last_error;
+
+}  // namespace
 
 int fail(fuseopt_status_t status, const std::string& message) {
   t_last_error = message;
   return status;
 }
 
-template <typename F>
-int guarded(F&& body) {
-  try {
-    body();
-    return FUSEOPT_OK;
-  } catch (const fuseopt::Error& e) {
-    return fail(e.status(), e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(FUSEOPT_INTERNAL, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(FUSEOPT_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return fail(FUSEOPT_INTERNAL, "internal error: unknown exception");
-  }
-}
+}  // namespace api
+}  // namespace fuseopt
+
+namespace {
+
+using fuseopt::api::fail;
+using fuseopt::api::guarded;
 
 #define REQUIRE_CTX(ctx) \
   if (!(ctx)) return fail(FUSEOPT_NOT_INITIALIZED, "fuseopt is not initialized (NULL context)")
@@ -282,7 +270,7 @@ int fuseopt_pending_handles(fuseopt_ctx_t* ctx, int64_t* count) {
   return FUSEOPT_OK;
 }
 
-const char* fuseopt_last_error(void) { return t_last_error.c_str(); }
+const char* fuseopt_last_error(void) { return fuseopt::api::t_last_error.c_str(); }
 
 int64_t fuseopt_reducescatter_rows(int64_t rows, int rank, int size) {
   return size > 0 ? fuseopt::reducescatter_rows(rows, rank, size) : 0;
@@ -307,93 +295,5 @@ int fuseopt_agreed_allreduce(fuseopt_agreed_t* agreed, double* values) {
 }
 
 void fuseopt_agreed_free(fuseopt_agreed_t* agreed) { delete agreed; }
-
-namespace {
-
-// The agreed reduction of a batch-norm pass, checked against its size.
-fuseopt::AgreedReduction* reduction_of(fuseopt_agreed_t* agreed, int64_t count) {
-  if (!agreed) return nullptr;
-  if (agreed->reduction.count() != count)
-    throw fuseopt::Error(FUSEOPT_INVALID_ARG,
-                         "batch norm: the agreed reduction holds " +
-                             std::to_string(agreed->reduction.count()) + " values, the layer needs " +
-                             std::to_string(count));
-  return &agreed->reduction;
-}
-
-int finish_kernel(fuseopt_agreed_t* agreed, int rc) {
-  if (rc != FUSEOPT_OK && agreed) agreed->ctx->context.note_error_delivered();
-  return rc;
-}
-
-}  // namespace
-
-int fuseopt_batch_norm_forward(fuseopt_agreed_t* stats, const fuseopt_batch_norm_forward_t* args) {
-  if (!args || args->struct_size < sizeof(*args))
-    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments are NULL or too short");
-  return finish_kernel(stats, guarded([&] {
-    fuseopt::kernels::check_forward(*args);
-    const int64_t c = args->x.channels;
-    fuseopt::AgreedReduction* reduction = reduction_of(stats, 1 + 2 * c);
-    std::vector<double> sums(1 + 2 * c);
-    fuseopt::kernels::batch_norm_local_stats(args->x, sums.data(), args->threads);
-    if (reduction) reduction->run(sums.data());
-    fuseopt::kernels::batch_norm_normalize(*args, sums.data());
-  }));
-}
-
-int fuseopt_batch_norm_backward(fuseopt_agreed_t* sums,
-                                const fuseopt_batch_norm_backward_t* args) {
-  if (!args || args->struct_size < sizeof(*args))
-    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments are NULL or too short");
-  return finish_kernel(sums, guarded([&] {
-    fuseopt::kernels::check_backward(*args);
-    const int64_t c = args->x.channels;
-    fuseopt::AgreedReduction* reduction = reduction_of(sums, 2 * c);
-    std::vector<double> local(2 * c), total;
-    fuseopt::kernels::batch_norm_local_grad_sums(*args, local.data());
-    total = local;
-    if (reduction) reduction->run(total.data());
-    fuseopt::kernels::batch_norm_grad_input(*args, local.data(), total.data());
-  }));
-}
-
-int fuseopt_batch_norm_forward_sums(const fuseopt_batch_norm_forward_t* args, double* sums) {
-  if (!args || args->struct_size < sizeof(*args) || !sums)
-    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
-  return guarded([&] {
-    fuseopt::kernels::check_forward(*args);
-    fuseopt::kernels::batch_norm_local_stats(args->x, sums, args->threads);
-  });
-}
-
-int fuseopt_batch_norm_forward_apply(const fuseopt_batch_norm_forward_t* args,
-                                     const double* total) {
-  if (!args || args->struct_size < sizeof(*args) || !total)
-    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
-  return guarded([&] {
-    fuseopt::kernels::check_forward(*args);
-    fuseopt::kernels::batch_norm_normalize(*args, total);
-  });
-}
-
-int fuseopt_batch_norm_backward_sums(const fuseopt_batch_norm_backward_t* args, double* sums) {
-  if (!args || args->struct_size < sizeof(*args) || !sums)
-    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
-  return guarded([&] {
-    fuseopt::kernels::check_backward(*args);
-    fuseopt::kernels::batch_norm_local_grad_sums(*args, sums);
-  });
-}
-
-int fuseopt_batch_norm_backward_apply(const fuseopt_batch_norm_backward_t* args,
-                                      const double* local, const double* total) {
-  if (!args || args->struct_size < sizeof(*args) || !local || !total)
-    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
-  return guarded([&] {
-    fuseopt::kernels::check_backward(*args);
-    fuseopt::kernels::batch_norm_grad_input(*args, local, total);
-  });
-}
 
 }  // extern "C"
