@@ -403,6 +403,18 @@ def best_of(runs, job, key, field):
     return min(vals) if vals else None
 
 
+def paired_ratio(runs, job, prefix):
+    """BatchNorm's step time over SyncBatchNorm's, per rep (both measured in
+    the same job, in interleaved blocks), then the median over reps: a slow
+    spell of the machine hits both sides of a rep's ratio alike, where a
+    ratio of two medians could pair a slow rep's BatchNorm with a fast one's
+    SyncBatchNorm."""
+    bn, sbn = (prefix + VARIANTS[job][i] for i in (0, 1))
+    ratios = [r["steps"][bn] / r["steps"][sbn] for r in runs.get(job, [])
+              if r["steps"].get(bn) and r["steps"].get(sbn)]
+    return statistics.median(ratios) if ratios else None
+
+
 def _step_rows(args, runs, lines, verdicts):
     rows = []
     for m in args.models:
@@ -410,7 +422,7 @@ def _step_rows(args, runs, lines, verdicts):
             def ms(job, i):
                 return median_of(runs, job, "%s/%d/%s" % (m, b, VARIANTS[job][i]))
             pairs = {j: (ms(j, 0), ms(j, 1)) for j in ("torch", "floor", "keras")}
-            ratio = {j: (bn / sbn if bn and sbn else None) for j, (bn, sbn) in pairs.items()}
+            ratio = {j: paired_ratio(runs, j, "%s/%d/" % (m, b)) for j in pairs}
             row = ["%s, batch %d/rank" % (m, b)]
             for j in ("torch", "floor", "keras"):
                 row += [report.fmt(pairs[j][0]), report.fmt(pairs[j][1]),
@@ -496,7 +508,8 @@ def _layer_rows(args, runs, lines, verdicts):
 def build(args, runs):
     lines, verdicts = [], report.Verdicts()
     text = ["Step times (ms, the slower rank, median over blocks and reps) and throughput "
-            "ratios (higher is better: BN ms / SyncBN ms); the raw-MPI columns are the floor: "
+            "ratios (higher is better: BN ms / SyncBN ms of the same job, the median over reps); "
+            "the raw-MPI columns are the floor: "
             "the same layers with every sum through mpi4py:", ""]
     text += _step_rows(args, runs, lines, verdicts)
     if "layer" in runs:
