@@ -115,7 +115,7 @@ class _TensorFlowKit(_powersgd.MatrixKit):
     def mm_t(self, a, b):
         return tf.matmul(a, b, transpose_a=True)
 
-    def mm_bt(self, a, b):
+    def mm_bt(self, a, b, out=None):
         return tf.matmul(a, b, transpose_b=True)
 
     def orthonormal(self, matrix):

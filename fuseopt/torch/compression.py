@@ -145,8 +145,13 @@ class _TorchKit(_powersgd.MatrixKit):
     def mm_t(self, a, b):
         return torch.mm(a.t(), b)
 
-    def mm_bt(self, a, b):
-        return torch.mm(a, b.t())
+    def mm_bt(self, a, b, out=None):
+        return torch.mm(a, b.t(), out=out)
+
+    def destination(self, tensor, rows, cols):
+        if tensor.dtype != torch.float32 or not tensor.is_contiguous():
+            return None
+        return tensor.detach().view(rows, cols)
 
     def orthonormal(self, matrix):
         return torch.linalg.qr(matrix, mode="reduced").Q

@@ -78,6 +78,12 @@ def results_in_place():
         _results_in_place.reset(token)
 
 
+def may_decode_in_place():
+    """Whether the tensor being compressed may receive its own result
+    (inside ``results_in_place()``)."""
+    return _results_in_place.get()
+
+
 class Compressor:
     """Base class of every compressor: sends the tensor as it is.
     ``reduce_op`` None means the optimizer's op."""
@@ -375,7 +381,7 @@ class EFSignCompressor(Compressor):
         native = kit.ef_sign_encode(self.residuals, name, tensor, levels)
         if native is not None:
             values, step, kept, own_step = native
-            into = tensor if _results_in_place.get() else None
+            into = tensor if may_decode_in_place() else None
             return [values, step], (tensor.dtype, n, name, kept, own_step, into)
         corrected = kit.accumulated(kit.residual(self.residuals, name, tensor), tensor)
         step = kit.abs_max(corrected) / float(levels)

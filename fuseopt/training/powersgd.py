@@ -35,7 +35,7 @@ import zlib
 
 import numpy as np
 
-from .compression import Compressor, TensorKit, reduction_size
+from .compression import Compressor, TensorKit, may_decode_in_place, reduction_size
 from ..api.ops import Sum
 from ..base.errors import InvalidArgumentError
 
@@ -122,9 +122,15 @@ class MatrixKit(TensorKit):
         """a^T b."""
         raise NotImplementedError
 
-    def mm_bt(self, a, b):
-        """a b^T."""
+    def mm_bt(self, a, b, out=None):
+        """a b^T (into ``out``, a matrix from ``destination``, if given)."""
         raise NotImplementedError
+
+    def destination(self, tensor, rows, cols):
+        """``tensor``'s own memory as a float32 (rows, cols) matrix the
+        decoded gradient can be written into, or None (then it is a new
+        tensor, which the optimizer copies into the gradient)."""
+        return None
 
     def orthonormal(self, matrix):
         """An orthonormal basis of the columns of ``matrix`` (reduced QR's Q:
@@ -221,12 +227,16 @@ class PowerSGDCompressor(Compressor):
             return kit.flat(kit.mm(m, start)), m
 
         payload, m = kit.cond(warming, plain, compressed)
-        return [payload], ("matrix", tensor.dtype, tuple(tensor.shape), n, name, r, warming, m)
+        # The optimizers overwrite the gradient with the result anyway: decoding
+        # into it spares a fresh 16 MB matrix and a copy per 2048x2048 weight.
+        into = kit.destination(tensor, rows, cols) if may_decode_in_place() else None
+        return [payload], ("matrix", tensor.dtype, tuple(tensor.shape), n, name, r, warming, m,
+                           into)
 
     def next_payloads(self, reduced, ctx):
         if ctx[0] != "matrix":  # sent plain, or round 2 is back
             return None
-        _, dtype, shape, n, name, r, warming, m = ctx
+        _, dtype, shape, n, name, r, warming, m, into = ctx
         kit = self.kit
         if kit.known(warming) is True:  # eager and plain: round 1 carried M itself
             return None
@@ -243,7 +253,7 @@ class PowerSGDCompressor(Compressor):
             return kit.flat(q_mine), p, reduced[0]
 
         payload, p, first = kit.cond(warming, plain, compressed)
-        return [payload], ("second", dtype, shape, n, name, r, warming, p, first)
+        return [payload], ("second", dtype, shape, n, name, r, warming, p, first, into)
 
     def decompress(self, payloads, ctx):
         kit = self.kit
@@ -251,9 +261,9 @@ class PowerSGDCompressor(Compressor):
             _, dtype, n = ctx
             return kit.cast(payloads[0] / float(n), dtype)
         if ctx[0] == "matrix":  # eager and warming: round 1 carried M itself
-            _, dtype, shape, n, _, _, _, _ = ctx
+            _, dtype, shape, n = ctx[:4]
             return kit.cast(kit.reshape(payloads[0] / float(n), shape), dtype)
-        _, dtype, shape, n, name, r, warming, p, first = ctx
+        _, dtype, shape, n, name, r, warming, p, first, into = ctx
         rows = int(np.prod(shape[:1]))
         cols = int(np.prod(shape[1:]))
 
@@ -264,7 +274,7 @@ class PowerSGDCompressor(Compressor):
             q_mean = kit.reshape(payloads[0] / float(n), (cols, r))
             if self.warm_start:
                 kit.assign(self.qs, name, q_mean)
-            return kit.mm_bt(p, q_mean)
+            return kit.mm_bt(p, q_mean, into)
 
         return kit.cast(kit.reshape(kit.cond(warming, plain, compressed), shape), dtype)
 

@@ -189,3 +189,26 @@ def test_bad_arguments_and_one_round_collectives_are_refused():
         c.compress_payloads(torch.ones(40, 40))
     with pytest.raises(UnsupportedError, match="2 rounds"):
         one_payload_each(c, [torch.ones(40, 40)], ["x"], 2)
+
+
+def test_optimizers_get_the_result_in_their_gradient_and_others_keep_their_input():
+    # Inside results_in_place (the optimizers' reducers) the decoded matrix
+    # lands in the float32 gradient itself, with the values of a fresh result.
+    from fuseopt.training.compression import results_in_place
+    rng = np.random.default_rng(3)
+    arrays = [rng.normal(size=(12, 10)).astype(np.float32) for _ in range(2)]
+    fresh = [make("torch", rank=2, start_iter=0) for _ in range(2)]
+    want, _ = reduce_over_ranks(fresh, [torch.from_numpy(a.copy()) for a in arrays])
+    grads = [torch.from_numpy(a.copy()) for a in arrays]
+    comps = [make("torch", rank=2, start_iter=0) for _ in range(2)]
+    with results_in_place():
+        got, rounds = reduce_over_ranks(comps, grads)
+    assert rounds == 2
+    for g, w in zip(grads, want):
+        np.testing.assert_array_equal(g.numpy(), w)  # written into the gradient
+    np.testing.assert_array_equal(numpy_of(got[0]), want[0])
+    # Outside it, the input is left as it was.
+    inputs = [torch.from_numpy(a.copy()) for a in arrays]
+    reduce_over_ranks([make("torch", rank=2, start_iter=0) for _ in range(2)], inputs)
+    for t, a in zip(inputs, arrays):
+        np.testing.assert_array_equal(t.numpy(), a)
