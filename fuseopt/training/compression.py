@@ -285,7 +285,8 @@ class TensorKit(abc.ABC):
         return self.cast(q, self.float32) * scale
 
     # A kit may run ef_sign's passes in the core's kernels (fuseopt.api.ef_sign)
-    # where they apply; they keep the bits of the primitives' path.
+    # where they apply: the values and steps sent and the decoded gradient
+    # have the primitives' bits (a residual may differ in its last bit).
 
     def ef_sign_encode(self, residuals, name, tensor, levels):
         """``(values, step, kept, step as a float)``: EFSignCompressor.compress's
@@ -382,7 +383,7 @@ class EFSignCompressor(Compressor):
         if native is not None:
             values, step, kept, own_step = native
             into = tensor if may_decode_in_place() else None
-            return [values, step], (tensor.dtype, n, name, kept, own_step, into)
+            return [values, step], ("kernels", tensor.dtype, n, name, kept, own_step, into)
         corrected = kit.accumulated(kit.residual(self.residuals, name, tensor), tensor)
         step = kit.abs_max(corrected) / float(levels)
         q = kit.rounded(corrected, step, levels)
@@ -392,7 +393,7 @@ class EFSignCompressor(Compressor):
         # n travels in ctx so that decompress divides by what was summed; the
         # step as a copy, since payloads may be summed in place (torch's reducer)
         return (kit.after(kept, [kit.cast(q, kit.int8), step]),
-                (tensor.dtype, n, name, q, kit.copy(step)))
+                ("primitives", tensor.dtype, n, name, q, kit.copy(step)))
 
     def state_dict(self):
         """This rank's residuals, as ``errors`` (PowerSGD's name for its own)."""
@@ -405,10 +406,10 @@ class EFSignCompressor(Compressor):
     def decompress(self, payloads, ctx):
         q_sum, step_sum = payloads
         kit = self.kit
-        if len(ctx) == 6:  # encoded by the native kernels
-            dtype, n, name, kept, step, into = ctx
+        if ctx[0] == "kernels":
+            _, dtype, n, name, kept, step, into = ctx
             return kit.ef_sign_decode(self.residuals, name, q_sum, step_sum, kept, step, n, into)
-        dtype, n, name, q, step = ctx
+        _, dtype, n, name, q, step = ctx
         mean_step = step_sum / float(n)
         # The others decode this rank's q with the mean step, not its own:
         # keeping the difference makes the residual exactly what they missed.
