@@ -2,7 +2,8 @@
 core's kernels (native/src/kernels/ef_sign.cc): one call before the
 allreduce (quantize, with error feedback) and one after it (decode, and
 correct the residual). The bindings pass addresses; the algorithm is
-fuseopt.training.compression.EFSignCompressor, whose bits the kernels keep.
+fuseopt.training.ef_sign.EFSignCompressor, whose values, steps and decoded
+gradient the kernels give bit for bit (a residual may differ in its last bit).
 """
 from __future__ import annotations
 

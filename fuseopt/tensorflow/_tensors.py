@@ -208,7 +208,7 @@ def started_allreduce(tensors, names, op, prescale, postscale, bucket_cap, meter
             return [np.array(token, np.int64)]
 
         tokens += run(start, [tensors[i] for i in bucket], [tf.int64], "allreduce_start",
-                         blocking=False)
+                      blocking=False)
 
     def finish(*started):
         handles = [_in_flight.pop(int(k)) for k in started]

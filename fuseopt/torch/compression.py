@@ -5,6 +5,7 @@ import torch
 from ..api import ef_sign as _ef_sign
 from ..base.errors import InvalidArgumentError
 from ..training import compression as _neutral
+from ..training import ef_sign as _ef_sign_neutral
 from ..training import powersgd as _powersgd
 from ..core import requests as _rq
 from ..training.compression import Compressor, NoneCompressor  # noqa: F401 (the binding's names)
@@ -171,8 +172,8 @@ class BF16Compressor(_neutral.CastCompressor):
     kit, target, wire = _TORCH, torch.bfloat16, _rq.WIRE_BFLOAT16
 
 
-class EFSignCompressor(_neutral.EFSignCompressor):
-    __doc__ = _neutral.EFSignCompressor.__doc__
+class EFSignCompressor(_ef_sign_neutral.EFSignCompressor):
+    __doc__ = _ef_sign_neutral.EFSignCompressor.__doc__
     kit = _TORCH
 
 

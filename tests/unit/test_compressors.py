@@ -1,5 +1,5 @@
-"""The neutral compressors (fuseopt/training/compression.py) through the torch kit,
-without ranks: the collective sum is done here by hand over simulated ranks."""
+"""The neutral compressors (fuseopt/training/compression.py, ef_sign.py) through
+the torch kit, without ranks: the collective sum is done here by hand over simulated ranks."""
 import numpy as np
 import torch
 
