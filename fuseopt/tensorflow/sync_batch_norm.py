@@ -13,6 +13,7 @@ updated identically on every rank, as Keras updates them (biased variance).
 With a mask or renorm the layer takes Keras' own path around one
 differentiable allreduce of the moments instead.
 """
+import os
 from typing import Any, Optional
 
 import keras
@@ -56,7 +57,13 @@ def _core_attrs(function, agreed):
         _error_attrs = {"error_codes": codes, "error_names": names,
                         "last_error": _pointer(ffi.addressof(lib, "fuseopt_last_error"))}
     return dict(_error_attrs, function=_pointer(ffi.addressof(lib, function)),
-                agreed=_pointer(agreed.handle))
+                agreed=_pointer(agreed.handle), threads=_intra_op_threads())
+
+
+def _intra_op_threads():
+    """The threads TensorFlow gives one CPU kernel (its intra-op pool: all
+    schedulable cores unless the user set fewer)."""
+    return tf.config.threading.get_intra_op_parallelism_threads() or len(os.sched_getaffinity(0))
 
 
 def _op_normalize(module, x, gamma, beta, axis, epsilon):

@@ -59,9 +59,12 @@ def test_the_tensorflow_kernel_source_ships_as_package_data():
     import fnmatch
     data = re.search(r'^fuseopt = \[(.*)\]$', PYPROJECT, re.M).group(1)
     patterns = re.findall(r'"([^"]+)"', data)
-    for name in ("status_op.cc", "batch_norm_op.cc"):
-        source = os.path.join("tensorflow", "kernels", name)
-        assert os.path.exists(os.path.join(ROOT, "fuseopt", source))
+    kernels = os.path.join("tensorflow", "kernels")
+    names = sorted(n for n in os.listdir(os.path.join(ROOT, "fuseopt", kernels))
+                   if n.endswith((".cc", ".h")))
+    assert {"status_op.cc", "batch_norm_op.cc", "c_api_helpers.h"} <= set(names), names
+    for name in names:
+        source = os.path.join(kernels, name)
         assert any(fnmatch.fnmatch(source, p) for p in patterns), patterns
 
 

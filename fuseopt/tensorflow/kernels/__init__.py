@@ -41,7 +41,9 @@ OP = "FuseoptCheckStatus"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # status_op.cc: errors of traced collectives; batch_norm_op.cc:
 # SyncBatchNormalization's passes, which include the core's public header.
+# Both are written against TensorFlow's C API (c_api_helpers.h says why).
 SOURCES = [os.path.join(_HERE, name) for name in ("status_op.cc", "batch_norm_op.cc")]
+HEADERS = [os.path.join(_HERE, "c_api_helpers.h")]
 
 
 def header_dir():
@@ -88,7 +90,7 @@ def library_path(directory):
     """The library's file: its name changes with anything that changes the
     binary, so a new TensorFlow or a new kernel source never loads an old one."""
     key = hashlib.sha256()
-    for source in SOURCES + [os.path.join(header_dir(), "fuseopt", "fuseopt.h")]:
+    for source in SOURCES + HEADERS + [os.path.join(header_dir(), "fuseopt", "fuseopt.h")]:
         with open(source, "rb") as f:
             key.update(f.read())
     key.update(tf.__version__.encode())

@@ -7,48 +7,63 @@
 // tf.errors.FailedPreconditionError when ranks disagree, so the collective
 // returns its error as (code, message) outputs instead and this op, compiled
 // against the installed TensorFlow, raises it with the code chosen.
-#include <cstdint>
+#include <string>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
+#include "c_api_helpers.h"
+#include "tensorflow/core/platform/ctstring.h"
 
 namespace {
 
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
+using fuseopt_tf::Status;
+using fuseopt_tf::Tensor;
 
-REGISTER_OP("FuseoptCheckStatus")
-    .Input("code: int32")
-    .Input("message: string")
-    .Input("values: T")
-    .Output("outputs: T")
-    .Attr("T: list(type) >= 0")
+void shapes(TF_ShapeInferenceContext* c, TF_Status* status) {
+  const int64_t inputs = TF_ShapeInferenceContextNumInputs(c);
+  for (int i = 2; i < inputs && TF_GetCode(status) == TF_OK; ++i)
+    fuseopt_tf::same_shape(c, i - 2, i, status);
+}
+
+void* create(TF_OpKernelConstruction*) { return nullptr; }  // stateless kernel
+void destroy(void*) {}
+
+void compute(void*, TF_OpKernelContext* context) {
+  Status status;
+  Tensor code, message;
+  TF_GetInput(context, 0, code.out(), status.get());
+  if (status.ok()) TF_GetInput(context, 1, message.out(), status.get());
+  if (!status.ok()) return TF_OpKernelContext_Failure(context, status.get());
+  const int32_t value = *static_cast<const int32_t*>(code.data());
+  if (value != 0) {
+    const auto* text = static_cast<const TF_TString*>(message.data());
+    const std::string what(TF_TString_GetDataPointer(text), TF_TString_GetSize(text));
+    return fuseopt_tf::fail(context, static_cast<TF_Code>(value), what.c_str());
+  }
+  for (int i = 2; i < TF_NumInputs(context); ++i) {
+    Tensor values;
+    TF_GetInput(context, i, values.out(), status.get());
+    if (status.ok()) TF_SetOutput(context, i - 2, values.get(), status.get());
+    if (!status.ok()) return TF_OpKernelContext_Failure(context, status.get());
+  }
+}
+
+struct Registration {
+  Registration() {
+    TF_OpDefinitionBuilder* op = TF_NewOpDefinitionBuilder("FuseoptCheckStatus");
+    TF_OpDefinitionBuilderAddInput(op, "code: int32");
+    TF_OpDefinitionBuilderAddInput(op, "message: string");
+    TF_OpDefinitionBuilderAddInput(op, "values: T");
+    TF_OpDefinitionBuilderAddOutput(op, "outputs: T");
+    TF_OpDefinitionBuilderAddAttr(op, "T: list(type) >= 0");
     // Stateful so that a tf.function runs it even when nothing reads its
     // outputs, and never folds two of them into one.
-    .SetIsStateful()
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      for (int i = 2; i < c->num_inputs(); ++i) c->set_output(i - 2, c->input(i));
-      return absl::OkStatus();
-    });
-
-class CheckStatusOp : public OpKernel {
- public:
-  explicit CheckStatusOp(OpKernelConstruction* context) : OpKernel(context) {}
-
-  void Compute(OpKernelContext* context) override {
-    const int32_t code = context->input(0).scalar<int32_t>()();
-    if (code != 0) {
-      const auto& message = context->input(1).scalar<tensorflow::tstring>()();
-      context->SetStatus(absl::Status(static_cast<absl::StatusCode>(code),
-                                      std::string(message.data(), message.size())));
-      return;
-    }
-    for (int i = 2; i < context->num_inputs(); ++i) context->set_output(i - 2, context->input(i));
+    TF_OpDefinitionBuilderSetIsStateful(op, true);
+    TF_OpDefinitionBuilderSetShapeInferenceFunction(op, shapes);
+    Status status;
+    TF_RegisterOpDefinition(op, status.get());
+    TF_KernelBuilder* kernel = TF_NewKernelBuilder("FuseoptCheckStatus", "CPU", create,
+                                                   compute, destroy);
+    TF_RegisterKernelBuilder("FuseoptCheckStatus", kernel, status.get());
   }
-};
-
-REGISTER_KERNEL_BUILDER(Name("FuseoptCheckStatus").Device(tensorflow::DEVICE_CPU), CheckStatusOp);
+} registration;
 
 }  // namespace
