@@ -30,6 +30,7 @@ from ..api.capabilities import (ccl_built, cuda_built, ddl_built, gloo_built, gl
                                 is_homogeneous, mpi_built, mpi_enabled, mpi_threads_supported,
                                 nccl_built, rocm_built)
 from .optimizer import DistributedOptimizer
+from .sharded import ZeroRedundancyOptimizer
 from ..training.naming import Shared
 from .sync_batch_norm import SyncBatchNorm, recompute_bn_stats
 from .local_sgd import AdaptiveLocalSGD, LocalSGD

@@ -110,6 +110,8 @@ def broadcast_optimizer_state(optimizer: Any, root_rank: int = 0, model: Any = N
     zero gradient must be sparse for that step under SGD (SparseAdam's always
     are). LBFGS, whose step needs a closure, is copied as it is."""
     _ps.id_of(process_set)
+    if hasattr(optimizer, "broadcast_state"):  # sharded: each rank takes its shard of root's
+        return optimizer.broadcast_state(root_rank)
     sparse = _sparse_parameters(model)
     inner = getattr(optimizer, "optimizer", optimizer)
     if not inner.state_dict()["state"] and not isinstance(inner, torch.optim.LBFGS):

@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import torch
 
-from ..training import buckets, optimizer_args
+from ..training import buckets, naming, optimizer_args
 from ..core import process_sets as _ps
 from ..training.compression import as_compressor, state_of
 from ..base.errors import InvalidArgumentError, MismatchError, UnsupportedError
@@ -80,6 +80,9 @@ class DistributedOptimizer(OptimizerWrapper):
             ``"inf"``) waits for the end of backward: no overlap, which is
             faster when compute already uses every core (see
             docs/benchmarks.md). Default: ``FUSEOPT_BUCKET_CAP_MB`` or 4.
+        shard: ``"optimizer"`` (ZeRO-1) or ``"gradients"`` (ZeRO-2): each
+            rank keeps and steps the state of its share of the parameters
+            (fuseopt/torch/sharded/, docs/torch.md "Sharded optimizer").
     """
 
     def __new__(cls, *args, **kwargs):
@@ -90,6 +93,8 @@ class DistributedOptimizer(OptimizerWrapper):
         a = _INIT_SIGNATURE.bind(None, *args, **kwargs)
         a.apply_defaults()
         a = a.arguments
+        if a["shard"] is not None:
+            return _sharded(a)
         if a["op"] != ops.Adasum or _ps.size_of(a["process_set"]) == 1:
             return super().__new__(cls)
         optimizer_args.check(a["backward_passes_per_step"], a["op"], a["gradient_predivide_factor"])
@@ -111,7 +116,8 @@ class DistributedOptimizer(OptimizerWrapper):
                  groups: Optional[Union[int, Sequence[Sequence[torch.Tensor]]]] = None,
                  sparse_as_dense: bool = False, process_set: Optional[_ps.ProcessSet] = None,
                  name_map: Optional[Dict[str, Any]] = None,
-                 bucket_cap_mb: Optional[Union[float, str]] = None) -> None:
+                 bucket_cap_mb: Optional[Union[float, str]] = None,
+                 shard: Optional[str] = None) -> None:
         # No Optimizer.__init__: the wrapped optimizer owns parameters and state.
         self._process_set, set_id = process_set, _ps.id_of(process_set)
         self._member = set_id == 0 or (process_set is not None and process_set.included())
@@ -124,7 +130,7 @@ class DistributedOptimizer(OptimizerWrapper):
         if name_map is not None and named_parameters is None:
             raise InvalidArgumentError("name_map needs named_parameters (its keys are those "
                                        "names)")
-        local_names = _local_names(params, named_parameters)
+        local_names = naming.local_names(params, named_parameters)
         # Horovod's attribute, which scripts and its tests read: parameter -> name.
         self._parameter_names = dict(zip(params, local_names))
         self._reducer = GradientReducer(
@@ -311,22 +317,18 @@ class DistributedOptimizer(OptimizerWrapper):
         self._hook_handles = []
 
 
-def _local_names(params, named_parameters):
-    if named_parameters is None:
-        return ["param.%d" % i for i in range(len(params))]
-    named = list(named_parameters)
-    names = [n for n, _ in named]
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise InvalidArgumentError("named_parameters has duplicate names: %s" % dup)
-    by_param = {p: n for n, p in named}
-    missing = [i for i, p in enumerate(params) if p not in by_param]
-    if missing:
-        raise InvalidArgumentError(
-            "%d optimizer parameter(s) are not in named_parameters (positions %s); pass "
-            "model.named_parameters() of the model this optimizer trains" % (
-                len(missing), missing[:5]))
-    return [by_param[p] for p in params]
+def _sharded(a):
+    """DistributedOptimizer(shard=...): the options that apply to it."""
+    from .sharded import ShardedOptimizer
+    refused = [name for name, default in (("op", ops.Average), ("gradient_predivide_factor", 1.0),
+                                          ("num_groups", 0), ("groups", None),
+                                          ("sparse_as_dense", False), ("name_map", None))
+               if a[name] != default]
+    if refused:
+        raise UnsupportedError("DistributedOptimizer(shard=%r) does not take %s"
+                               % (a["shard"], ", ".join(refused)))
+    return ShardedOptimizer(a["optimizer"], a["named_parameters"], a["shard"], a["compression"],
+                            a["backward_passes_per_step"], a["process_set"], a["bucket_cap_mb"])
 
 
 _INIT_SIGNATURE = inspect.signature(DistributedOptimizer.__init__)

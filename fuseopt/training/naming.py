@@ -149,3 +149,24 @@ def verify_agreement(tensors, what, process_set=None):
             "%s: ranks disagree about %d shared tensor(s) (shapes in the shared layout; check "
             "name_map and perm): %s" % (what, len(problems), " | ".join(problems[:8]) +
                                         (" | ..." if len(problems) > 8 else "")))
+
+
+def local_names(params, named_parameters):
+    """Each parameter's name from ``named_parameters`` ((name, parameter)
+    pairs), or its position when there is none; refuses duplicates and
+    parameters missing from it."""
+    if named_parameters is None:
+        return ["param.%d" % i for i in range(len(params))]
+    named = list(named_parameters)
+    names = [n for n, _ in named]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise InvalidArgumentError("named_parameters has duplicate names: %s" % dup)
+    by_param = {p: n for n, p in named}
+    missing = [i for i, p in enumerate(params) if p not in by_param]
+    if missing:
+        raise InvalidArgumentError(
+            "%d optimizer parameter(s) are not in named_parameters (positions %s); pass "
+            "model.named_parameters() of the model this optimizer trains" % (
+                len(missing), missing[:5]))
+    return [by_param[p] for p in params]

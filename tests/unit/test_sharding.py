@@ -1,0 +1,61 @@
+"""The sharded optimizer's plan (fuseopt/training/sharding.py): owners
+balanced by bytes within the stated bound, the same for the same sizes, and
+buckets whose fusion buffer gives each owner one slice."""
+import random
+
+import pytest
+
+from fuseopt.base.errors import InvalidArgumentError
+from fuseopt.training import sharding
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+def test_owners_balance_within_mean_plus_largest(size):
+    rng = random.Random(size)
+    for _ in range(50):
+        nbytes = [rng.choice([4, 64, 4096, 1 << 20, 3 << 20]) for _ in range(rng.randint(1, 40))]
+        owner = sharding.owners(nbytes, size)
+        assert all(0 <= r < size for r in owner)
+        shares = sharding.shares(nbytes, owner, size)
+        assert sum(shares) == sum(nbytes)
+        assert max(shares) <= sum(nbytes) / size + max(nbytes), (shares, nbytes)
+        assert sharding.owners(list(nbytes), size) == owner  # deterministic
+
+
+def test_equal_sizes_go_round_robin_and_ties_to_the_lower_rank():
+    assert sharding.owners([8, 8, 8, 8, 8], 2) == [0, 1, 0, 1, 0]
+    # Largest first: the 100 goes to rank 0, then the rest fill rank 1 up.
+    assert sharding.owners([10, 100, 30, 50], 2) == [1, 0, 1, 1]
+    with pytest.raises(InvalidArgumentError):
+        sharding.owners([4], 0)
+
+
+def test_another_world_size_gives_another_plan():
+    nbytes = [400, 300, 200, 100, 100]
+    assert sharding.owners(nbytes, 2) != sharding.owners(nbytes, 3)
+    assert sorted(set(sharding.owners(nbytes, 3))) == [0, 1, 2]
+
+
+def test_buckets_list_parameters_by_owner_with_each_owners_count():
+    numel = [10, 20, 30, 40]
+    owner = [1, 0, 1, 0]
+    plan = sharding.buckets([3, 2, 1, 0], numel, [4] * 4, ["f32"] * 4, owner, 2, float("inf"))
+    assert plan == [sharding.Bucket([3, 1, 2, 0], [60, 40])]
+    # The cap closes a bucket once it holds that many bytes (readiness order).
+    plan = sharding.buckets([3, 2, 1, 0], numel, [4] * 4, ["f32"] * 4, owner, 2, 200)
+    assert [b.params for b in plan] == [[3, 2], [1, 0]]
+    assert [b.splits for b in plan] == [[40, 30], [20, 10]]
+
+
+def test_a_dtype_change_closes_the_bucket():
+    plan = sharding.buckets([0, 1, 2], [5, 5, 5], [4, 2, 2], ["f32", "f16", "f16"],
+                            [0, 1, 0], 2, float("inf"))
+    assert [b.params for b in plan] == [[0], [2, 1]]
+    assert [b.splits for b in plan] == [[5, 0], [5, 5]]
+
+
+def test_stage_names():
+    for stage in ("optimizer", "gradients"):
+        sharding.check_stage(stage)
+    with pytest.raises(InvalidArgumentError, match="ZeRO-1"):
+        sharding.check_stage("zero3")

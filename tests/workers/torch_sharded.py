@@ -1,0 +1,255 @@
+"""The sharded optimizer (DistributedOptimizer(shard=...), ZeroRedundancyOptimizer)
+against a one-process reference: every rank builds the same global batches
+from fixed seeds, trains on its slice, and also trains the reference on the
+whole batch with the plain optimizer, so no expectation is hard-coded. At 3
+ranks the shards are uneven (the model's parameters have unequal sizes)."""
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fuseopt.torch as hvd
+import rank_harness as harness
+from fuseopt.torch.sharded import merge_shards
+
+B = 4  # per-rank batch
+STAGES = ("optimizer", "gradients")
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 16), nn.Tanh(),
+                         nn.Linear(16, 3))
+
+
+def global_batch(step, n):
+    g = torch.Generator().manual_seed(900 + step)
+    return torch.randn(n * B, 8, generator=g), torch.randint(0, 3, (n * B,), generator=g)
+
+
+def close(a, b, what, tol):
+    err = (a.detach().double() - b.detach().double()).abs().max().item()
+    assert err <= tol * max(1.0, b.detach().double().abs().max().item()), \
+        "%s: max error %g" % (what, err)
+
+
+def assert_same_params(model, reference, what, tol=1e-5):
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        close(p, q, "%s: %s" % (what, name), tol)
+
+
+def train(opt, model, ref_opt, reference, steps, first=0, rank=None, size=None, passes=1,
+          clip=None):
+    rank = hvd.rank() if rank is None else rank
+    size = hvd.size() if size is None else size
+    for step in range(first, first + steps):
+        x, y = global_batch(step, size)
+        xs, ys = x[rank * B:(rank + 1) * B], y[rank * B:(rank + 1) * B]
+        k = B // passes
+        for part in range(passes):
+            F.cross_entropy(model(xs[part * k:(part + 1) * k]),
+                            ys[part * k:(part + 1) * k]).div(passes).backward()
+        if clip is None:
+            opt.step()
+        else:
+            opt.synchronize()
+            with opt.skip_synchronize():
+                opt.clip_grad_norm_(clip)
+                opt.step()
+        opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(reference.parameters(), clip)
+        ref_opt.step()
+        ref_opt.zero_grad()
+
+
+OPTIMIZERS = {
+    "SGD+momentum": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+    "AdamW": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+}
+
+
+def sharded(model, make, shard, **kwargs):
+    return hvd.DistributedOptimizer(make(model.parameters()), model.named_parameters(),
+                                    shard=shard, **kwargs)
+
+
+def check_200_steps_match_the_reference_with_state_on_owners_only():
+    for label, make in OPTIMIZERS.items():
+        for shard in STAGES:
+            model, reference = make_model(), make_model()
+            opt, ref_opt = sharded(model, make, shard), make(reference.parameters())
+            # 200 steps at 2 ranks; 30 at 3, oversubscribed on 2 cores.
+            train(opt, model, ref_opt, reference, 200 if hvd.size() == 2 else 30)
+            assert_same_params(model, reference, "%s %s" % (label, shard), tol=1e-4)
+            owned = {id(p) for p in opt.owned_parameters()}
+            # State only for owned parameters, and every parameter owned once.
+            assert {id(p) for p in opt.state} == owned, label
+            counts = hvd.allreduce(torch.tensor([float(len(owned))]), op=hvd.Sum,
+                                   name="sharded.owned")
+            assert counts.item() == len(list(model.parameters())), counts
+            # ZeRO-2 frees the gradients others own; ZeRO-1 keeps them.
+            x, y = global_batch(0, hvd.size())
+            F.cross_entropy(model(x[:B]), y[:B]).backward()
+            opt.synchronize()
+            for p in model.parameters():
+                kept = p.grad is not None
+                assert kept == (id(p) in owned or shard == "optimizer"), (label, shard)
+            opt.zero_grad()
+
+
+def check_state_is_balanced_by_bytes():
+    model = make_model()
+    opt = sharded(model, OPTIMIZERS["Adam"], "gradients")
+    train(opt, model, torch.optim.Adam(make_model().parameters()), make_model(), 1)
+    mine = torch.tensor([float(opt.state_bytes())])
+    shares = hvd.allgather(mine, name="sharded.bytes")
+    total = sum(2 * p.numel() * 4 + 4 for p in model.parameters())  # exp_avg, exp_avg_sq
+    largest = max(2 * p.numel() * 4 + 4 for p in model.parameters())
+    assert abs(shares.sum().item() - total) < 1e-6, (shares, total)
+    assert shares.max().item() <= total / hvd.size() + largest, shares
+
+
+def check_accumulation_groups_and_scheduler():
+    for shard in STAGES:
+        model, reference = make_model(), make_model()
+
+        def groups(m):
+            layers = list(m.children())
+            return [{"params": layers[0].parameters()},
+                    {"params": list(layers[2].parameters()) + list(layers[4].parameters()),
+                     "lr": 0.02}]
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(groups(model), lr=0.05, momentum=0.9),
+                                       model.named_parameters(), shard=shard,
+                                       backward_passes_per_step=2)
+        ref_opt = torch.optim.SGD(groups(reference), lr=0.05, momentum=0.9)
+        schedulers = [torch.optim.lr_scheduler.StepLR(o, 3, gamma=0.5) for o in (opt, ref_opt)]
+        for step in range(8):
+            train(opt, model, ref_opt, reference, 1, first=step, passes=2)
+            for s in schedulers:
+                s.step()
+        assert_same_params(model, reference, "accumulation, groups, StepLR " + shard)
+        assert opt.param_groups[1]["lr"] == ref_opt.param_groups[1]["lr"]
+
+
+def check_clipping_over_the_whole_model():
+    for shard in STAGES:
+        model, reference = make_model(), make_model()
+        opt = sharded(model, OPTIMIZERS["SGD+momentum"], shard)
+        train(opt, model, OPTIMIZERS["SGD+momentum"](reference.parameters()), reference, 10,
+              clip=0.05)
+        assert_same_params(model, reference, "clip_grad_norm_ " + shard)
+
+
+def check_bf16_on_the_wire():
+    model, reference = make_model(), make_model()
+    opt = sharded(model, OPTIMIZERS["Adam"], "gradients", compression=hvd.Compression.bf16)
+    train(opt, model, OPTIMIZERS["Adam"](reference.parameters()), reference, 20)
+    assert_same_params(model, reference, "bf16", tol=2e-2)
+    harness.expect_error(hvd.UnsupportedError, lambda: sharded(
+        model, OPTIMIZERS["Adam"], "gradients", compression=hvd.Compression.ef_sign()),
+        "Compression.none, .fp16 or .bf16")
+
+
+def check_whole_state_resumes_on_fewer_ranks():
+    # Trained on every rank, gathered whole on rank 0, resumed on a process
+    # set of one rank fewer: the reference goes on from the same state.
+    n = hvd.size()
+    make = OPTIMIZERS["Adam"]
+    model, reference = make_model(), make_model()
+    opt, ref_opt = sharded(model, make, "gradients"), make(reference.parameters())
+    train(opt, model, ref_opt, reference, 5)
+    harness.expect_error(hvd.InvalidArgumentError, opt.state_dict, "consolidate_state_dict")
+    opt.consolidate_state_dict(to=0)
+    whole = opt.state_dict() if hvd.rank() == 0 else None
+    shards = hvd.allgather_object(opt.sharded_state_dict(), name="sharded.shards")
+    merged = merge_shards(shards)
+    whole = hvd.broadcast_object(whole, 0, name="sharded.whole")
+    expected = ref_opt.state_dict()
+    assert sorted(whole["state"]) == sorted(expected["state"]) == sorted(merged["state"])
+    for k, state in expected["state"].items():
+        for key, value in state.items():
+            close(whole["state"][k][key], value, "state %s %s" % (k, key), 1e-4)
+            assert torch.equal(torch.as_tensor(merged["state"][k][key]),
+                               torch.as_tensor(whole["state"][k][key]))
+    fewer = hvd.add_process_set(list(range(n - 1)))
+    try:
+        if hvd.rank() < n - 1:
+            resumed = make_model()
+            resumed.load_state_dict(model.state_dict())
+            opt2 = hvd.DistributedOptimizer(make(resumed.parameters()),
+                                            resumed.named_parameters(), shard="optimizer",
+                                            process_set=fewer)
+            opt2.load_state_dict(whole)
+            assert {id(p) for p in opt2.state} == {id(p) for p in opt2.owned_parameters()}
+            train(opt2, resumed, ref_opt, reference, 5, first=5, rank=fewer.rank(),
+                  size=n - 1)
+            assert_same_params(resumed, reference, "resumed on %d ranks" % (n - 1), tol=1e-4)
+    finally:
+        hvd.remove_process_set(fewer)
+
+
+def check_horovod_resume_pattern_broadcasts_shards():
+    # Rank 0 loads a checkpoint, then broadcast_optimizer_state: every rank
+    # ends with its shard of rank 0's state (the others loaded nothing).
+    make = OPTIMIZERS["SGD+momentum"]
+    model, reference = make_model(), make_model()
+    ref_opt = make(reference.parameters())
+    train(sharded(model, make, "optimizer"), model, ref_opt, reference, 3)
+    fresh = make_model()
+    fresh.load_state_dict(reference.state_dict())
+    opt = sharded(fresh, make, "optimizer")
+    if hvd.rank() == 0:  # a copy: torch loads tensors without copying them
+        opt.load_state_dict(copy.deepcopy(ref_opt.state_dict()))
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert {id(p) for p in opt.state} == {id(p) for p in opt.owned_parameters()}
+    train(opt, fresh, ref_opt, reference, 3, first=3)
+    assert_same_params(fresh, reference, "after broadcast_optimizer_state")
+
+
+def check_zero_redundancy_optimizer_after_averaged_gradients():
+    model, reference = make_model(), make_model()
+    opt = hvd.ZeroRedundancyOptimizer(model.parameters(), torch.optim.AdamW, lr=0.01,
+                                      weight_decay=0.1)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.01, weight_decay=0.1)
+    for step in range(10):
+        x, y = global_batch(step, hvd.size())
+        r = hvd.rank()
+        F.cross_entropy(model(x[r * B:(r + 1) * B]), y[r * B:(r + 1) * B]).backward()
+        hvd.grouped_allreduce_([p.grad for p in model.parameters()], name="ddp.grads")
+        opt.step()
+        opt.zero_grad()
+        F.cross_entropy(reference(x), y).backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+    assert_same_params(model, reference, "ZeroRedundancyOptimizer")
+
+
+def check_ranks_with_different_models_fail_on_every_rank():
+    torch.manual_seed(0)
+    width = 16 if hvd.rank() == 0 else 17
+    model = nn.Sequential(nn.Linear(8, width), nn.Linear(width, 3))
+    harness.expect_error(hvd.MismatchError, lambda: hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(), shard="gradients"),
+        "ranks disagree about the parameters of a sharded optimizer", "0.weight")
+    harness.expect_error(hvd.InvalidArgumentError, lambda: hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), shard="everything"), "ZeRO-1")
+    harness.expect_error(hvd.UnsupportedError, lambda: hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), shard="optimizer", op=hvd.Sum),
+        "does not take op")
+
+
+CHECKS = [check_200_steps_match_the_reference_with_state_on_owners_only,
+          check_state_is_balanced_by_bytes, check_accumulation_groups_and_scheduler,
+          check_clipping_over_the_whole_model, check_bf16_on_the_wire,
+          check_whole_state_resumes_on_fewer_ranks,
+          check_horovod_resume_pattern_broadcasts_shards,
+          check_zero_redundancy_optimizer_after_averaged_gradients,
+          check_ranks_with_different_models_fail_on_every_rank]
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    harness.run(CHECKS)
