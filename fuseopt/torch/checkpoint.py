@@ -11,7 +11,8 @@ step, your ``extra`` object, the world size and every rank's RNG state
 It is read with ``torch.load(weights_only=True)``, which never runs code from
 the file; so ``extra`` must be plain data (numbers, strings, lists, tuples,
 dicts, tensors). See docs/reliability.md for resuming on a different number
-of ranks.
+of ranks. A sharded optimizer's state goes into one file per shard beside
+``path`` (fuseopt/torch/sharded/checkpoint.py), never whole on one rank.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ..training.compression import compression_state_of
 from ..core import world
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
+from .sharded import checkpoint as _shards
 
 FORMAT = "fuseopt.torch.checkpoint/2"
 
@@ -60,6 +62,9 @@ def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0,
     next successful save removes what it left. Collective (every rank's RNG
     state is gathered). ``extra`` must be plain data (see module docstring)."""
     rng = _ckpt.gather_rng_states(_rng_state())
+    # A sharded optimizer's state goes shard by shard into files of its own.
+    optimizer_state = (_shards.save(path, optimizer, root_rank) if _shards.is_sharded(optimizer)
+                       else None)
     compression = compression_state_of(optimizer)
     if compression is not None:  # each rank's own error buffers
         compression = allgather_object(compression, name="checkpoint.compression")
@@ -68,7 +73,8 @@ def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0,
         _ckpt.check_plain(extra, "extra", (torch.Tensor,))
         try:
             torch.save({"format": FORMAT, "model": model.state_dict(),
-                        "optimizer": _inner(optimizer).state_dict() if optimizer is not None
+                        "optimizer": optimizer_state if optimizer_state is not None
+                        else _inner(optimizer).state_dict() if optimizer is not None
                         else None, "compression": compression,
                         "step": step, "extra": extra, "world_size": world.size(), "rng": rng}, f)
         except RuntimeError as e:
@@ -79,6 +85,8 @@ def save_checkpoint(path: str, model: Any, optimizer: Any = None, step: int = 0,
             raise
 
     _ckpt.save_on_root(path, root_rank, write)
+    if world.rank() == root_rank:  # the file now names this save's shards, or none
+        _shards.remove_stale(path, (optimizer_state or {}).get(_shards.MARKER, {}).get("token"))
 
 
 def _read(path, model, optimizer):
@@ -93,10 +101,16 @@ def _read(path, model, optimizer):
                  "checkpoint %r holds compressor state that is not one per rank" % path)
     # The optimizer checks its groups before it changes anything; the model
     # was checked above: so a file that does not fit changes neither.
-    if optimizer is not None and payload["optimizer"] is not None:
-        _inner(optimizer).load_state_dict(payload["optimizer"])
+    saved = payload["optimizer"]
+    shards = saved.get(_shards.MARKER) if isinstance(saved, dict) else None
+    if shards is not None:
+        _shards.check_files(path, shards)
+    if optimizer is not None and saved is not None and shards is None:
+        # A sharded optimizer keeps the whole to hand each rank its shard.
+        (optimizer if _shards.is_sharded(optimizer) else _inner(optimizer)).load_state_dict(saved)
     model.load_state_dict(payload["model"])
-    return {k: payload.get(k) for k in ("step", "extra", "world_size", "rng", "compression")}
+    meta = {k: payload.get(k) for k in ("step", "extra", "world_size", "rng", "compression")}
+    return dict(meta, shards=shards)
 
 
 def _check_fits(path, expected, saved):
@@ -127,9 +141,11 @@ def load_checkpoint(path: str, model: Any, optimizer: Any = None, root_rank: int
     if not found:
         return None
     broadcast_parameters(model.state_dict(), root_rank, prefix="checkpoint.model.")
-    if optimizer is not None:
-        broadcast_optimizer_state(optimizer, root_rank)
     meta = broadcast_object(meta, root_rank, name="checkpoint.meta")
+    if optimizer is not None and meta["shards"] is not None:
+        _shards.load(path, optimizer, meta["shards"], root_rank)
+    elif optimizer is not None:
+        broadcast_optimizer_state(optimizer, root_rank)
     if meta["compression"] is not None and compression_state_of(optimizer) is not None:
         optimizer.load_compression_state(_ckpt.compression_state_for_this_rank(
             meta["compression"], meta["world_size"]))

@@ -4,6 +4,9 @@ from fixed seeds, trains on its slice, and also trains the reference on the
 whole batch with the plain optimizer, so no expectation is hard-coded. At 3
 ranks the shards are uneven (the model's parameters have unequal sizes)."""
 import copy
+import glob
+import os
+import tempfile
 
 import torch
 import torch.nn as nn
@@ -210,6 +213,51 @@ def check_horovod_resume_pattern_broadcasts_shards():
     assert_same_params(fresh, reference, "after broadcast_optimizer_state")
 
 
+def check_checkpoint_files_hold_shards_and_resume_anywhere():
+    make = OPTIMIZERS["Adam"]
+    model, reference = make_model(), make_model()
+    opt, ref_opt = sharded(model, make, "gradients"), make(reference.parameters())
+    train(opt, model, ref_opt, reference, 4)
+    directory = hvd.broadcast_object(tempfile.mkdtemp() if hvd.rank() == 0 else None, 0,
+                                     name="sharded.dir")
+    path = os.path.join(directory, "ckpt.pt")
+    for step in (4, 5):  # the second save replaces the first one's shards
+        hvd.save_checkpoint(path, model, opt, step=step)
+    if hvd.rank() == 0:
+        files = sorted(glob.glob(path + ".optimizer-*"))
+        assert len(files) == hvd.size(), files
+        keys = [set(torch.load(f, weights_only=True)["state"]) for f in files]
+        assert sum(map(len, keys)) == len(set().union(*keys)) == len(ref_opt.state), keys
+    hvd.barrier()
+    # Into a fresh sharded optimizer: it goes on as the reference does.
+    resumed = make_model(seed=1)
+    opt2 = sharded(resumed, make, "gradients")
+    assert hvd.load_checkpoint(path, resumed, opt2).step == 5
+    assert {id(p) for p in opt2.state} == {id(p) for p in opt2.owned_parameters()}
+    train(opt2, resumed, ref_opt, reference, 3, first=4)
+    assert_same_params(resumed, reference, "resumed from sharded files", tol=1e-4)
+    # Into a plain optimizer: the whole state, as the shards held it.
+    plain_model = make_model(seed=2)
+    plain = hvd.DistributedOptimizer(make(plain_model.parameters()),
+                                     plain_model.named_parameters())
+    hvd.load_checkpoint(path, plain_model, plain)
+    opt.consolidate_state_dict(to=0)
+    whole = hvd.broadcast_object(opt.state_dict() if hvd.rank() == 0 else None, 0,
+                                 name="sharded.whole2")
+    for k, state in whole["state"].items():
+        for key, value in state.items():
+            assert torch.equal(torch.as_tensor(plain.state_dict()["state"][k][key]),
+                               torch.as_tensor(value)), (k, key)
+    # A damaged shard fails the load on every rank and changes nothing.
+    if hvd.rank() == 0:
+        with open(sorted(glob.glob(path + ".optimizer-*"))[-1], "r+b") as f:
+            f.truncate(40)
+    before = [p.detach().clone() for p in resumed.parameters()]
+    harness.expect_error(hvd.CheckpointError, lambda: hvd.load_checkpoint(path, resumed, opt2),
+                         "optimizer shard %d" % (hvd.size() - 1))
+    assert all(torch.equal(a, p) for a, p in zip(before, resumed.parameters()))
+
+
 def check_zero_redundancy_optimizer_after_averaged_gradients():
     model, reference = make_model(), make_model()
     opt = hvd.ZeroRedundancyOptimizer(model.parameters(), torch.optim.AdamW, lr=0.01,
@@ -247,6 +295,7 @@ CHECKS = [check_200_steps_match_the_reference_with_state_on_owners_only,
           check_clipping_over_the_whole_model, check_bf16_on_the_wire,
           check_whole_state_resumes_on_fewer_ranks,
           check_horovod_resume_pattern_broadcasts_shards,
+          check_checkpoint_files_hold_shards_and_resume_anywhere,
           check_zero_redundancy_optimizer_after_averaged_gradients,
           check_ranks_with_different_models_fail_on_every_rank]
 
