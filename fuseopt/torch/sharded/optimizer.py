@@ -160,7 +160,7 @@ class ShardedOptimizer(OptimizerWrapper):
         first = self._params[bucket.params[0]]
         if parts.dtype != first.dtype:  # 16 bits on the wire: sum in the gradient's dtype
             parts = parts.to(first.dtype)
-        average = parts.sum(0).div_(self.size)
+        average = parts.mean(0)
         offset = 0
         for i in bucket.params:
             p = self._params[i]

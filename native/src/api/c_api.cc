@@ -14,6 +14,7 @@
 #include "api/agreed_reduction.h"
 #include "api/c_boundary.h"
 #include "api/context.h"
+#include "transport/output_pool.h"
 #include "base/error.h"
 #include "base/dtype.h"
 #include "policy/row_split.h"
@@ -233,7 +234,7 @@ int fuseopt_wait_output(fuseopt_ctx_t* ctx, int64_t handle, int64_t timeout_ms,
   return finish_wait(ctx, handle, timeout_ms, out);
 }
 
-void fuseopt_free(void* p) { std::free(p); }
+void fuseopt_free(void* p) { fuseopt::output_free(p); }
 
 int fuseopt_free_device(int device_type, void* p) {
   if (device_type <= FUSEOPT_DEVICE_HOST || device_type >= FUSEOPT_DEVICE_COUNT)

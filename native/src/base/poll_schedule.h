@@ -87,6 +87,24 @@ constexpr PollSchedule kCollectivePoll{std::chrono::microseconds(20),
                                        std::chrono::microseconds(200),
                                        std::chrono::microseconds(10),
                                        std::chrono::microseconds(500)};
+// An MPI collective that moves `bytes` (MPICH's non-blocking alltoallv,
+// allgatherv, reduce-scatter, broadcast) advances by a bounded piece per
+// MPI_Test over shared memory, so sleeping between tests stretched a 32 MiB
+// alltoall to 1.1 s (against 18 ms for the shared-memory allreduce of the
+// same bytes). Its poll yields instead for as long as the bytes need at
+// kBulkBytesPerUs, then sleeps as any wait does. 100 MB/s, a tenth of what
+// shared memory moves here: while backward computes on the same cores the
+// transfer gets a share of them, and at 1 GB/s a 32 MiB alltoall inside
+// training ran out of its window and crawled (0.5 s) in sleeps. A yield
+// gives the core to any thread that wants it, so a late peer costs little.
+constexpr int64_t kBulkBytesPerUs = 100;
+
+inline PollSchedule bulk_poll(int64_t bytes) {
+  PollSchedule s = kCollectivePoll;
+  s.yield = std::max(s.yield, std::chrono::microseconds(bytes / kBulkBytesPerUs));
+  return s;
+}
+
 constexpr PollSchedule kStreamPoll{std::chrono::microseconds(0), std::chrono::microseconds(0),
                                    std::chrono::microseconds(1), std::chrono::microseconds(64)};
 

@@ -9,6 +9,7 @@
 #include "base/dtype.h"
 #include "base/poll_schedule.h"
 #include "exec/device_executor.h"
+#include "transport/output_pool.h"
 #include "policy/fusion_planner.h"
 #include "transport/mpi/adasum.h"
 
@@ -61,7 +62,7 @@ void Executor::fail(Work& w, fuseopt_status_t status, const std::string& message
 
 void Executor::complete(Work& w, OwnedOutput output) {
   if (w.entry && w.entry->handle) completed_.push_back({w.entry->handle, std::move(output)});
-  else std::free(output.data);
+  else output_free(output.data);
 }
 
 void Executor::release_completed() {
@@ -307,16 +308,16 @@ void Executor::allgather(Work& w) {
     out.first_dim += out.recv_splits[r];
   }
   out.nbytes = out.first_dim * row_bytes;
-  out.data = std::malloc(out.nbytes > 0 ? out.nbytes : 1);
+  out.data = output_alloc(out.nbytes);
   if (!backend_.all_ok(out.data != nullptr)) {
-    std::free(out.data);
+    output_free(out.data);
     return fail(w, FUSEOPT_INTERNAL, "allgather of '" + s.name + "': a rank could not allocate " +
                                          "the result (out of memory)");
   }
   try {
     backend_.allgatherv(w.entry->input, recv_bytes[rank_], out.data, recv_bytes);
   } catch (...) {
-    std::free(out.data);
+    output_free(out.data);
     throw;
   }
   complete(w, std::move(out));
@@ -337,9 +338,9 @@ void Executor::alltoall(Work& w) {
   out.nbytes = out.first_dim * row_bytes;
   // Only this rank knows its own byte counts: agree before the collective.
   const bool fits = backend_.fits(send_bytes, recv_bytes);
-  out.data = fits ? std::malloc(out.nbytes > 0 ? out.nbytes : 1) : nullptr;
+  out.data = fits ? output_alloc(out.nbytes) : nullptr;
   if (!backend_.all_ok(out.data != nullptr)) {
-    std::free(out.data);
+    output_free(out.data);
     return fail(w, FUSEOPT_UNSUPPORTED,
                 "alltoall of '" + s.name + "': a rank's data exceeds 2 GiB in one call or "
                 "could not be allocated");
@@ -347,7 +348,7 @@ void Executor::alltoall(Work& w) {
   try {
     backend_.alltoallv(w.entry->input, send_bytes, out.data, recv_bytes);
   } catch (...) {
-    std::free(out.data);
+    output_free(out.data);
     throw;
   }
   complete(w, std::move(out));

@@ -1,7 +1,8 @@
 #include "transport/device/device_free.h"
 
 #include <atomic>
-#include <cstdlib>
+
+#include "transport/output_pool.h"
 
 namespace fuseopt {
 namespace {
@@ -17,7 +18,7 @@ void set_device_free(fuseopt_device_t device, DeviceFreeFn fn) {
 int free_memory(fuseopt_device_t device, void* p) {
   if (!p) return 0;
   if (device == FUSEOPT_DEVICE_HOST) {
-    std::free(p);
+    output_free(p);
     return 0;
   }
   if (device < 0 || device >= FUSEOPT_DEVICE_COUNT) return -1;

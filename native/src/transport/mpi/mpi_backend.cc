@@ -44,6 +44,10 @@ std::vector<int> displacements(const std::vector<int>& counts) {
   return d;
 }
 
+int64_t total(const std::vector<int64_t>& v) {
+  return std::accumulate(v.begin(), v.end(), int64_t(0));
+}
+
 }  // namespace
 
 MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierarchical)
@@ -79,7 +83,7 @@ void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_
     mpi_check(MPI_Iallreduce(s, r, n, MpiWorld::datatype(dtype), MpiWorld::op(op, dtype),
                              world_.comm(), &request),
               "MPI_Iallreduce");
-    wait_politely(&request, "MPI_Iallreduce");
+    wait_politely(&request, "MPI_Iallreduce", static_cast<int64_t>(n) * esize);
   }
 }
 
@@ -118,7 +122,7 @@ void MpiBackend::broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int 
     mpi_check(MPI_Ibcast(static_cast<char*>(buf) + done * esize, n, MpiWorld::datatype(dtype),
                          root, world_.comm(), &request),
               "MPI_Ibcast");
-    wait_politely(&request, "MPI_Ibcast");
+    wait_politely(&request, "MPI_Ibcast", static_cast<int64_t>(n) * esize);
   }
 }
 
@@ -130,7 +134,7 @@ void MpiBackend::allgatherv(const void* send, int64_t send_bytes, void* recv,
   mpi_check(MPI_Iallgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
                             displs.data(), MPI_BYTE, world_.comm(), &request),
             "MPI_Iallgatherv");
-  wait_politely(&request, "MPI_Iallgatherv");
+  wait_politely(&request, "MPI_Iallgatherv", total(recv_bytes));
 }
 
 void MpiBackend::alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -142,7 +146,7 @@ void MpiBackend::alltoallv(const void* send, const std::vector<int64_t>& send_by
   mpi_check(MPI_Ialltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
                            rdispls.data(), MPI_BYTE, world_.comm(), &request),
             "MPI_Ialltoallv");
-  wait_politely(&request, "MPI_Ialltoallv");
+  wait_politely(&request, "MPI_Ialltoallv", std::max(total(send_bytes), total(recv_bytes)));
 }
 
 void MpiBackend::alltoall_counts(const std::vector<int64_t>& send, std::vector<int64_t>* recv) {
@@ -160,7 +164,8 @@ void MpiBackend::reducescatter(const void* send, void* recv,
   mpi_check(MPI_Ireduce_scatter(send, recv, counts.data(), MpiWorld::datatype(dtype),
                                 MpiWorld::op(op, dtype), world_.comm(), &request),
             "MPI_Ireduce_scatter");
-  wait_politely(&request, "MPI_Ireduce_scatter");
+  wait_politely(&request, "MPI_Ireduce_scatter",
+                total(recv_counts) * static_cast<int64_t>(dtype_size(dtype)));
 }
 
 void MpiBackend::barrier() {

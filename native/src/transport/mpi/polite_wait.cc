@@ -6,7 +6,7 @@
 
 namespace fuseopt {
 
-void wait_politely(MPI_Request* request, const char* what) {
+void wait_politely(MPI_Request* request, const char* what, int64_t bytes) {
   poll_until(
       [&] {
         int done = 0;
@@ -14,7 +14,7 @@ void wait_politely(MPI_Request* request, const char* what) {
         if (!done) run_side_work();  // Note [Side work]
         return done != 0;
       },
-      kCollectivePoll);
+      bytes > 0 ? bulk_poll(bytes) : kCollectivePoll);
 }
 
 }  // namespace fuseopt
