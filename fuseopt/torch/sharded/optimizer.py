@@ -86,6 +86,7 @@ class ShardedOptimizer(OptimizerWrapper):
         self._passes = [0] * len(params)
         self._waiting = [len(b.params) for b in self._buckets]
         self._in_flight: Dict[int, Any] = {}  # bucket -> alltoall handle
+        self._buffers: Dict[Any, torch.Tensor] = {}  # fusion buffers (_fusion_buffer)
         self._should_synchronize = True
         self._loaded: Optional[dict] = None  # a full state_dict not yet broadcast (state.py)
         self._consolidated: Optional[dict] = None
@@ -130,11 +131,24 @@ class ShardedOptimizer(OptimizerWrapper):
                 raise UnsupportedError("a sharded optimizer takes dense gradients only (%s)"
                                        % self._names[k])
             grads.append(p.grad.reshape(-1))
-        flat = torch.cat(grads)
-        if self._wire is not None and flat.is_floating_point():
-            flat = flat.to(self._wire)
+        first = grads[0]
+        wire = self._wire if self._wire is not None and first.is_floating_point() else first.dtype
+        flat = self._fusion_buffer(("send", k), sum(g.numel() for g in grads), wire,
+                                   first.device)
+        offset = 0
+        for g in grads:  # copy_ casts to the wire dtype on the way
+            flat[offset:offset + g.numel()].copy_(g)
+            offset += g.numel()
         self._in_flight[k] = ragged_ops.alltoall_async(flat, bucket.splits, self._names[k],
                                                        self._process_set)
+
+    def _fusion_buffer(self, key, numel, dtype, device):
+        """A flat buffer kept from step to step: at hundreds of MB a fresh one
+        costs a page fault per 4 KiB every step."""
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() != numel or buf.dtype != dtype or buf.device != device:
+            buf = self._buffers[key] = torch.empty(numel, dtype=dtype, device=device)
+        return buf
 
     def synchronize(self):
         """Waits for every bucket and leaves this rank's owned gradients
@@ -160,7 +174,8 @@ class ShardedOptimizer(OptimizerWrapper):
         first = self._params[bucket.params[0]]
         if parts.dtype != first.dtype:  # 16 bits on the wire: sum in the gradient's dtype
             parts = parts.to(first.dtype)
-        average = parts.mean(0)
+        average = torch.mean(parts, 0, out=self._fusion_buffer(("average", k), mine, first.dtype,
+                                                                first.device))
         offset = 0
         for i in bucket.params:
             p = self._params[i]
@@ -235,11 +250,15 @@ class ShardedOptimizer(OptimizerWrapper):
     def _gather_parameters(self):
         """One fused allgather of every bucket's owned slices."""
         flats = []
-        for bucket in self._buckets:
+        for k, bucket in enumerate(self._buckets):
             first = self._params[bucket.params[0]]
             owned = [self._params[i].detach().reshape(-1) for i in bucket.params
                      if i in self._owned]
-            flats.append(torch.cat(owned) if owned else first.new_empty(0))
+            flat = self._fusion_buffer(("owned", k), sum(p.numel() for p in owned),
+                                       first.dtype, first.device)
+            if owned:
+                torch.cat(owned, out=flat)
+            flats.append(flat)
         gathered = ragged_ops.grouped_allgather_async(
             flats, name="shard.params", process_set=self._process_set).wait()
         with torch.no_grad():
