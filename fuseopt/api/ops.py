@@ -81,13 +81,16 @@ def _allreduce(array, name, op, prescale_factor, postscale_factor, in_place, pro
                        process_set=_ps.id_of(process_set))
 
 
-def _new_result(src, name, process_set):
-    """An array to receive src's reduction: a kept one of an earlier call
-    of this name when the caller has let it go (output_pool)."""
+def _new_result(src, name, process_set, shape=None):
+    """An array to receive src's reduction (of src's shape, or ``shape``):
+    a kept one of an earlier call of this name when the caller has let it
+    go (output_pool)."""
+    shape = src.shape if shape is None else tuple(shape)
+    make = lambda: np.empty(shape, dtype=src.dtype)  # noqa: E731
     if name is None:  # unnamed calls match by count: no stable key
-        return np.empty_like(src)
-    return output_pool.take((name, src.dtype, src.shape, process_set), src.nbytes,
-                            lambda: np.empty_like(src))
+        return make()
+    return output_pool.take((name, src.dtype, shape, process_set),
+                            int(np.prod(shape)) * src.itemsize, make)
 
 
 def allreduce_async(array: np.ndarray, name: Optional[str] = None, op: Optional[int] = Average,
@@ -205,7 +208,8 @@ def grouped_reducescatter_async(arrays: Sequence[np.ndarray],
         src = _contiguous(array)
         if src.ndim == 0:
             raise InvalidArgumentError("reducescatter needs at least one dimension")
-        out = np.empty((reducescatter_rows(src.shape[0], rank, size),) + src.shape[1:], src.dtype)
+        out = _new_result(src, name, process_set,
+                          (reducescatter_rows(src.shape[0], rank, size),) + src.shape[1:])
         batch.add(_rq.REDUCESCATTER, name, _dtype_name(src), src.shape, _ptr(src), _ptr(out),
                   reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
                   keepalive=(src, out), process_set=set_id)
@@ -269,7 +273,7 @@ def reducescatter_async(array: np.ndarray, name: Optional[str] = None, op: Optio
     if src.ndim == 0:
         raise InvalidArgumentError("reducescatter needs at least one dimension")
     rows = reducescatter_rows(src.shape[0], _ps.rank_in(process_set), _ps.size_of(process_set))
-    out = np.empty((rows,) + src.shape[1:], dtype=src.dtype)
+    out = _new_result(src, name, process_set, (rows,) + src.shape[1:])
     return _rq.enqueue(_rq.REDUCESCATTER, name, _dtype_name(src), src.shape, _ptr(src),
                        _ptr(out), reduce_op=op, prescale=prescale_factor,
                        postscale=postscale_factor, keepalive=(src, out), finish=lambda _: out,

@@ -2,6 +2,8 @@
 
 The only module of the binding that knows how a torch tensor maps onto the
 core's (pointer, dtype, shape) descriptor."""
+import math
+
 import torch
 
 from ..base import devices as _devices
@@ -76,15 +78,17 @@ def _storage_unshared(tensor):
 _storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
-def new_result(src, name, process_set):
-    """A host tensor to receive src's reduction: a kept one of an earlier
-    call of this name when nothing refers to it any more (output_pool).
-    Without torch's storage use count (a private API) nothing is kept."""
-    if name is None or _storage_use_count is None:
-        return torch.empty_like(src)
-    return _output_pool.take((name, src.dtype, tuple(src.shape), process_set),
-                             src.numel() * src.element_size(), lambda: torch.empty_like(src),
-                             _storage_unshared)
+def new_result(src, name, process_set, shape=None):
+    """A host tensor to receive src's reduction (of src's shape, or
+    ``shape``): a kept one of an earlier call of this name when nothing
+    refers to it any more (output_pool). Without torch's storage use count
+    (a private API) nothing is kept."""
+    shape = tuple(src.shape) if shape is None else tuple(shape)
+    make = lambda: torch.empty(shape, dtype=src.dtype, device=src.device)  # noqa: E731
+    if name is None or _storage_use_count is None or not src.is_cpu:
+        return make()
+    return _output_pool.take((name, src.dtype, shape, process_set),
+                             math.prod(shape) * src.element_size(), make, _storage_unshared)
 
 
 def writable(tensor, what):

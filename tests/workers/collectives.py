@@ -240,6 +240,21 @@ def check_reducescatter():
             assert_close(out, full[start:start + fuseopt.api.ops.reducescatter_rows(5, r, n)], name)
 
 
+def check_reducescatter_results_kept_or_recycled():
+    # Results of one name are recycled once dropped (output_pool): one the
+    # caller keeps is never written by a later call.
+    n = fuseopt.size()
+    kept = [fuseopt.reducescatter(np.full((2 * n, 4), step, np.float32), name="rs.pool",
+                                  op=fuseopt.Sum) for step in range(3)]
+    for step in range(4):
+        out = fuseopt.reducescatter(np.full((2 * n, 4), 1.0, np.float32), name="rs.pool",
+                                    op=fuseopt.Sum)
+        assert_close(out, np.full((2, 4), n, np.float32), "dropped result %d" % step)
+        del out
+    for step, out in enumerate(kept):
+        assert_close(out, np.full((2, 4), step * n, np.float32), "kept result %d" % step)
+
+
 def check_barrier_and_objects():
     fuseopt.barrier()
     fuseopt.barrier()
@@ -255,6 +270,7 @@ CHECKS = [check_allreduce_every_dtype_op_shape, check_allreduce_in_place_and_sca
           check_fused_many_and_large, check_bucket_spanning_several_shared_memory_chunks,
           check_repeated_steps_hit_cache, check_allgather,
           check_broadcast_every_root, check_alltoall, check_reducescatter,
+          check_reducescatter_results_kept_or_recycled,
           check_barrier_and_objects]
 
 

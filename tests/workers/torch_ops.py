@@ -79,6 +79,12 @@ def check_alltoall_reducescatter_objects():
     assert splits.tolist() == [2] * n
     rs = hvd.reducescatter(torch.ones(2 * n, 3) * (r + 1), name="rs", op=hvd.Sum)
     close(rs, torch.full((2, 3), n * (n + 1) / 2), "reducescatter")
+    # Results of one name are recycled once dropped: a kept one stays intact.
+    for _ in range(3):
+        again = hvd.reducescatter(torch.ones(2 * n, 3) * 2, name="rs", op=hvd.Sum)
+        close(again, torch.full((2, 3), 2.0 * n), "later reducescatter result")
+        del again
+    close(rs, torch.full((2, 3), n * (n + 1) / 2), "kept reducescatter result")
     obj = hvd.broadcast_object({"t": torch.ones(2) * r, "r": r}, root_rank=n - 1)
     assert obj["r"] == n - 1 and torch.equal(obj["t"], torch.ones(2) * (n - 1))
     assert hvd.allgather_object(r * 10) == [k * 10 for k in range(n)]
