@@ -59,3 +59,17 @@ def test_stage_names():
         sharding.check_stage(stage)
     with pytest.raises(InvalidArgumentError, match="ZeRO-1"):
         sharding.check_stage("zero3")
+
+
+def test_merge_shards_needs_one_shard_of_each_rank():
+    from fuseopt.torch.sharded import merge_shards
+
+    def shard(rank, size, state):
+        return {"state": state, "param_groups": [{"params": [0, 1]}],
+                "fuseopt_shard": {"rank": rank, "size": size}}
+    whole = merge_shards([shard(1, 2, {1: {"m": 2}}), shard(0, 2, {0: {"m": 1}})])
+    assert whole == {"state": {0: {"m": 1}, 1: {"m": 2}}, "param_groups": [{"params": [0, 1]}]}
+    for bad in ([shard(0, 2, {})], [shard(0, 2, {}), shard(0, 2, {})],
+                [shard(0, 2, {}), {"state": {}}], [shard(0, 3, {}), shard(1, 3, {})], []):
+        with pytest.raises(InvalidArgumentError, match="merge_shards needs"):
+            merge_shards(bad)

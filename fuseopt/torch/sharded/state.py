@@ -25,11 +25,11 @@ def merge_shards(shards: List[dict]) -> dict:
     """The whole state from every rank's ``sharded_state_dict()``."""
     if not shards:
         raise InvalidArgumentError("merge_shards needs the shards of every rank")
-    sizes = {s.get(_SHARD, {}).get("size") for s in shards}
-    ranks = sorted(s.get(_SHARD, {}).get("rank") for s in shards)
-    if None in sizes or len(sizes) != 1 or ranks != list(range(sizes.pop())):
+    marks = [s.get(_SHARD) if isinstance(s, dict) else None for s in shards]
+    plans = {(m["rank"], m["size"]) for m in marks if isinstance(m, dict)}
+    if len(plans) != len(shards) or plans != {(r, len(shards)) for r in range(len(shards))}:
         raise InvalidArgumentError("merge_shards needs one sharded_state_dict() of each rank "
-                                   "of one job (got ranks %s)" % ranks)
+                                   "of one job (got %s)" % sorted(plans))
     whole = {"state": {}, "param_groups": shards[0]["param_groups"]}
     for s in shards:
         whole["state"].update(s["state"])
