@@ -139,7 +139,10 @@ class _SparkJob:
         try:
             spark.start()
             spark.join()
-            self._wait_for_exits(2.0 if failure else 30.0)
+            # After a failure, the exit of a killed rank may trail the error of
+            # the rank that lost it by seconds on a loaded machine; _results
+            # names the rank that died on its own only if its exit is in.
+            self._wait_for_exits(10.0 if failure else 30.0)
         finally:
             server.close()
             listener.close()
