@@ -161,13 +161,8 @@ void statistics(const double* saved, int64_t channels, float epsilon, void* mean
 
 void forward(void* kernel, TF_OpKernelContext* context) {
   const CoreOp& op = *static_cast<CoreOp*>(kernel);
-  Status status;
   Tensor x, gamma, beta;
-  TF_GetInput(context, 0, x.out(), status.get());
-  if (status.ok()) TF_GetInput(context, 1, gamma.out(), status.get());
-  if (status.ok()) TF_GetInput(context, 2, beta.out(), status.get());
-  if (!status.ok()) return TF_OpKernelContext_Failure(context, status.get());
-  if (!op.check_axis(context, x)) return;
+  if (!fuseopt_tf::get_inputs(context, {&x, &gamma, &beta}) || !op.check_axis(context, x)) return;
   const int64_t channels = x.dim(static_cast<int>(op.axis));
   Tensor y, saved, mean, variance;
   if (!op.allocate_like(context, 0, x, &y) ||
@@ -197,14 +192,9 @@ void forward(void* kernel, TF_OpKernelContext* context) {
 
 void backward(void* kernel, TF_OpKernelContext* context) {
   const CoreOp& op = *static_cast<CoreOp*>(kernel);
-  Status status;
   Tensor x, dy, gamma, saved;
-  TF_GetInput(context, 0, x.out(), status.get());
-  if (status.ok()) TF_GetInput(context, 1, dy.out(), status.get());
-  if (status.ok()) TF_GetInput(context, 2, gamma.out(), status.get());
-  if (status.ok()) TF_GetInput(context, 3, saved.out(), status.get());
-  if (!status.ok()) return TF_OpKernelContext_Failure(context, status.get());
-  if (!op.check_axis(context, x)) return;
+  if (!fuseopt_tf::get_inputs(context, {&x, &dy, &gamma, &saved}) || !op.check_axis(context, x))
+    return;
   const int64_t channels = x.dim(static_cast<int>(op.axis));
   if (saved.elements() != 2 * channels + 1)
     return fuseopt_tf::fail(context, TF_INVALID_ARGUMENT,

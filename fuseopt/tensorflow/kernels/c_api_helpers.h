@@ -9,6 +9,7 @@
 #define FUSEOPT_TF_KERNELS_C_API_HELPERS_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "tensorflow/c/kernels.h"
 #include "tensorflow/c/ops.h"
@@ -59,6 +60,20 @@ inline void fail(TF_OpKernelContext* context, TF_Code code, const char* message)
   Status status;
   TF_SetStatus(status.get(), code, message);
   TF_OpKernelContext_Failure(context, status.get());
+}
+
+// Inputs 0, 1, ... into `tensors`; false after failing the step.
+inline bool get_inputs(TF_OpKernelContext* context, std::initializer_list<Tensor*> tensors) {
+  Status status;
+  int i = 0;
+  for (Tensor* t : tensors) {
+    TF_GetInput(context, i++, t->out(), status.get());
+    if (!status.ok()) {
+      TF_OpKernelContext_Failure(context, status.get());
+      return false;
+    }
+  }
+  return true;
 }
 
 // Output `i` takes the shape of input `j` in shape inference.

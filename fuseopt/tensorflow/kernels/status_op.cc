@@ -27,17 +27,15 @@ void* create(TF_OpKernelConstruction*) { return nullptr; }  // stateless kernel
 void destroy(void*) {}
 
 void compute(void*, TF_OpKernelContext* context) {
-  Status status;
   Tensor code, message;
-  TF_GetInput(context, 0, code.out(), status.get());
-  if (status.ok()) TF_GetInput(context, 1, message.out(), status.get());
-  if (!status.ok()) return TF_OpKernelContext_Failure(context, status.get());
+  if (!fuseopt_tf::get_inputs(context, {&code, &message})) return;
   const int32_t value = *static_cast<const int32_t*>(code.data());
   if (value != 0) {
     const auto* text = static_cast<const TF_TString*>(message.data());
     const std::string what(TF_TString_GetDataPointer(text), TF_TString_GetSize(text));
     return fuseopt_tf::fail(context, static_cast<TF_Code>(value), what.c_str());
   }
+  Status status;
   for (int i = 2; i < TF_NumInputs(context); ++i) {
     Tensor values;
     TF_GetInput(context, i, values.out(), status.get());
