@@ -14,7 +14,8 @@ random id the listener sends (itself MACed). Connections still proving
 themselves are capped (the oldest goes) and given AUTH_TIMEOUT_S. Messages are tuples ``(kind, rank, *data)``:
 ``("out", rank, stream, text)``, ``("result", rank, payload)``,
 ``("error", rank, payload)`` (payloads as fuseopt/runner/task.py writes
-them), ``("exit", rank, returncode, host)``. The listener's only message
+them), ``("exit", rank, returncode, host, stopped)`` (stopped: the process was
+still running when the listener said stop). The listener's only message
 back is ``("stop",)``, when the job has failed elsewhere: the rank's
 process is to end at once (so does it when the listener goes away).
 """

@@ -175,10 +175,12 @@ class _SparkJob:
         if errors and not (died and all(consequence(e) for e in errors.values())):
             raise_rank_error(errors, "fuseopt.spark.run")
         if died:
-            # The first to die on its own failed; a rank whose error is only the loss of
-            # another may exit before the lost rank's own exit reaches us.
-            own = [m for m in died if m[1] not in errors or not consequence(errors[m[1]])]
-            _, rank, code, host = (own or died)[0]
+            # The first to die on its own failed. Neither a rank whose error is only the
+            # loss of another nor one this driver stopped is to blame, though either
+            # may exit before the lost rank's own exit reaches us.
+            own = [m for m in died if not _stopped(m) and
+                   (m[1] not in errors or not consequence(errors[m[1]]))]
+            _, rank, code, host = (own or died)[0][:4]
             raise RankFailedError("fuseopt.spark.run: rank %d of %d (on %s) ended with %s "
                                   "before returning a result; the other ranks were stopped"
                                   % (rank, self.size, host, ending(code)))
@@ -189,6 +191,10 @@ class _SparkJob:
             raise RuntimeError("fuseopt.spark.run: the Spark job failed%s: %s" % (
                 " (%s)" % pmi_failure if pmi_failure else "", str(why).strip()[:2000]))
         return [results[r]["value"] for r in range(self.size)]
+
+
+def _stopped(exit_message) -> bool:
+    return len(exit_message) > 4 and bool(exit_message[4])
 
 
 def _driver_host(context):

@@ -90,7 +90,13 @@ class RankTask:
                 [job["executable"] or sys.executable, "-m", "fuseopt.runner.task", job_dir],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 errors="replace", preexec_fn=_die_with_parent)
-            sender.watch(proc.kill)  # the job failed elsewhere, or the driver is gone
+            stopped = threading.Event()
+
+            def stop():  # the job failed elsewhere, or the driver is gone
+                if proc.poll() is None:  # still running: ended by us, not by itself
+                    stopped.set()
+                    proc.kill()
+            sender.watch(stop)
             readers = [threading.Thread(target=_forward, args=(s, n, sender, rank))
                        for s, n in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
             for reader in readers:
@@ -98,19 +104,19 @@ class RankTask:
             code = proc.wait()
             for reader in readers:
                 reader.join()
-            self._report(job_dir, rank, code, sender)
+            self._report(job_dir, rank, code, stopped.is_set(), sender)
             return code
         finally:
             shutil.rmtree(job_dir, ignore_errors=True)
 
     @staticmethod
-    def _report(job_dir, rank, code, sender):
+    def _report(job_dir, rank, code, stopped, sender):
         for kind in ("result", "error"):
             path = os.path.join(job_dir, "%s.%d" % (kind, rank))
             if os.path.exists(path):  # unpickled by the driver, which has the classes
                 with open(path, "rb") as f:
                     sender.send(kind, rank, f.read())
-        sender.send("exit", rank, code, socket.gethostname())
+        sender.send("exit", rank, code, socket.gethostname(), stopped)
 
 
 def ending(code):

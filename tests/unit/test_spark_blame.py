@@ -36,3 +36,10 @@ def test_without_errors_the_first_exit_is_blamed():
 def test_when_every_dead_rank_lost_another_the_first_is_blamed():
     assert blamed(error(0, "RankFailedError"), error(1, "ShutDownError"), ("exit", 1, 1, "vm"),
                   ("exit", 0, 1, "vm")) == "fuseopt.spark.run: rank 1 of 2"
+
+
+def test_a_rank_the_driver_stopped_is_not_blamed_though_its_exit_comes_first():
+    # The next CI flake: the PMI server saw rank 1 go and the driver stopped
+    # rank 0 (killed: -9, no error) before rank 1's own exit reached it.
+    assert blamed(("exit", 0, -9, "vm", True), ("exit", 1, -9, "vm", False)) == \
+        "fuseopt.spark.run: rank 1 of 2"
