@@ -21,7 +21,8 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
 from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce,
                   allreduce_, allreduce_async, allreduce_async_, barrier, broadcast, broadcast_,
                   broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_,
-                  grouped_allreduce_async, grouped_allreduce_async_, join, poll, synchronize)
+                  grouped_allreduce_async, grouped_allreduce_async_, join, poll, reduce_,
+                  reduce_async_, synchronize)
 from .ragged_ops import (alltoall, alltoall_async, grouped_allgather, grouped_allgather_async,
                       grouped_reducescatter, grouped_reducescatter_async, reducescatter,
                       reducescatter_async, sparse_allreduce_async)

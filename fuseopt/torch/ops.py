@@ -312,6 +312,33 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
                        finish=lambda _: tensor, device=device, process_set=set_id)
 
 
+def reduce_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                  op: Optional[int] = None, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0,
+                  process_set: Optional[ProcessSet] = None) -> Handle:
+    """Starts an in-place reduction to one rank (not in Horovod): on
+    ``root_rank`` (a global rank), ``tensor`` holds every rank's reduced
+    (default: averaged) values once the handle completes; elsewhere its
+    values are unspecified. Host tensors only. What the sharded optimizer
+    sends each gradient to its owner with: fused across tensors like an
+    allreduce, with the bytes of a reduce-scatter."""
+    if not tensor.is_cpu:
+        raise InvalidArgumentError("reduce_ takes host (CPU) tensors only")
+    buf = _t.writable(tensor.detach(), "reduce_ tensor")
+    return _rq.enqueue(_rq.REDUCE, name, _t.dtype_name(buf), tuple(buf.shape), _t.ptr(buf),
+                       _t.ptr(buf), root=root_rank, reduce_op=_np.resolve_op(None, op),
+                       prescale=prescale_factor, postscale=postscale_factor, keepalive=(buf,),
+                       finish=lambda _: tensor, process_set=_ps.id_of(process_set))
+
+
+def reduce_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+            op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+            process_set: Optional[ProcessSet] = None) -> torch.Tensor:
+    """Blocking :func:`reduce_async_`; returns ``tensor``."""
+    return _rq.run_now(reduce_async_, tensor, root_rank, name, op, prescale_factor,
+                       postscale_factor, process_set)
+
+
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set: Optional[ProcessSet] = None) -> torch.Tensor:
     """In-place broadcast of root_rank's ``tensor``; returns ``tensor``."""

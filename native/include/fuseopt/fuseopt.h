@@ -75,7 +75,10 @@ typedef enum {
    * at one int32 set id; output is NULL. */
   FUSEOPT_PROCESS_SET_ADD = 7,
   FUSEOPT_PROCESS_SET_REMOVE = 8,
-  FUSEOPT_COLLECTIVE_COUNT = 9
+  /* The reduction of every rank's input on root's output only (in place
+   * allowed); other ranks' outputs are scratch. Host memory only. */
+  FUSEOPT_REDUCE = 9,
+  FUSEOPT_COLLECTIVE_COUNT = 10
 } fuseopt_collective_t;
 
 typedef enum {
@@ -166,14 +169,14 @@ typedef struct {
   fuseopt_collective_t collective;
   const char* name;               /* NULL: an automatic per-collective name      */
   fuseopt_dtype_t dtype;
-  fuseopt_reduce_op_t reduce_op;  /* allreduce, reducescatter                    */
+  fuseopt_reduce_op_t reduce_op;  /* allreduce, reducescatter, reduce            */
   int32_t ndim;
   const int64_t* shape;           /* ndim entries                                */
   const void* input;              /* may equal output (in place)                 */
   void* output;                   /* NULL for allgather/alltoall: see below; for
                                      join, NULL or an int32_t that receives the
                                      last rank to join                          */
-  int32_t root;                   /* broadcast                                   */
+  int32_t root;                   /* broadcast, reduce                           */
   double prescale;                /* applied to the input before reducing        */
   double postscale;               /* applied to the result after reducing        */
   const int64_t* splits;          /* alltoall: rows sent to each rank; NULL

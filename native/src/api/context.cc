@@ -237,6 +237,9 @@ void take_splits(const fuseopt_request_t& q, int set_size, Entry* e) {
 // What runs on host memory only, known once the device is (take_device).
 void check_host_only(const Entry& e) {
   const TensorSpec& s = e.spec;
+  if (s.collective == FUSEOPT_REDUCE && s.device != FUSEOPT_DEVICE_HOST)
+    throw Error(FUSEOPT_UNSUPPORTED, who(s) + ": reduce runs on host memory only so far; copy "
+                                              "the tensor to the CPU");
   if (e.process_set != 0 && s.device != FUSEOPT_DEVICE_HOST)
     throw Error(FUSEOPT_UNSUPPORTED, who(s) + ": process sets run on host memory only so far; "
                                               "copy the tensor to the CPU, or use the global set");
@@ -288,12 +291,12 @@ Entry Context::validate(const fuseopt_request_t& q) {
   // for requests that are accepted (at the end of this function).
   s.name = q.name ? std::string(q.name) : auto_name(e.process_set, q.collective, false);
   take_tensor(q, &e);
-  if (q.collective == FUSEOPT_ALLREDUCE || q.collective == FUSEOPT_REDUCESCATTER)
-    take_reduction(q, &s);
-  if (q.collective == FUSEOPT_ALLREDUCE || q.collective == FUSEOPT_BROADCAST ||
-      q.collective == FUSEOPT_REDUCESCATTER)
+  const bool reduces = q.collective == FUSEOPT_ALLREDUCE ||
+                       q.collective == FUSEOPT_REDUCESCATTER || q.collective == FUSEOPT_REDUCE;
+  if (reduces) take_reduction(q, &s);
+  if (reduces || q.collective == FUSEOPT_BROADCAST)
     REQUIRE(s.num_elements() == 0 || q.output, who(s) + ": output buffer is NULL");
-  if (q.collective == FUSEOPT_BROADCAST) take_root(q, set, &e);
+  if (q.collective == FUSEOPT_BROADCAST || q.collective == FUSEOPT_REDUCE) take_root(q, set, &e);
   if (q.collective == FUSEOPT_REDUCESCATTER || q.collective == FUSEOPT_ALLTOALL ||
       q.collective == FUSEOPT_ALLGATHER)
     REQUIRE(q.ndim >= 1, who(s) + ": needs at least one dimension");

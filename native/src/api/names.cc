@@ -28,7 +28,7 @@ int fuseopt_dtype_size(int dtype) {
 const char* fuseopt_collective_name(int c) {
   static const char* names[] = {"allreduce",     "allgather", "broadcast", "alltoall",
                                 "reducescatter", "barrier",   "join",      "process_set_add",
-                                "process_set_remove"};
+                                "process_set_remove", "reduce"};
   return c >= 0 && c < FUSEOPT_COLLECTIVE_COUNT ? names[c] : "unknown_collective";
 }
 

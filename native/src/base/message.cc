@@ -31,6 +31,9 @@ bool TensorSpec::compatible_with(const TensorSpec& o) const {
     case FUSEOPT_ALLREDUCE:
     case FUSEOPT_REDUCESCATTER:
       return reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale;
+    case FUSEOPT_REDUCE:
+      return reduce_op == o.reduce_op && prescale == o.prescale && postscale == o.postscale &&
+             root == o.root;
     case FUSEOPT_BROADCAST: return root == o.root;
     default: return true;
   }
@@ -50,12 +53,13 @@ std::string TensorSpec::describe() const {
   if (collective == FUSEOPT_PROCESS_SET_REMOVE) return "removal of process set " + shape_string(shape);
   s << fuseopt_collective_name(collective) << " " << fuseopt_dtype_name(dtype)
     << shape_string(shape);
-  if (collective == FUSEOPT_ALLREDUCE || collective == FUSEOPT_REDUCESCATTER) {
+  if (collective == FUSEOPT_ALLREDUCE || collective == FUSEOPT_REDUCESCATTER ||
+      collective == FUSEOPT_REDUCE) {
     s << " op=" << fuseopt_reduce_op_name(reduce_op);
     if (prescale != 1.0) s << " prescale=" << prescale;
     if (postscale != 1.0) s << " postscale=" << postscale;
   }
-  if (collective == FUSEOPT_BROADCAST) s << " root=" << root;
+  if (collective == FUSEOPT_BROADCAST || collective == FUSEOPT_REDUCE) s << " root=" << root;
   // Host memory is the default and says nothing, so host-only messages stay
   // as they were; a device tensor names its kind.
   if (device == FUSEOPT_DEVICE_CUDA) s << " on cuda";

@@ -31,6 +31,10 @@ std::string fusion_key(const TensorSpec& s) {
       k << "allreduce/" << s.dtype << "/" << s.reduce_op << "/" << std::hexfloat << s.prescale
         << "/" << s.postscale;
       return k.str();
+    case FUSEOPT_REDUCE:
+      k << "reduce/" << s.dtype << "/" << s.reduce_op << "/" << std::hexfloat << s.prescale
+        << "/" << s.postscale << "/" << s.root;
+      return k.str();
     case FUSEOPT_BROADCAST:
       k << "broadcast/" << s.dtype << "/" << s.root;
       return k.str();
@@ -175,6 +179,7 @@ void Executor::run_bucket(std::vector<Work*>& bucket) {
   }
   switch (bucket.front()->response.spec.collective) {
     case FUSEOPT_ALLREDUCE: return allreduce(bucket);
+    case FUSEOPT_REDUCE: return reduce(bucket);
     case FUSEOPT_BROADCAST: return broadcast(bucket);
     case FUSEOPT_ALLGATHER: return allgather(*bucket.front());
     case FUSEOPT_ALLTOALL: return alltoall(*bucket.front());
@@ -218,14 +223,8 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
   const TensorSpec& s = bucket.front()->response.spec;
   if (s.reduce_op == FUSEOPT_ADASUM) return adasum(bucket);
   const double post = postscale_of(s);
-  std::vector<Segment> segments;
-  segments.reserve(bucket.size());
   bool narrowed = false;
-  for (Work* w : bucket) {  // an identity value stays the identity: no prescale
-    segments.push_back({w->entry->input, w->entry->output, w->response.spec.num_elements(),
-                        w->entry->stand_in ? 1.0 : s.prescale, w->entry->memory_dtype()});
-    narrowed = narrowed || w->entry->narrowed;
-  }
+  const std::vector<Segment> segments = segments_of(bucket, &narrowed);
   if (backend_.allreduce_segments(segments, s.dtype, s.reduce_op, post)) {
     for (Work* w : bucket) {
       finish_average(s, w->entry->output, w->response.spec.num_elements());
@@ -267,6 +266,66 @@ void Executor::allreduce(std::vector<Work*>& bucket) {
   });
 }
 
+std::vector<Segment> Executor::segments_of(const std::vector<Work*>& bucket,
+                                           bool* narrowed) const {
+  const TensorSpec& s = bucket.front()->response.spec;
+  std::vector<Segment> segments;
+  segments.reserve(bucket.size());
+  for (Work* w : bucket) {  // an identity value stays the identity: no prescale
+    segments.push_back({w->entry->input, w->entry->output, w->response.spec.num_elements(),
+                        w->entry->stand_in ? 1.0 : s.prescale, w->entry->memory_dtype()});
+    *narrowed = *narrowed || w->entry->narrowed;
+  }
+  return segments;
+}
+
+// The reduction lands on the root only (the sharded optimizer's gradients:
+// each on the rank that owns the parameter). The others' outputs are scratch.
+void Executor::reduce(std::vector<Work*>& bucket) {
+  const TensorSpec& s = bucket.front()->response.spec;
+  const double post = postscale_of(s);
+  const int root = comm_rank_of(s.root);
+  const bool at_root = rank_ == root;
+  auto finish = [&] {
+    for (Work* w : bucket) {
+      if (at_root) finish_average(s, w->entry->output, w->response.spec.num_elements());
+      complete(*w);
+    }
+  };
+  bool narrowed = false;
+  if (backend_.reduce_segments(segments_of(bucket, &narrowed), s.dtype, s.reduce_op, post,
+                               root))
+    return finish();
+  if (bucket.size() == 1 && !narrowed) {
+    Entry& e = *bucket.front()->entry;
+    const int64_t n = s.num_elements();
+    const void* send = e.input;
+    if (s.prescale != 1.0) {
+      scale_copy(s.dtype, e.input, e.output, n, s.prescale);
+      send = e.output;
+    }
+    backend_.reduce(send, e.output, n, s.dtype, s.reduce_op, root);
+    if (at_root && post != 1.0) scale_copy(s.dtype, e.output, e.output, n, post);
+    return finish();
+  }
+  char* buf = fusion_buffer(bucket_bytes(bucket));
+  const int64_t total = lay_out(bucket, [&](Work& w, int64_t at) {
+    const TensorSpec& t = w.response.spec;
+    convert_copy(w.entry->memory_dtype(), w.entry->input, t.dtype, buf + at, t.num_elements(),
+                 t.prescale);
+  });
+  mark_copied_in();
+  backend_.reduce(buf, buf, total / dtype_size(s.dtype), s.dtype, s.reduce_op, root);
+  mark_reduced();
+  if (at_root)
+    lay_out(bucket, [&](Work& w, int64_t at) {
+      const TensorSpec& t = w.response.spec;
+      convert_copy(t.dtype, buf + at, w.entry->memory_dtype(), w.entry->output, t.num_elements(),
+                   post);
+    });
+  finish();
+}
+
 int Executor::comm_rank_of(int32_t global_rank) const {
   if (members_.empty()) return global_rank;
   return static_cast<int>(std::lower_bound(members_.begin(), members_.end(), global_rank) -
@@ -280,6 +339,14 @@ void Executor::broadcast(std::vector<Work*>& bucket) {
   for (Work* w : bucket)
     if (root && w->entry->input != w->entry->output)
       std::memcpy(w->entry->output, w->entry->input, tensor_bytes(w->response.spec));
+  std::vector<Segment> segments;
+  for (Work* w : bucket)
+    segments.push_back({w->entry->output, w->entry->output, w->response.spec.num_elements(), 1.0,
+                        s.dtype});
+  if (backend_.broadcast_segments(segments, s.dtype, root_rank)) {
+    for (Work* w : bucket) complete(*w);
+    return;
+  }
   if (bucket.size() == 1) {
     backend_.broadcast(bucket.front()->entry->output, s.num_elements(), s.dtype, root_rank);
     return complete(*bucket.front());

@@ -57,7 +57,11 @@ class Executor {
   void mark_reduced() { reduced_s_ = now_s(); }
   void allreduce(std::vector<Work*>& bucket);
   void adasum(std::vector<Work*>& bucket);
+  void reduce(std::vector<Work*>& bucket);
   void broadcast(std::vector<Work*>& bucket);
+  // The bucket's tensors for a backend's *_segments call; narrowed: one travels
+  // as a 16-bit float.
+  std::vector<Segment> segments_of(const std::vector<Work*>& bucket, bool* narrowed) const;
   void allgather(Work& w);
   void alltoall(Work& w);
   void reducescatter(Work& w);

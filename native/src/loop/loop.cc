@@ -47,7 +47,8 @@ std::vector<uint64_t> Loop::slot_words(ProcessSet& ps, uint64_t flags, bool join
     // coordinator refuses while a rank has joined (coordinator.cc).
     for (int64_t slot : ps.cache->used_slots()) {
       const TensorSpec& s = ps.cache->get(slot).spec;
-      if (s.first_dim_may_differ() || s.collective == FUSEOPT_BROADCAST)
+      if (s.first_dim_may_differ() || s.collective == FUSEOPT_BROADCAST ||
+          s.collective == FUSEOPT_REDUCE)
         ps.invalid_slots.insert(slot);
       else
         set_bit(words, 1, slot, true);

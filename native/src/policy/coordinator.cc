@@ -89,7 +89,8 @@ Response Coordinator::make_response(Entry& entry, const std::vector<bool>& joine
   // rather than a result that silently leaves it out.
   const fuseopt_collective_t c = first.spec.collective;
   if (!out.joined.empty() &&
-      (c == FUSEOPT_ALLGATHER || c == FUSEOPT_BROADCAST || c == FUSEOPT_ALLTOALL)) {
+      (c == FUSEOPT_ALLGATHER || c == FUSEOPT_BROADCAST || c == FUSEOPT_ALLTOALL ||
+       c == FUSEOPT_REDUCE)) {
     out.error = FUSEOPT_INVALID_ARG;
     out.error_message = std::string(fuseopt_collective_name(c)) + " of '" + first.spec.name +
                         "' while rank " + std::to_string(out.joined.front()) +

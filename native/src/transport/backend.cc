@@ -12,6 +12,9 @@ void Backend::unsupported(const char* what) const {
 void Backend::allreduce(const void*, void*, int64_t, fuseopt_dtype_t, fuseopt_reduce_op_t) {
   unsupported("allreduce");
 }
+void Backend::reduce(const void*, void*, int64_t, fuseopt_dtype_t, fuseopt_reduce_op_t, int) {
+  unsupported("reduce");
+}
 void Backend::broadcast(void*, int64_t, fuseopt_dtype_t, int) { unsupported("broadcast"); }
 void Backend::allgatherv(const void*, int64_t, void*, const std::vector<int64_t>&) {
   unsupported("allgather");

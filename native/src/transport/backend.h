@@ -43,7 +43,21 @@ class Backend {
                                   fuseopt_reduce_op_t op, double postscale) {
     return false;
   }
+  // Reduces every rank's send into root's recv (send == recv: in place).
+  // Other ranks' recv is not written.
+  virtual void reduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
+                      fuseopt_reduce_op_t op, int root);
+  // reduce of a bucket's tensors without a fusion buffer, as allreduce_segments.
+  virtual bool reduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                               fuseopt_reduce_op_t op, double postscale, int root) {
+    return false;
+  }
   virtual void broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root);
+  // broadcast of a bucket's tensors (in == out) without a fusion buffer.
+  virtual bool broadcast_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                                  int root) {
+    return false;
+  }
   // Concatenates every rank's bytes, rank order; recv_bytes[r] from rank r.
   virtual void allgatherv(const void* send, int64_t send_bytes, void* recv,
                           const std::vector<int64_t>& recv_bytes);

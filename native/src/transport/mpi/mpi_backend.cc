@@ -87,14 +87,49 @@ void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_
   }
 }
 
-bool MpiBackend::allreduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                                    fuseopt_reduce_op_t op, double postscale) {
+bool MpiBackend::shm_takes(const std::vector<Segment>& segments, fuseopt_dtype_t dtype) const {
   int64_t count = 0;
   for (const Segment& s : segments) count += s.count;
-  if (!shm_ || count == 0 || count * static_cast<int64_t>(dtype_size(dtype)) < shm_min_bytes_)
-    return false;
+  return shm_ && count > 0 && count * static_cast<int64_t>(dtype_size(dtype)) >= shm_min_bytes_;
+}
+
+bool MpiBackend::allreduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                                    fuseopt_reduce_op_t op, double postscale) {
+  if (!shm_takes(segments, dtype)) return false;
   shm_->allreduce(segments, dtype, op, postscale);
   return true;
+}
+
+bool MpiBackend::reduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                                 fuseopt_reduce_op_t op, double postscale, int root) {
+  if (!shm_takes(segments, dtype)) return false;
+  shm_->reduce(segments, dtype, op, postscale, root);
+  return true;
+}
+
+bool MpiBackend::broadcast_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                                    int root) {
+  if (!shm_takes(segments, dtype)) return false;
+  shm_->broadcast(segments, dtype, root);
+  return true;
+}
+
+void MpiBackend::reduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
+                        fuseopt_reduce_op_t op, int root) {
+  const size_t esize = dtype_size(dtype);
+  const bool at_root = world_.info().rank == root;
+  for (int64_t done = 0; done < count; done += kChunkElements) {
+    int n = static_cast<int>(std::min(kChunkElements, count - done));
+    char* r = static_cast<char*>(recv) + done * esize;
+    const char* s = static_cast<const char*>(send) + done * esize;
+    MPI_Request request;
+    // MPI_IN_PLACE is the root's only; the others' recv is ignored.
+    mpi_check(MPI_Ireduce(at_root && send == recv ? MPI_IN_PLACE : s, r, n,
+                          MpiWorld::datatype(dtype), MpiWorld::op(op, dtype), root,
+                          world_.comm(), &request),
+              "MPI_Ireduce");
+    wait_politely(&request, "MPI_Ireduce", static_cast<int64_t>(n) * esize);
+  }
 }
 
 // Reduce to each node's leader (local rank 0) over the fast intra-node links,

@@ -23,7 +23,13 @@ class MpiBackend : public Backend {
   // Served by the shared-memory path when it applies.
   bool allreduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                           fuseopt_reduce_op_t op, double postscale) override;
+  void reduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,
+              fuseopt_reduce_op_t op, int root) override;
+  bool reduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                       fuseopt_reduce_op_t op, double postscale, int root) override;
   void broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int root) override;
+  bool broadcast_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                          int root) override;
   void allgatherv(const void* send, int64_t send_bytes, void* recv,
                   const std::vector<int64_t>& recv_bytes) override;
   void alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -40,6 +46,8 @@ class MpiBackend : public Backend {
             const std::vector<int64_t>& recv_bytes) const override;
 
  private:
+  // Whether the shared-memory path takes this many elements of dtype.
+  bool shm_takes(const std::vector<Segment>& segments, fuseopt_dtype_t dtype) const;
   void hierarchical_allreduce(const void* send, void* recv, int n, MPI_Datatype type, MPI_Op op);
 
   const MpiWorld& world_;

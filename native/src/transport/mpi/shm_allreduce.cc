@@ -91,6 +91,16 @@ void ShmAllreduce::sync() {
 
 void ShmAllreduce::allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                              fuseopt_reduce_op_t op, double postscale) {
+  dispatch(segments, dtype, op, postscale, -1);
+}
+
+void ShmAllreduce::reduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                          fuseopt_reduce_op_t op, double postscale, int root) {
+  dispatch(segments, dtype, op, postscale, root);
+}
+
+void ShmAllreduce::dispatch(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                            fuseopt_reduce_op_t op, double postscale, int root) {
   if (win_ == MPI_WIN_NULL) attach();
   const bool sum = op == FUSEOPT_SUM || op == FUSEOPT_AVERAGE;
   bool as_is = true, narrowed = true;
@@ -98,10 +108,37 @@ void ShmAllreduce::allreduce(const std::vector<Segment>& segments, fuseopt_dtype
     as_is = as_is && s.memory_dtype == dtype;
     narrowed = narrowed && s.memory_dtype == FUSEOPT_FLOAT32;
   }
-  if (as_is && sum && dtype == FUSEOPT_FLOAT32) return direct<float>(segments, postscale);
-  if (as_is && sum && dtype == FUSEOPT_FLOAT64) return direct<double>(segments, postscale);
-  if (narrowed && is_16bit_float(dtype)) return direct16(segments, dtype, op, postscale);
-  staged(segments, dtype, op, postscale);
+  if (as_is && sum && dtype == FUSEOPT_FLOAT32) return direct<float>(segments, postscale, root);
+  if (as_is && sum && dtype == FUSEOPT_FLOAT64) return direct<double>(segments, postscale, root);
+  if (narrowed && is_16bit_float(dtype)) return direct16(segments, dtype, op, postscale, root);
+  staged(segments, dtype, op, postscale, root);
+}
+
+void ShmAllreduce::broadcast(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                             int root) {
+  // One barrier per chunk: the root refills a slot only after the barrier
+  // that follows everyone's reads of it two chunks before (the slot pair).
+  if (win_ == MPI_WIN_NULL) attach();
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t per_chunk = kSlotBytes / esize;
+  int64_t count = 0;
+  for (const Segment& s : segments) count += s.count;
+  SegmentCursor cursor(segments);
+  for (int64_t done = 0; done < count; done += per_chunk) {
+    const int64_t n = std::min(per_chunk, count - done);
+    char* const slot = slots_[root] + next_slot_base();
+    if (rank_ == root) {
+      cursor.take(n, [&](const Segment& s, int64_t at, int64_t to, int64_t len) {
+        std::memcpy(slot + to * esize, static_cast<const char*>(s.in) + at * esize, len * esize);
+      });
+      sync();
+    } else {
+      sync();
+      cursor.take(n, [&](const Segment& s, int64_t at, int64_t from, int64_t len) {
+        std::memcpy(static_cast<char*>(s.out) + at * esize, slot + from * esize, len * esize);
+      });
+    }
+  }
 }
 
 int64_t ShmAllreduce::next_slot_base() {
@@ -110,12 +147,18 @@ int64_t ShmAllreduce::next_slot_base() {
   return base;
 }
 
+std::pair<int64_t, int64_t> ShmAllreduce::range(int r, int64_t n, int root) const {
+  if (root >= 0) return r == root ? std::make_pair(int64_t(0), n) : std::make_pair(n, n);
+  return {n * r / size_, n * (r + 1) / size_};
+}
+
 template <typename Piece>
-void ShmAllreduce::walk(SegmentCursor& c, int64_t n, bool own, Piece piece) {
+void ShmAllreduce::walk(SegmentCursor& c, int64_t n, int root, bool own, Piece piece) {
   for (int r = 0; r < size_; ++r) {
-    const int64_t first = n * r / size_, last = n * (r + 1) / size_;
-    c.take(last - first, [&](const Segment& s, int64_t at, int64_t from, int64_t len) {
-      if ((r == rank_) == own) piece(r, first + from, s, at, len);
+    const auto part = range(r, n, root);
+    c.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
+                                         int64_t len) {
+      if ((r == rank_) == own) piece(r, part.first + from, s, at, len);
     });
   }
 }
@@ -140,7 +183,7 @@ void reduce_and_publish(const T* in, double pre, const std::vector<const T*>& ot
 }  // namespace
 
 template <typename T>
-void ShmAllreduce::direct(const std::vector<Segment>& segments, double postscale) {
+void ShmAllreduce::direct(const std::vector<Segment>& segments, double postscale, int root) {
   constexpr int64_t esize = sizeof(T);
   const int64_t per_chunk = kSlotBytes / esize;
   int64_t count = 0;
@@ -154,28 +197,31 @@ void ShmAllreduce::direct(const std::vector<Segment>& segments, double postscale
       return reinterpret_cast<T*>(slots_[r] + base) + element;
     };
     // 1. Publish the elements the other ranks reduce.
-    walk(in, n, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+    walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       scale_copy(esize == 4 ? FUSEOPT_FLOAT32 : FUSEOPT_FLOAT64, static_cast<const T*>(s.in) + at,
                  slot(rank_, e), len, s.prescale);
     });
     sync();
     // 2. Reduce this rank's range straight from its own tensors and the
-    //    others' slots into its outputs, and publish the result.
-    walk(own, n, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+    //    others' slots into its outputs, and publish the result (a root
+    //    keeps it: its output is written twice, in the cache).
+    walk(own, n, root, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       for (int k = 1; k < size_; ++k) others[k - 1] = slot((rank_ + k) % size_, e);
-      reduce_and_publish(static_cast<const T*>(s.in) + at, s.prescale, others,
-                         static_cast<T*>(s.out) + at, slot(rank_, e), postscale, len);
+      T* out = static_cast<T*>(s.out) + at;
+      reduce_and_publish(static_cast<const T*>(s.in) + at, s.prescale, others, out,
+                         root < 0 ? slot(rank_, e) : out, postscale, len);
     });
+    if (root >= 0) continue;  // one barrier per chunk: see broadcast()
     sync();
     // 3. Fetch the other ranges, already scaled, from the ranks that reduced them.
-    walk(out, n, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
+    walk(out, n, root, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
       std::memcpy(static_cast<T*>(s.out) + at, slot(r, e), len * esize);
     });
   }
 }
 
 void ShmAllreduce::direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                            fuseopt_reduce_op_t op, double postscale) {
+                            fuseopt_reduce_op_t op, double postscale, int root) {
   // direct<T>'s three steps for float32 tensors that travel as 16-bit floats:
   // the slots hold half the bytes, and the rounding happens on the copies.
   // Rank r's range is reduced in blocks that stay in L1, in staged()'s order
@@ -194,12 +240,12 @@ void ShmAllreduce::direct16(const std::vector<Segment>& segments, fuseopt_dtype_
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<uint16_t*>(slots_[r] + base) + element;
     };
-    walk(in, n, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+    walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       narrow16(dtype, static_cast<const float*>(s.in) + at, slot(rank_, e), len,
                static_cast<float>(s.prescale));
     });
     sync();
-    walk(own, n, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+    walk(own, n, root, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       for (int64_t i = 0; i < len; i += kBlock) {
         const int64_t m = std::min(kBlock, len - i);
         narrow16(dtype, static_cast<const float*>(s.in) + at + i, block, m,
@@ -207,19 +253,20 @@ void ShmAllreduce::direct16(const std::vector<Segment>& segments, fuseopt_dtype_
         for (int k = 1; k < size_; ++k)
           combine16(dtype, op, slot((rank_ + k) % size_, e + i), block, m);
         if (post != 1.0f) scale16(dtype, block, block, m, post);
-        std::memcpy(slot(rank_, e + i), block, m * 2);
+        if (root < 0) std::memcpy(slot(rank_, e + i), block, m * 2);
         widen16(dtype, block, static_cast<float*>(s.out) + at + i, m, 1.0f);
       }
     });
+    if (root >= 0) continue;
     sync();
-    walk(out, n, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
+    walk(out, n, root, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
       widen16(dtype, slot(r, e), static_cast<float*>(s.out) + at, len, 1.0f);
     });
   }
 }
 
 void ShmAllreduce::staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                          fuseopt_reduce_op_t op, double postscale) {
+                          fuseopt_reduce_op_t op, double postscale, int root) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t per_chunk = kSlotBytes / esize;
   const MPI_Datatype type = MpiWorld::datatype(dtype);
@@ -237,8 +284,7 @@ void ShmAllreduce::staged(const std::vector<Segment>& segments, fuseopt_dtype_t 
     });
     sync();
     // Range r of the chunk is reduced by rank r, into its own slot.
-    auto range = [&](int r) { return std::make_pair(n * r / size_, n * (r + 1) / size_); };
-    const auto mine = range(rank_);
+    const auto mine = range(rank_, n, root);
     const int64_t len = mine.second - mine.first;
     for (int k = 1; k < size_ && len > 0; ++k) {
       const int other = (rank_ + k) % size_;
@@ -247,12 +293,13 @@ void ShmAllreduce::staged(const std::vector<Segment>& segments, fuseopt_dtype_t 
                                  mpi_op),
                 "MPI_Reduce_local");
     }
-    sync();
+    if (root < 0) sync();  // a root reads only its own slot
     for (int r = 0; r < size_; ++r) {
-      const auto part = range(r);
+      const auto part = range(r, n, root);
       const char* reduced = slots_[r] + base + part.first * esize;
       out.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
                                              int64_t len) {
+        if (root >= 0 && r != rank_) return;
         convert_copy(dtype, reduced + from * esize, s.memory_dtype,
                      static_cast<char*>(s.out) + at * dtype_size(s.memory_dtype), len, postscale);
       });

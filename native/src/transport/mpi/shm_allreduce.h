@@ -10,6 +10,8 @@
 //   3. each rank copies every range from the slot of the rank that reduced it
 //      straight into the output tensors, applying postscale.
 // Each element is reduced by exactly one rank, so all ranks get the same bits.
+// A reduction to one root (reduce) runs steps 1 and 2 with the root reducing
+// every element; a broadcast is the root's copy-in and the others' copy-out.
 // Barriers separate the phases. Every rank has two slots used in turn, so a
 // rank may refill one while the others still read the other: the barrier
 // after the next copy-in already orders it after their reads. Runs on the
@@ -17,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "transport/backend.h"
@@ -39,25 +42,37 @@ class ShmAllreduce {
   // (the executor's plan guarantees it). A segment's out may equal its in.
   void allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                  fuseopt_reduce_op_t op, double postscale);
+  // The same with the result on `root` (a rank of this host's communicator)
+  // only: the other ranks' outputs are not written.
+  void reduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+              fuseopt_reduce_op_t op, double postscale, int root);
+  // Every rank's segments receive root's (whose in and out are equal).
+  void broadcast(const std::vector<Segment>& segments, fuseopt_dtype_t dtype, int root);
 
  private:
   // Float sums and averages: each rank publishes only the elements others
   // reduce, and reduces its own range straight from its tensors into its
   // outputs in one pass (scales folded in): about 27% less memory traffic
   // than staging everything, which matters when ranks share memory bandwidth.
+  // root < 0: allreduce; else the reduction to root (see reduce()).
   template <typename T>
-  void direct(const std::vector<Segment>& segments, double postscale);
+  void direct(const std::vector<Segment>& segments, double postscale, int root);
   // direct's steps for float32 tensors that travel as a 16-bit dtype, any op.
   void direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                fuseopt_reduce_op_t op, double postscale);
+                fuseopt_reduce_op_t op, double postscale, int root);
   // Every dtype and op: stage all, reduce in the slots, copy all out.
   void staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-              fuseopt_reduce_op_t op, double postscale);
+              fuseopt_reduce_op_t op, double postscale, int root);
+  void dispatch(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+                fuseopt_reduce_op_t op, double postscale, int root);
+  // The elements [first, last) of an n-element chunk that rank r reduces:
+  // an even share, or all of them on the root of a reduction (root >= 0).
+  std::pair<int64_t, int64_t> range(int r, int64_t n, int root) const;
   // Walks a chunk of n elements with cursor c, rank r's range after rank
   // r-1's, calling piece(r, element in the chunk, segment, element in it,
   // length) for this rank's own range (own) or for everyone else's (!own).
   template <typename Piece>
-  void walk(SegmentCursor& c, int64_t n, bool own, Piece piece);
+  void walk(SegmentCursor& c, int64_t n, int root, bool own, Piece piece);
   // The byte offset in every rank's slot pair of the slot the next chunk
   // uses; the pair alternates (see the top of this file).
   int64_t next_slot_base();
