@@ -322,13 +322,14 @@ def _sharded(a):
     from .sharded import ShardedOptimizer
     refused = [name for name, default in (("op", ops.Average), ("gradient_predivide_factor", 1.0),
                                           ("num_groups", 0), ("groups", None),
-                                          ("sparse_as_dense", False), ("name_map", None))
+                                          ("sparse_as_dense", False), ("name_map", None),
+                                          ("bucket_cap_mb", None))
                if a[name] != default]
     if refused:
         raise UnsupportedError("DistributedOptimizer(shard=%r) does not take %s"
                                % (a["shard"], ", ".join(refused)))
     return ShardedOptimizer(a["optimizer"], a["named_parameters"], a["shard"], a["compression"],
-                            a["backward_passes_per_step"], a["process_set"], a["bucket_cap_mb"])
+                            a["backward_passes_per_step"], a["process_set"])
 
 
 _INIT_SIGNATURE = inspect.signature(DistributedOptimizer.__init__)

@@ -1,6 +1,5 @@
 """The sharded optimizer's plan (fuseopt/training/sharding.py): owners
-balanced by bytes within the stated bound, the same for the same sizes, and
-buckets whose fusion buffer gives each owner one slice."""
+balanced by bytes within the stated bound, the same for the same sizes."""
 import random
 
 import pytest
@@ -34,24 +33,6 @@ def test_another_world_size_gives_another_plan():
     nbytes = [400, 300, 200, 100, 100]
     assert sharding.owners(nbytes, 2) != sharding.owners(nbytes, 3)
     assert sorted(set(sharding.owners(nbytes, 3))) == [0, 1, 2]
-
-
-def test_buckets_list_parameters_by_owner_with_each_owners_count():
-    numel = [10, 20, 30, 40]
-    owner = [1, 0, 1, 0]
-    plan = sharding.buckets([3, 2, 1, 0], numel, [4] * 4, ["f32"] * 4, owner, 2, float("inf"))
-    assert plan == [sharding.Bucket([3, 1, 2, 0], [60, 40])]
-    # The cap closes a bucket once it holds that many bytes (readiness order).
-    plan = sharding.buckets([3, 2, 1, 0], numel, [4] * 4, ["f32"] * 4, owner, 2, 200)
-    assert [b.params for b in plan] == [[3, 2], [1, 0]]
-    assert [b.splits for b in plan] == [[40, 30], [20, 10]]
-
-
-def test_a_dtype_change_closes_the_bucket():
-    plan = sharding.buckets([0, 1, 2], [5, 5, 5], [4, 2, 2], ["f32", "f16", "f16"],
-                            [0, 1, 0], 2, float("inf"))
-    assert [b.params for b in plan] == [[0], [2, 1]]
-    assert [b.splits for b in plan] == [[5, 0], [5, 5]]
 
 
 def test_stage_names():

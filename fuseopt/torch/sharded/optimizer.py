@@ -1,15 +1,17 @@
 """DistributedOptimizer(shard=...): the optimizer's state and step split
 across ranks (ZeRO stages 1 and 2).
 
-Each parameter has one owning rank (fuseopt/training/sharding.py). A
-bucket's gradients leave from the gradient hooks while backward runs, as the
-unsharded optimizer's do, but through an alltoall that gives each owner its
-slice of every rank's gradients: the bytes of a reduce-scatter. The owner
-sums them; ``step()`` runs the wrapped optimizer with only the owned
-parameters' gradients visible (torch optimizers skip a parameter whose
-gradient is None, and make no state for it), then one fused allgather of
-the owners' updated slices rebuilds every parameter on every rank: the bytes
-of an all-gather. Together, what one allreduce of the gradients moves.
+Each parameter has one owning rank (fuseopt/training/sharding.py). Its
+gradient leaves from its hook while backward runs, as the unsharded
+optimizer's do, but in a reduction to its owner only (the core's reduce,
+fused across tensors like an allreduce): the owner gets the average, the
+bytes moved are a reduce-scatter's. ``step()`` runs the wrapped optimizer
+with only the owned parameters' gradients visible (torch optimizers skip a
+parameter whose gradient is None, and make no state for it), then each
+parameter is broadcast from its owner: an all-gather's bytes. Together,
+what one allreduce of the gradients moves, with no fusion buffer of the
+optimizer's own: the core reads and writes the gradients and parameters in
+place.
 
 ``shard="optimizer"`` (ZeRO-1) keeps every ``p.grad`` allocated: the owned
 ones hold the average, the others this rank's own local gradient.
@@ -23,13 +25,11 @@ import torch
 
 from ...base.errors import InvalidArgumentError, MismatchError, UnsupportedError
 from ...core import process_sets as _ps
-from ...training import buckets as _buckets
 from ...training import naming, sharding
-from .. import ragged_ops
 from .._wrapper import OptimizerWrapper
 from ..compression import Compression
 from ..functions import allgather_object
-from ..ops import Max, Sum, allreduce
+from ..ops import Average, Max, Sum, allreduce, broadcast_async_, reduce_async_
 from . import state as _state
 
 _WIRE = {id(Compression.none): None, id(Compression.fp16): torch.float16,
@@ -45,7 +45,7 @@ class ShardedOptimizer(OptimizerWrapper):
                  named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
                  shard: str = sharding.OPTIMIZER, compression: Any = Compression.none,
                  backward_passes_per_step: int = 1, process_set: Optional[_ps.ProcessSet] = None,
-                 bucket_cap_mb: Optional[float] = None, reduce_gradients: bool = True) -> None:
+                 reduce_gradients: bool = True) -> None:
         sharding.check_stage(shard)
         if id(compression) not in _WIRE:
             raise UnsupportedError("a sharded optimizer compresses with Compression.none, .fp16 "
@@ -71,22 +71,16 @@ class ShardedOptimizer(OptimizerWrapper):
             _check_same_parameters(names, params, process_set)
         nbytes = [p.numel() * p.element_size() for p in params]
         self.owner = sharding.owners(nbytes, self.size)
-        ready_order = list(reversed(range(len(params))))  # backward meets the last layer first
-        self._buckets = sharding.buckets(
-            ready_order, [p.numel() for p in params], [p.element_size() for p in params],
-            [(p.dtype, p.device) for p in params], self.owner, self.size,
-            _buckets.cap_bytes(bucket_cap_mb))
-        self._names = ["shard.%s" % names[b.params[0]] for b in self._buckets]
-        self._bucket_of = {i: k for k, b in enumerate(self._buckets) for i in b.params}
+        ranks = process_set.ranks if process_set is not None else list(range(self.size))
+        self._root = [ranks[r] for r in self.owner] if self._member else []  # global ranks
+        self._names = ["shard.%s" % n for n in names]
         self._owned = {i for i, r in enumerate(self.owner) if r == self.rank}
         # What a wrapped optimizer that stepped before holds for others' parameters goes.
         for i, p in enumerate(params):
             if i not in self._owned:
                 optimizer.state.pop(p, None)
         self._passes = [0] * len(params)
-        self._waiting = [len(b.params) for b in self._buckets]
-        self._in_flight: Dict[int, Any] = {}  # bucket -> alltoall handle
-        self._buffers: Dict[Any, torch.Tensor] = {}  # fusion buffers (_fusion_buffer)
+        self._in_flight: Dict[int, Tuple[Any, torch.Tensor]] = {}  # param -> (handle, sent)
         self._should_synchronize = True
         self._loaded: Optional[dict] = None  # a full state_dict not yet broadcast (state.py)
         self._consolidated: Optional[dict] = None
@@ -107,87 +101,48 @@ class ShardedOptimizer(OptimizerWrapper):
 
     # -- gradients ------------------------------------------------------------------
     def _on_grad_ready(self, i, p):
-        k = self._bucket_of[i]
-        if k in self._in_flight:
+        if i in self._in_flight:
             raise InvalidArgumentError(
                 "gradient of %s was computed again before step()/synchronize(); for several "
-                "backward passes per step, pass backward_passes_per_step" % self._names[k])
+                "backward passes per step, pass backward_passes_per_step" % self._names[i])
         self._passes[i] += 1
-        if self._passes[i] < self.backward_passes_per_step:
-            return
-        self._waiting[k] -= 1
-        if self._waiting[k] == 0:
-            self._start(k)
+        if self._passes[i] >= self.backward_passes_per_step:
+            self._start(i)
 
-    def _start(self, k):
-        """Sends each owner its slice of bucket k's gradients."""
-        bucket = self._buckets[k]
-        grads = []
-        for i in bucket.params:
-            p = self._params[i]
-            if p.grad is None:  # unused on this rank: take part with zeros
-                p.grad = torch.zeros_like(p)
-            elif p.grad.is_sparse:
-                raise UnsupportedError("a sharded optimizer takes dense gradients only (%s)"
-                                       % self._names[k])
-            grads.append(p.grad.reshape(-1))
-        first = grads[0]
-        wire = self._wire if self._wire is not None and first.is_floating_point() else first.dtype
-        flat = self._fusion_buffer(("send", k), sum(g.numel() for g in grads), wire,
-                                   first.device)
-        offset = 0
-        for g in grads:  # copy_ casts to the wire dtype on the way
-            flat[offset:offset + g.numel()].copy_(g)
-            offset += g.numel()
-        self._in_flight[k] = ragged_ops.alltoall_async(flat, bucket.splits, self._names[k],
-                                                       self._process_set)
-
-    def _fusion_buffer(self, key, numel, dtype, device):
-        """A flat buffer kept from step to step: at hundreds of MB a fresh one
-        costs a page fault per 4 KiB every step."""
-        buf = self._buffers.get(key)
-        if buf is None or buf.numel() != numel or buf.dtype != dtype or buf.device != device:
-            buf = self._buffers[key] = torch.empty(numel, dtype=dtype, device=device)
-        return buf
+    def _start(self, i):
+        """Sends parameter i's gradient to its owner, averaged there."""
+        p = self._params[i]
+        if p.grad is None:  # unused on this rank: take part with zeros
+            p.grad = torch.zeros_like(p)
+        elif p.grad.is_sparse:
+            raise UnsupportedError("a sharded optimizer takes dense gradients only (%s)"
+                                   % self._names[i])
+        sent = p.grad
+        if self._wire is not None and sent.is_floating_point() and sent.dtype != self._wire:
+            sent = sent.to(self._wire)  # a 16-bit copy travels; the owner widens the average
+        self._in_flight[i] = (reduce_async_(sent, self._root[i], name=self._names[i], op=Average,
+                                            process_set=self._process_set), sent)
 
     def synchronize(self):
-        """Waits for every bucket and leaves this rank's owned gradients
+        """Waits for every gradient and leaves this rank's owned gradients
         averaged in ``p.grad`` (ZeRO-2: the others None)."""
         if not self._member or self.size == 1 or not self._hooks:
             return
-        for k in range(len(self._buckets)):  # unused parameters, incomplete accumulation
-            if k not in self._in_flight:
-                self._start(k)
+        for i in range(len(self._params)):  # unused parameters, incomplete accumulation
+            if i not in self._in_flight:
+                self._start(i)
         try:
-            for k, handle in sorted(self._in_flight.items()):
-                received, _ = handle.wait()
-                self._write_owned(k, received)
+            for i, (handle, sent) in sorted(self._in_flight.items()):
+                handle.wait()
+                p = self._params[i]
+                if i in self._owned:
+                    if sent is not p.grad:
+                        p.grad.copy_(sent)
+                elif self.shard == sharding.GRADIENTS:
+                    p.grad = None
         finally:
             self._in_flight.clear()
             self._passes = [0] * len(self._params)
-            self._waiting = [len(b.params) for b in self._buckets]
-
-    def _write_owned(self, k, received):
-        bucket = self._buckets[k]
-        mine = bucket.splits[self.rank]
-        parts = received.view(self.size, mine)
-        first = self._params[bucket.params[0]]
-        if parts.dtype != first.dtype:  # 16 bits on the wire: sum in the gradient's dtype
-            parts = parts.to(first.dtype)
-        average = torch.mean(parts, 0, out=self._fusion_buffer(("average", k), mine, first.dtype,
-                                                                first.device))
-        offset = 0
-        for i in bucket.params:
-            p = self._params[i]
-            if i in self._owned:
-                view = average[offset:offset + p.numel()].view_as(p)
-                if self.shard == sharding.GRADIENTS:
-                    p.grad = view
-                else:
-                    p.grad.copy_(view)
-                offset += p.numel()
-            elif self.shard == sharding.GRADIENTS:
-                p.grad = None
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -248,27 +203,12 @@ class ShardedOptimizer(OptimizerWrapper):
         return loss
 
     def _gather_parameters(self):
-        """One fused allgather of every bucket's owned slices."""
-        flats = []
-        for k, bucket in enumerate(self._buckets):
-            first = self._params[bucket.params[0]]
-            owned = [self._params[i].detach().reshape(-1) for i in bucket.params
-                     if i in self._owned]
-            flat = self._fusion_buffer(("owned", k), sum(p.numel() for p in owned),
-                                       first.dtype, first.device)
-            if owned:
-                torch.cat(owned, out=flat)
-            flats.append(flat)
-        gathered = ragged_ops.grouped_allgather_async(
-            flats, name="shard.params", process_set=self._process_set).wait()
-        with torch.no_grad():
-            for bucket, flat in zip(self._buckets, gathered):
-                offset = 0
-                for i in bucket.params:
-                    p = self._params[i]
-                    if i not in self._owned:
-                        p.copy_(flat[offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
+        """Every parameter from its owner, in place (broadcasts fused per owner)."""
+        handles = [broadcast_async_(p.data, self._root[i], name="shard.param.%s" % self._names[i],
+                                    process_set=self._process_set)
+                   for i, p in enumerate(self._params)]
+        for handle in handles:
+            handle.wait()
 
     def zero_grad(self, set_to_none=True):
         """The wrapped optimizer's; refused while gradients are in flight."""
