@@ -290,9 +290,56 @@ def check_ranks_with_different_models_fail_on_every_rank():
         "does not take op")
 
 
+def check_grad_scaler_skips_together_and_scales_agree():
+    """torch.amp.GradScaler over a sharded optimizer: at step 3 one rank's
+    gradient of one parameter is infinite. Its owner alone sees the infinite
+    average, yet every rank must skip that step (or the parameter broadcasts
+    would wait for ever) and lower the scale alike; the one-process reference
+    with the same infinity skips the same step."""
+    n, rank = hvd.size(), hvd.rank()
+    bad_rank = n - 1
+    for shard in STAGES:
+        model, reference = make_model(), make_model()
+        opt = sharded(model, OPTIMIZERS["Adam"], shard)
+        target = next(i for i, p in enumerate(model.parameters()) if opt.owner[i] != bad_rank)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+        ref_opt = OPTIMIZERS["Adam"](reference.parameters())
+        ref_scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+        for step in range(6):
+            x, y = global_batch(step, n)
+            xs, ys = x[rank * B:(rank + 1) * B], y[rank * B:(rank + 1) * B]
+            loss = F.cross_entropy(model(xs), ys)
+            if step == 3 and rank == bad_rank:
+                loss = loss + list(model.parameters())[target].sum() * float("inf")
+            before = [p.detach().clone() for p in model.parameters()]
+            scaler.scale(loss).backward()
+            if step % 2:  # Horovod's recipe; on even steps scaler.step alone
+                opt.synchronize()
+                scaler.unscale_(opt)
+                with opt.skip_synchronize():
+                    scaler.step(opt)
+            else:
+                scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            ref_loss = F.cross_entropy(reference(x), y)
+            if step == 3:
+                ref_loss = ref_loss + list(reference.parameters())[target].sum() * float("inf")
+            ref_scaler.scale(ref_loss).backward()
+            ref_scaler.step(ref_opt)
+            ref_scaler.update()
+            ref_opt.zero_grad()
+            unchanged = all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+            assert unchanged == (step == 3), (shard, step, unchanged)
+            scales = hvd.allgather_object(scaler.get_scale())
+            assert scales == [ref_scaler.get_scale()] * n, (shard, step, scales)
+        assert_same_params(model, reference, "GradScaler " + shard)
+
+
 CHECKS = [check_200_steps_match_the_reference_with_state_on_owners_only,
           check_state_is_balanced_by_bytes, check_accumulation_groups_and_scheduler,
-          check_clipping_over_the_whole_model, check_bf16_on_the_wire,
+          check_clipping_over_the_whole_model, check_grad_scaler_skips_together_and_scales_agree,
+          check_bf16_on_the_wire,
           check_whole_state_resumes_on_fewer_ranks,
           check_horovod_resume_pattern_broadcasts_shards,
           check_checkpoint_files_hold_shards_and_resume_anywhere,

@@ -81,6 +81,7 @@ class ShardedOptimizer(OptimizerWrapper):
                 optimizer.state.pop(p, None)
         self._passes = [0] * len(params)
         self._in_flight: Dict[int, Tuple[Any, torch.Tensor]] = {}  # param -> (handle, sent)
+        self._synchronized = False
         self._should_synchronize = True
         self._loaded: Optional[dict] = None  # a full state_dict not yet broadcast (state.py)
         self._consolidated: Optional[dict] = None
@@ -100,7 +101,21 @@ class ShardedOptimizer(OptimizerWrapper):
                    for v in s.values() if torch.is_tensor(v))
 
     # -- gradients ------------------------------------------------------------------
+    @property
+    def param_groups(self):
+        """The wrapped optimizer's groups. Whoever reads the gradients through
+        them (a GradScaler's ``unscale_``/``step``) must see them averaged, not
+        in flight: reaching them while gradients travel waits for them first."""
+        if self._in_flight:
+            self.synchronize()
+        return self._optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value):
+        self._optimizer.param_groups = value
+
     def _on_grad_ready(self, i, p):
+        self._synchronized = False
         if i in self._in_flight:
             raise InvalidArgumentError(
                 "gradient of %s was computed again before step()/synchronize(); for several "
@@ -126,7 +141,7 @@ class ShardedOptimizer(OptimizerWrapper):
     def synchronize(self):
         """Waits for every gradient and leaves this rank's owned gradients
         averaged in ``p.grad`` (ZeRO-2: the others None)."""
-        if not self._member or self.size == 1 or not self._hooks:
+        if not self._member or self.size == 1 or not self._hooks or self._synchronized:
             return
         for i in range(len(self._params)):  # unused parameters, incomplete accumulation
             if i not in self._in_flight:
@@ -143,6 +158,27 @@ class ShardedOptimizer(OptimizerWrapper):
         finally:
             self._in_flight.clear()
             self._passes = [0] * len(self._params)
+        self._agree_on_finiteness()
+        self._synchronized = True  # until the next backward or step: no second reduction
+
+    def _agree_on_finiteness(self):
+        """A GradScaler skips the step when the gradients it sees hold an
+        infinity or NaN. Each rank sees its own share of the averages, so the
+        ranks would disagree, and one stepping alone would wait for ever in
+        the parameter broadcasts (and the loss scales would drift apart).
+        They agree instead: where any owner's average is not finite, a rank
+        whose visible gradients are all finite marks one of them infinite,
+        so every rank's scaler skips the step and lowers its scale alike."""
+        shown = [(i, p.grad) for i, p in enumerate(self._params) if p.grad is not None]
+        finite = {}
+        if shown:
+            peaks = torch._foreach_norm([g for _, g in shown], float("inf"))
+            finite = dict(zip((i for i, _ in shown), torch.isfinite(torch.stack([m.float() for m in peaks])).tolist()))
+        mine = all(finite[i] for i in self._owned if i in finite)
+        flag = torch.tensor([0.0 if mine else 1.0])
+        if allreduce(flag, name="shard.finite", op=Max, process_set=self._process_set)[0] > 0:
+            if shown and all(finite.values()):
+                shown[0][1].view(-1)[0] = float("inf")
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -200,6 +236,7 @@ class ShardedOptimizer(OptimizerWrapper):
             for i, g in hidden.items():
                 self._params[i].grad = g
         self._gather_parameters()
+        self._synchronized = False
         return loss
 
     def _gather_parameters(self):
