@@ -336,6 +336,40 @@ def check_grad_scaler_skips_together_and_scales_agree():
         assert_same_params(model, reference, "GradScaler " + shard)
 
 
+def check_elastic_torch_state_commits_and_restores_the_whole_state():
+    """hvd.elastic.TorchState with a sharded optimizer: a commit keeps the
+    whole state on every rank (a lost rank would take its shard with it);
+    restore() brings back the committed parameters and each rank's share,
+    and the commit's payload resumes a plain optimizer in one process."""
+    from fuseopt.torch.elastic import TorchState
+    make = OPTIMIZERS["Adam"]
+    for shard in STAGES:
+        model, reference = make_model(), make_model()
+        opt, ref_opt = sharded(model, make, shard), make(reference.parameters())
+        train(opt, model, ref_opt, reference, 3)
+        state = TorchState(model=model, optimizer=opt, epoch=0)
+        state.commit()
+        committed = copy.deepcopy(model.state_dict())
+        expected = copy.deepcopy(ref_opt.state_dict())
+        train(opt, model, make(make_model().parameters()), make_model(), 2, first=3)
+        state.restore()
+        for name, value in committed.items():
+            assert torch.equal(model.state_dict()[name], value), (shard, name)
+        assert {id(p) for p in opt.state} == {id(p) for p in opt.owned_parameters()}, shard
+        # Training on from the restored commit follows the reference from step 3.
+        train(opt, model, ref_opt, reference, 3, first=3)
+        assert_same_params(model, reference, "elastic restore " + shard, tol=1e-4)
+        # The payload (what the commit store holds) is the whole state.
+        plain_model = make_model()
+        plain = TorchState(model=plain_model, optimizer=make(plain_model.parameters()), epoch=0)
+        plain._load_payload(state._payload())
+        loaded = plain.optimizer.state_dict()["state"]
+        assert sorted(loaded) == sorted(expected["state"]), shard
+        for k, values in expected["state"].items():
+            for key, value in values.items():
+                close(loaded[k][key], value, "payload %s %s %s" % (shard, k, key), 1e-4)
+
+
 CHECKS = [check_200_steps_match_the_reference_with_state_on_owners_only,
           check_state_is_balanced_by_bytes, check_accumulation_groups_and_scheduler,
           check_clipping_over_the_whole_model, check_grad_scaler_skips_together_and_scales_agree,
@@ -343,6 +377,7 @@ CHECKS = [check_200_steps_match_the_reference_with_state_on_owners_only,
           check_whole_state_resumes_on_fewer_ranks,
           check_horovod_resume_pattern_broadcasts_shards,
           check_checkpoint_files_hold_shards_and_resume_anywhere,
+          check_elastic_torch_state_commits_and_restores_the_whole_state,
           check_zero_redundancy_optimizer_after_averaged_gradients,
           check_ranks_with_different_models_fail_on_every_rank]
 

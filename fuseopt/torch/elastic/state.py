@@ -18,8 +18,9 @@ import torch
 from ...training.checkpoint import CheckpointError
 from ...training.compression import shared_part
 from ...training.elastic import ObjectState
-from ..functions import (broadcast_object, broadcast_optimizer_state,
+from ..functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                          broadcast_parameters)
+from ..sharded import ShardedOptimizer, merge_shards
 from .sampler import ElasticSampler
 
 
@@ -68,10 +69,32 @@ class OptimizerStateHandler(StateHandler):
         return dict(saved, fuseopt_compression=shared_part(compression))
 
 
+class ShardedOptimizerStateHandler(OptimizerStateHandler):
+    """A sharded optimizer's state is spread over the ranks, and a lost rank
+    takes its shard with it: a save gathers every shard (collective, as a
+    commit is), so each rank keeps the whole state, as an unsharded
+    TorchState does; restoring keeps this rank's share under the current
+    plan, so a job restarted on another number of ranks re-shards it."""
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name = name
+        self.value = value
+        self.saved = self._whole()
+
+    def _whole(self) -> dict:
+        return merge_shards(allgather_object(self.value.sharded_state_dict(),
+                                             name="elastic.%s.shards" % self.name,
+                                             process_set=self.value._process_set))
+
+    def save(self) -> None:
+        self.saved = self._whole()
+
+
 LRScheduler = getattr(torch.optim.lr_scheduler, "LRScheduler",
                       torch.optim.lr_scheduler._LRScheduler)
 HANDLERS = [
     (torch.nn.Module, ModelStateHandler),
+    (ShardedOptimizer, ShardedOptimizerStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (LRScheduler, StateHandler),
     (ElasticSampler, StateHandler),
