@@ -65,7 +65,8 @@ RANK_COUNT_CHECKS = ("check_fit_with_a_bucket_per_gradient",
                      "check_custom_loop_tape_and_apply_gradients",
                      "check_compression_and_sparse_gradients",
                      "check_sync_batch_normalization_uneven_batches",
-                     "check_sync_batch_normalization_in_fit")
+                     "check_sync_batch_normalization_in_fit",
+                     "check_sharded_optimizer_state_and_weights")
 
 
 def test_keras_training_at_4_ranks(run_ranks):

@@ -30,8 +30,8 @@ from .ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce,
                   broadcast, grouped_allreduce, join)
 from .ragged_ops import alltoall, grouped_allgather, grouped_reducescatter, reducescatter
 from .value_ops import local_rank_op, local_size_op, process_set_included_op, rank_op, size_op
-from .wrappers.optimizer import PartialDistributedOptimizer
-from .wrappers.optimizer import TensorFlowDistributedOptimizer as DistributedOptimizer
+from .wrappers.factory import PartialDistributedOptimizer
+from .wrappers.factory import TensorFlowDistributedOptimizer as DistributedOptimizer
 from ..training.naming import Shared
 from .sync_batch_norm import SyncBatchNormalization
 from . import elastic  # noqa: E402  (hvd.elastic.run, TensorFlowKerasState, TensorFlowState)

@@ -604,6 +604,34 @@ def check_wrapper_reads_through_counts_passes_and_round_trips():
     assert state.epoch == 1
 
 
+def check_sharded_optimizer_state_and_weights():
+    """DistributedOptimizer(shard="optimizer"): the same weights as one process
+    on the concatenated batch, with each rank holding the optimizer slots of
+    its owned variables only (uneven at 4 ranks: the variables differ in size)."""
+    n = hvd.size()
+    for name, make_opt in (("SGD+momentum", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+                           ("Adam", lambda: keras.optimizers.Adam(0.01))):
+        model, ref = fit_pair(make_opt, epochs=2, shard="optimizer")
+        for w, v in zip(model.get_weights(), ref.get_weights()):
+            close(w, v, "sharded fit %s" % name)
+        opt = model.optimizer
+        owned = opt.owned_variables(model.trainable_variables)
+        slots = [v for v in opt.inner_optimizer.variables if len(v.shape) > 0]
+        ref_slots = [v for v in ref.optimizer.variables if len(v.shape) > 0]
+        per_var = len(ref_slots) // len(model.trainable_variables)
+        assert len(slots) == per_var * len(owned), (name, len(slots), len(owned))
+        held = hvd.allgather_object(sum(int(np.prod(v.shape)) for v in slots))
+        assert sum(held) == sum(int(np.prod(v.shape)) for v in ref_slots), (name, held)
+        assert max(held) < sum(held) or n == 1, (name, held)
+        assert int(opt.iterations.numpy()) == int(ref.optimizer.iterations.numpy())
+    for kwargs, words in ((dict(shard="gradients"), "state only"),
+                          (dict(shard="optimizer", backward_passes_per_step=2),
+                           "backward_passes_per_step=1"),
+                          (dict(shard="optimizer", num_groups=2), "groups")):
+        harness.expect_error(hvd.UnsupportedError, lambda: hvd.DistributedOptimizer(
+            keras.optimizers.SGD(0.1), **kwargs), words)
+
+
 CHECKS = [check_fit_equals_single_process_sgd_adam,
           check_accumulation_equals_concatenated_batch,
           check_custom_loop_tape_and_apply_gradients,
@@ -616,7 +644,8 @@ CHECKS = [check_fit_equals_single_process_sgd_adam,
           check_sync_batch_normalization_uneven_batches,
           check_sync_batch_normalization_in_fit, check_metrics_callback,
           check_momentum_correction_warns_through_the_wrapper,
-          check_wrapper_reads_through_counts_passes_and_round_trips]
+          check_wrapper_reads_through_counts_passes_and_round_trips,
+          check_sharded_optimizer_state_and_weights]
 
 if __name__ == "__main__":
     # float64: the references are then exact to ~1e-15, so 1e-5 tests semantics,

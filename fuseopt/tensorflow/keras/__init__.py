@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, Optional
 from .. import *  # noqa: F401,F403  (the same API as fuseopt.tensorflow)
 # The Keras module's own argument order, in place of fuseopt.tensorflow's.
-from ..wrappers.optimizer import DistributedOptimizer  # type: ignore[assignment]  # noqa: F401
-from ..wrappers.optimizer import PartialDistributedOptimizer  # noqa: F401
+from ..wrappers.factory import DistributedOptimizer  # type: ignore[assignment]  # noqa: F401
+from ..wrappers.factory import PartialDistributedOptimizer  # noqa: F401
 from . import callbacks  # noqa: F401
 # hvd.elastic.run, KerasState, the state callbacks. Not ``from . import``:
 # the star import above already bound ``elastic`` to fuseopt.tensorflow's.
