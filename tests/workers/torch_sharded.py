@@ -370,7 +370,41 @@ def check_elastic_torch_state_commits_and_restores_the_whole_state():
                 close(loaded[k][key], value, "payload %s %s %s" % (shard, k, key), 1e-4)
 
 
-CHECKS = [check_200_steps_match_the_reference_with_state_on_owners_only,
+def check_reduce_lands_on_the_root_only():
+    """hvd.reduce_ (the sharded optimizer's gradient path): every root, sum
+    and average, float32/float64/int32, alone, fused with tensors for other
+    roots, and above the shared-memory threshold (256 KiB); a broadcast_ of
+    the same sizes; a bad root and roots that differ across ranks fail on
+    every rank."""
+    n, rank = hvd.size(), hvd.rank()
+    for numel in (5, 1000, 300_000):
+        for root in range(n):
+            for dtype, op, want in ((torch.float32, hvd.Sum, n * (n + 1) / 2),
+                                    (torch.float64, hvd.Average, (n + 1) / 2),
+                                    (torch.int32, hvd.Sum, n * (n + 1) // 2)):
+                t = torch.full((numel,), rank + 1, dtype=dtype)
+                hvd.reduce_(t, root, name="reduce.%d.%d.%s" % (numel, root, dtype), op=op)
+                if rank == root:
+                    assert torch.all(t == want), (numel, root, dtype, t[:3])
+                else:  # the others' values stay as they were
+                    assert torch.all(t == rank + 1), (numel, root, dtype, t[:3])
+            b = torch.arange(numel, dtype=torch.float32) * (rank == root) + 7
+            hvd.broadcast_(b, root, name="reduce.bcast.%d.%d" % (numel, root))
+            assert torch.equal(b, torch.arange(numel, dtype=torch.float32) + 7), (numel, root)
+    handles = [hvd.reduce_async_(torch.full((100,), float(rank + 1)), i % n, name="reduce.f%d" % i,
+                                 op=hvd.Sum) for i in range(4 * n)]
+    for i, h in enumerate(handles):
+        t = hvd.synchronize(h)
+        if rank == i % n:
+            assert torch.all(t == n * (n + 1) / 2), i
+    harness.expect_error(hvd.InvalidArgumentError, lambda: hvd.reduce_(torch.ones(3), n),
+                         "root %d is not a rank" % n)
+    harness.expect_error(hvd.MismatchError, lambda: hvd.reduce_(
+        torch.ones(3), rank, name="reduce.roots"), "reduce.roots")
+
+
+CHECKS = [check_reduce_lands_on_the_root_only,
+          check_200_steps_match_the_reference_with_state_on_owners_only,
           check_state_is_balanced_by_bytes, check_accumulation_groups_and_scheduler,
           check_clipping_over_the_whole_model, check_grad_scaler_skips_together_and_scales_agree,
           check_bf16_on_the_wire,

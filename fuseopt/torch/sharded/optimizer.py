@@ -169,16 +169,16 @@ class ShardedOptimizer(OptimizerWrapper):
         They agree instead: where any owner's average is not finite, a rank
         whose visible gradients are all finite marks one of them infinite,
         so every rank's scaler skips the step and lowers its scale alike."""
-        shown = [(i, p.grad) for i, p in enumerate(self._params) if p.grad is not None]
-        finite = {}
-        if shown:
-            peaks = torch._foreach_norm([g for _, g in shown], float("inf"))
-            finite = dict(zip((i for i, _ in shown), torch.isfinite(torch.stack([m.float() for m in peaks])).tolist()))
-        mine = all(finite[i] for i in self._owned if i in finite)
+        def finite(grads):  # a sum is not finite iff an element is not (or it overflows)
+            sums = [g.sum(dtype=torch.float32) for g in grads if g.is_floating_point()]
+            return not sums or bool(torch.isfinite(torch.stack(sums)).all())
+
+        mine = finite([p.grad for p in self.owned_parameters() if p.grad is not None])
         flag = torch.tensor([0.0 if mine else 1.0])
         if allreduce(flag, name="shard.finite", op=Max, process_set=self._process_set)[0] > 0:
-            if shown and all(finite.values()):
-                shown[0][1].view(-1)[0] = float("inf")
+            shown = [p.grad for p in self._params if p.grad is not None]
+            if shown and finite(shown):
+                shown[0].view(-1)[0] = float("inf")
 
     @contextlib.contextmanager
     def skip_synchronize(self):
