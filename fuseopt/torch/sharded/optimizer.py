@@ -49,8 +49,8 @@ class ShardedOptimizer(OptimizerWrapper):
         sharding.check_stage(shard)
         if id(compression) not in _WIRE:
             raise UnsupportedError("a sharded optimizer compresses with Compression.none, .fp16 "
-                                   "or .bf16 only: its gradients travel in an alltoall, which "
-                                   "the other compressors' payloads cannot")
+                                   "or .bf16 only: each gradient travels whole to its owner in "
+                                   "a reduction, which the other compressors' payloads cannot")
         if backward_passes_per_step < 1:
             raise InvalidArgumentError("backward_passes_per_step must be >= 1")
         _ps.id_of(process_set)
@@ -306,9 +306,10 @@ class ShardedOptimizer(OptimizerWrapper):
 
 
 def _check_same_parameters(names, params, process_set):
-    """Collective, once: every rank must plan with the same parameters. An
-    alltoall takes a different size from every rank by design, so a rank
-    whose model differs would otherwise reach its owners unnoticed."""
+    """Collective, once: every rank must plan with the same parameters. The
+    reductions would catch a differing shape name by name, but only at the
+    first step, with a message about one tensor: this says it at once, for
+    the whole model, and catches a plan that differs by parameter order."""
     mine = [(n, tuple(p.shape), str(p.dtype)) for n, p in zip(names, params)]
     every = allgather_object(mine, name="shard.plan", process_set=process_set)
     for rank, theirs in enumerate(every):
