@@ -14,7 +14,7 @@ each parameter back from it (a broadcast): the bytes of a reduce-scatter and
 an all-gather, none padded."""
 from typing import List, Sequence
 
-from ..base.errors import InvalidArgumentError
+from ..base.errors import InvalidArgumentError, MismatchError
 
 # The spellings of DistributedOptimizer(shard=...): ZeRO-1 and ZeRO-2.
 OPTIMIZER = "optimizer"
@@ -48,3 +48,19 @@ def shares(nbytes: Sequence[int], owner: Sequence[int], size: int) -> List[int]:
     for n, r in zip(nbytes, owner):
         out[r] += n
     return out
+
+
+def check_same_plan(mine: list, every: list, what: str) -> None:
+    """``every`` is each rank's ``mine`` (allgathered): one (name, shape,
+    dtype) per parameter. A rank whose list differs would reach owners that
+    plan differently, so every rank raises MismatchError naming the first
+    difference."""
+    for rank, theirs in enumerate(every):
+        if theirs != mine:
+            differ = next(((a, b) for a, b in zip(mine, theirs) if a != b), None)
+            raise MismatchError(
+                "ranks disagree about the %s of a sharded optimizer: rank %d has %d "
+                "(first difference: %s), this rank %d" % (
+                    what, rank, len(theirs),
+                    "%s against %s here" % (differ[1], differ[0]) if differ
+                    else "a different count", len(mine)))

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 from keras.optimizers import LossScaleOptimizer
 
-from ...base.errors import MismatchError, UnsupportedError
+from ...base.errors import UnsupportedError
 from ...core import world
 from ...training import sharding
 from .. import ops
@@ -59,13 +59,10 @@ class ShardedKerasOptimizer(DistributedKerasOptimizer):
 
     def build(self, var_list):
         var_list = list(var_list)
-        size, rank = world.size(), world.rank()
+        size = world.size()
         mine = [(v.path, tuple(v.shape), str(v.dtype)) for v in var_list]
-        for r, theirs in enumerate(allgather_object(mine, name="keras.shard.plan")):
-            if theirs != mine:
-                raise MismatchError("ranks disagree about the variables of a sharded optimizer: "
-                                    "rank %d has %d, this rank %d %d" % (r, len(theirs), rank,
-                                                                         len(mine)))
+        sharding.check_same_plan(mine, allgather_object(mine, name="keras.shard.plan"),
+                                 "variables")
         if len(var_list) < size:
             raise UnsupportedError("a sharded optimizer needs at least one variable per rank "
                                    "(%d variables, %d ranks)" % (len(var_list), size))

@@ -30,10 +30,14 @@ class StateHandler:
     def __init__(self, name: str, value: Any) -> None:
         self.name = name
         self.value = value
-        self.saved = copy.deepcopy(value.state_dict())
+        self.saved = self.snapshot()
+
+    def snapshot(self) -> Any:
+        """A copy of the object's state that later changes do not touch."""
+        return copy.deepcopy(self.value.state_dict())
 
     def save(self) -> None:
-        self.saved = copy.deepcopy(self.value.state_dict())
+        self.saved = self.snapshot()
 
     def restore(self) -> None:
         self.value.load_state_dict(copy.deepcopy(self.saved))
@@ -76,18 +80,10 @@ class ShardedOptimizerStateHandler(OptimizerStateHandler):
     TorchState does; restoring keeps this rank's share under the current
     plan, so a job restarted on another number of ranks re-shards it."""
 
-    def __init__(self, name: str, value: Any) -> None:
-        self.name = name
-        self.value = value
-        self.saved = self._whole()
-
-    def _whole(self) -> dict:
+    def snapshot(self) -> dict:
         return merge_shards(allgather_object(self.value.sharded_state_dict(),
                                              name="elastic.%s.shards" % self.name,
                                              process_set=self.value._process_set))
-
-    def save(self) -> None:
-        self.saved = self._whole()
 
 
 LRScheduler = getattr(torch.optim.lr_scheduler, "LRScheduler",

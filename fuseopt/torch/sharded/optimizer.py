@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from ...base.errors import InvalidArgumentError, MismatchError, UnsupportedError
+from ...base.errors import InvalidArgumentError, UnsupportedError
 from ...core import process_sets as _ps
 from ...training import naming, sharding
 from .._wrapper import OptimizerWrapper
@@ -311,16 +311,8 @@ def _check_same_parameters(names, params, process_set):
     first step, with a message about one tensor: this says it at once, for
     the whole model, and catches a plan that differs by parameter order."""
     mine = [(n, tuple(p.shape), str(p.dtype)) for n, p in zip(names, params)]
-    every = allgather_object(mine, name="shard.plan", process_set=process_set)
-    for rank, theirs in enumerate(every):
-        if theirs != mine:
-            differ = next(((a, b) for a, b in zip(mine, theirs) if a != b), None)
-            raise MismatchError(
-                "ranks disagree about the parameters of a sharded optimizer: rank %d has %d "
-                "(first difference: %s), this rank %d" % (
-                    rank, len(theirs),
-                    "%s against %s here" % (differ[1], differ[0]) if differ
-                    else "a different count", len(mine)))
+    sharding.check_same_plan(mine, allgather_object(mine, name="shard.plan",
+                                                    process_set=process_set), "parameters")
 
 
 class ZeroRedundancyOptimizer(ShardedOptimizer):
