@@ -1,7 +1,9 @@
 #!/usr/bin/env python
-"""The collectives that move data without (only) reducing it: allgather, alltoall,
-reducescatter and broadcast, fuseopt (async + wait, results dropped as a loop drops
-them) against MPICH itself through mpi4py, 2 ranks, 1-64 MiB.
+"""Host collectives, fuseopt against MPICH itself through mpi4py and against this
+machine's roofline (roofline.py, measured at the start of the run), 2 ranks,
+256 KiB-256 MiB: allreduce (async + wait in place, blocking in place, async out of
+place with the result dropped), allgather, alltoall, reducescatter and broadcast
+(async + wait, results dropped as a loop drops them).
 
     python benchmarks/collectives.py [--quick] [--reps N] [--out DIR]
 
@@ -10,8 +12,10 @@ Each contender runs in jobs of its own (Note [one job]), interleaved (Note
 a call's time is the slower rank's (Note [slowest rank]). Sizes are each rank's
 input: allgather returns twice it, alltoall sends half to each rank, reducescatter
 returns half of it, broadcast sends it from rank 0. The table gives each contender's
-median over calls and reps and MPICH's best repetition's median; the target (issue 47)
-is fuseopt's median within 1/0.9 of MPICH's best for reducescatter and allgather.
+median over calls and reps, MPICH's best and worst repetitions' medians (its modes stay
+visible), and the roofline. Targets (issue 47): every allreduce form at least as fast as
+MPICH's best repetition and at >= 0.7x the roofline from 256 KiB; reducescatter and
+allgather >= 0.9x MPICH's best at 1-64 MiB.
 """
 import os
 import statistics
@@ -20,14 +24,34 @@ import time
 
 import harness
 import report
+import roofline
 
 CONTENDERS = ("fuseopt", "mpi4py")
-OPS = ("allgather", "alltoall", "reducescatter", "broadcast")
+ALLREDUCES = ("allreduce async", "allreduce blocking", "allreduce out of place")
+OPS = ALLREDUCES + ("allgather", "alltoall", "reducescatter", "broadcast")
+ROOFLINE_OF = {"allreduce async": "allreduce", "allreduce blocking": "allreduce",
+               "allreduce out of place": "allreduce", "allgather": "allgather",
+               "reducescatter": "reducescatter"}
 WARM, TIMED = 3, 12
 
 
 def sizes(quick):
-    return [1 << 20, 16 << 20] if quick else [1 << 20, 4 << 20, 16 << 20, 64 << 20]
+    return [1 << 20, 16 << 20] if quick else [256 << 10, 1 << 20, 4 << 20, 16 << 20,
+                                              64 << 20, 256 << 20]
+
+
+def judged(op, nbytes):
+    """The issue-47 target of op at nbytes: (min speed / MPICH best, min fraction of the
+    roofline), or None."""
+    if op in ALLREDUCES:
+        return 1.0, 0.7
+    if op in ("allgather", "reducescatter") and (1 << 20) <= nbytes <= (64 << 20):
+        return 0.9, None
+    return None
+
+
+def size_label(nbytes):
+    return "%d MiB" % (nbytes >> 20) if nbytes >= (1 << 20) else "%d KiB" % (nbytes >> 10)
 
 
 def _fuseopt():
@@ -35,7 +59,13 @@ def _fuseopt():
     fo.init()
 
     def run(op, a):
-        if op == "allgather":
+        if op == "allreduce async":
+            fo.allreduce_async_(a, name="bench.ar", op=fo.Sum).wait()
+        elif op == "allreduce blocking":
+            fo.allreduce_(a, name="bench.ar", op=fo.Sum)
+        elif op == "allreduce out of place":
+            fo.allreduce_async(a, name="bench.aro", op=fo.Sum).wait()
+        elif op == "allgather":
             fo.allgather_async(a, name="bench.ag").wait()
         elif op == "alltoall":
             fo.alltoall_async(a, name="bench.a2a").wait()
@@ -62,7 +92,11 @@ def _mpi4py():
         return outputs[key]
 
     def run(op, a):
-        if op == "allgather":
+        if op == "allreduce out of place":
+            comm.Allreduce(a, out(op, a.size, a.dtype), op=MPI.SUM)
+        elif op in ALLREDUCES:
+            comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
+        elif op == "allgather":
             comm.Allgather(a, out(op, a.size * size, a.dtype))
         elif op == "alltoall":
             comm.Alltoall(a, out(op, a.size, a.dtype))
@@ -79,8 +113,8 @@ def worker_main(args):
                                                else _mpi4py)()
     out = {}
     for nbytes in sizes(args.quick):
-        a = np.ones(nbytes // 4, np.float32)
         for op in OPS:
+            a = np.ones(nbytes // 4, np.float32)  # in-place sums double it each call
             samples = []
             for i in range(WARM + TIMED):
                 barrier()
@@ -99,8 +133,8 @@ def worker_main(args):
     return 0
 
 
-def render(jobs, quick):
-    rows, judged = [], report.Verdicts()
+def render(jobs, quick, bw):
+    rows, verdicts = [], report.Verdicts()
     lines = []
     for op in OPS:
         for nbytes in sizes(quick):
@@ -112,25 +146,40 @@ def render(jobs, quick):
             ours = statistics.median(per["fuseopt"])
             best, worst = min(per["mpi4py"]), max(per["mpi4py"])
             ratio = best / ours  # fuseopt's speed as a fraction of MPICH's best
-            rows.append([op, "%d MiB" % (nbytes >> 20), "%.2f" % ours,
-                         "%.2f" % statistics.median(per["mpi4py"]), "%.2f" % best,
-                         "%.2f" % worst, "%.2fx" % ratio])
-            if op in ("allgather", "reducescatter"):
-                lines.append(judged.line(ratio >= 0.9, "fuseopt's %s at %.2fx the speed of "
-                                         "MPICH's best repetition (%d MiB per rank) >= 0.9x"
-                                         % (op, ratio, nbytes >> 20)))
-    head = ("2 ranks; ms per call, the slower rank; fuseopt: async + wait, result dropped; "
-            "MPICH: mpi4py's blocking call into a result buffer allocated once.\n")
+            roof = (roofline.roofline_ms(ROOFLINE_OF[op], nbytes, bw)
+                    if op in ROOFLINE_OF else None)
+            rows.append([op, size_label(nbytes), "%.3f" % ours,
+                         "%.3f" % statistics.median(per["mpi4py"]), "%.3f" % best,
+                         "%.3f" % worst, "%.2fx" % ratio, report.fmt(roof, "%.3f"),
+                         report.fmt(roof and roof / ours, "%.2f")])
+            target = judged(op, nbytes)
+            if target:
+                lines.append(_verdict(verdicts, op, nbytes, ratio, roof and roof / ours,
+                                      *target))
+    head = ("2 ranks; ms per call, the slower rank; fuseopt: async + wait (blocking where "
+            "said), out-of-place results dropped; MPICH: mpi4py's blocking call into a "
+            "result buffer allocated once. " + roofline.describe(bw) + "\n")
     table = report.table(["operation", "per-rank input", "fuseopt median ms",
                           "MPICH median ms", "MPICH best rep ms", "MPICH worst rep ms",
-                          "fuseopt speed / MPICH best"], "llrrrrr", rows)
-    return "\n".join([head] + table + [""] + lines), judged
+                          "fuseopt speed / MPICH best", "roofline ms",
+                          "fuseopt / roofline"], "llrrrrrrr", rows)
+    return "\n".join([head] + table + [""] + lines), verdicts
 
 
-def plot(jobs, quick, path):
+def _verdict(verdicts, op, nbytes, ratio, of_roof, min_ratio, min_roof):
+    ok = ratio >= min_ratio and (min_roof is None or of_roof >= min_roof)
+    text = "fuseopt's %s at %.2fx the speed of MPICH's best repetition (%s per rank) >= " \
+        "%.1fx" % (op, ratio, size_label(nbytes), min_ratio)
+    if min_roof is not None:
+        text += ", at %.2f of the roofline >= %.1f" % (of_roof, min_roof)
+    return verdicts.line(ok, text)
+
+
+def plot(jobs, quick, path, bw):
     plt = report.pyplot()
-    fig, axes = plt.subplots(1, len(OPS), figsize=(13, 3.2))
-    xs = [n >> 20 for n in sizes(quick)]
+    fig, axes = plt.subplots(2, 4, figsize=(14, 6.4))
+    axes = axes.flatten()
+    xs = [n / (1 << 20) for n in sizes(quick)]
     for ax, op in zip(axes, OPS):
         for c, colour in zip(CONTENDERS, ("#1f77b4", "#999999")):
             ys = [statistics.median(statistics.median(j["ms"]["%s/%d" % (op, n)])
@@ -140,8 +189,13 @@ def plot(jobs, quick, path):
         ax.set_yscale("log")
         ax.set_title(op)
         ax.set_xlabel("MiB per rank")
+        if op in ROOFLINE_OF:
+            ax.plot(xs, [roofline.roofline_ms(ROOFLINE_OF[op], n, bw) for n in sizes(quick)],
+                    "--", color="#2ca02c", label="roofline")
     axes[0].set_ylabel("ms per call")
+    axes[4].set_ylabel("ms per call")
     axes[0].legend()
+    axes[-1].axis("off")
     report.save(plt, fig, path, 110)
 
 
@@ -154,6 +208,8 @@ def main(argv=None):
         args.reps = 1
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     mpiexec, started = harness.start(args, contenders)
+    bw = roofline.bandwidths()
+    harness.log(roofline.describe(bw))
 
     def one(c, rep, pos):
         def job():
@@ -164,11 +220,12 @@ def main(argv=None):
             return {"ms": results[0]["ms"]}, stderr
         return harness.measured_job(args, c, rep, pos, job, lambda r: "done")
     jobs, failed = harness.run_jobs(args, contenders, one)
-    text, judged = render(jobs, args.quick)
-    record = {"meta": report.run_meta(args, started, mpiexec), "jobs": jobs, "failed": failed}
-    return report.finish(args, "collectives", "allgather, alltoall, reducescatter, broadcast: "
-                         "fuseopt against MPICH", record, text,
-                         lambda path: plot(jobs, args.quick, path), judged)
+    text, verdicts = render(jobs, args.quick, bw)
+    record = {"meta": report.run_meta(args, started, mpiexec, bandwidth_gbs=bw), "jobs": jobs,
+              "failed": failed}
+    return report.finish(args, "collectives", "host collectives: fuseopt against MPICH "
+                         "and the roofline", record, text,
+                         lambda path: plot(jobs, args.quick, path, bw), verdicts)
 
 
 if __name__ == "__main__":

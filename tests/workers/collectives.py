@@ -240,6 +240,39 @@ def check_reducescatter():
             assert_close(out, full[start:start + fuseopt.api.ops.reducescatter_rows(5, r, n)], name)
 
 
+def check_gather_collectives_across_thresholds_and_chunks():
+    # Allgather and reducescatter take the shared-memory slots from
+    # FUSEOPT_SHM_MIN_BYTES (256 KiB by default) of data in all: sizes just
+    # under, at and over it, and over several 2 MiB slots, odd row counts,
+    # a rank that sends nothing while others send several slots, 16-bit
+    # types and the kernels of every op.
+    r, n = fuseopt.rank(), fuseopt.size()
+    for k, total_rows in enumerate((65535, 65536, 65537, 1500001)):  # float32: 256 KiB = 65536
+        name = "agrs.ag.%d" % k
+        my_rows = lambda q: total_rows // n + (q == n - 1) * (total_rows % n)  # noqa: E731
+        out = fuseopt.allgather(values(name, r, (my_rows(r),), np.float32), name=name)
+        expected = np.concatenate([values(name, q, (my_rows(q),), np.float32) for q in range(n)])
+        assert_close(out, expected, name)
+    lopsided = lambda q: 0 if q == 0 else 700001 * q  # noqa: E731
+    out = fuseopt.allgather(values("agrs.lopsided", r, (lopsided(r), 2), np.float16),
+                            name="agrs.lopsided")
+    expected = np.concatenate([values("agrs.lopsided", q, (lopsided(q), 2), np.float16)
+                               for q in range(n)])
+    assert_close(out, expected, "agrs.lopsided")
+    cases = ((np.float32, "sum", 65535), (np.float32, "average", 65536 + 7),
+             (np.float64, "sum", 1500007), (np.float16, "sum", 2100001),
+             (ml_dtypes.bfloat16, "max", 700003), (np.int32, "min", 1300001),
+             (np.float32, "average", 3000017))
+    for dtype, op_name, rows in cases:
+        name = "agrs.rs.%s.%s.%d" % (np.dtype(dtype).name, op_name, rows)
+        full = reduce_expected(everyone(name, (rows,), dtype, op_name), op_name)
+        out = fuseopt.reducescatter(values(name, r, (rows,), dtype, op_name), name=name,
+                                    op=OPS[op_name])
+        start = sum(fuseopt.api.ops.reducescatter_rows(rows, q, n) for q in range(r))
+        assert_close(out, full[start:start + fuseopt.api.ops.reducescatter_rows(rows, r, n)],
+                     name)
+
+
 def check_reducescatter_results_kept_or_recycled():
     # Results of one name are recycled once dropped (output_pool): one the
     # caller keeps is never written by a later call.
@@ -270,6 +303,7 @@ CHECKS = [check_allreduce_every_dtype_op_shape, check_allreduce_in_place_and_sca
           check_fused_many_and_large, check_bucket_spanning_several_shared_memory_chunks,
           check_repeated_steps_hit_cache, check_allgather,
           check_broadcast_every_root, check_alltoall, check_reducescatter,
+          check_gather_collectives_across_thresholds_and_chunks,
           check_reducescatter_results_kept_or_recycled,
           check_barrier_and_objects]
 

@@ -1,5 +1,5 @@
 // The reduction step of the two-rank shared-memory allreduce
-// (transport/mpi/shm_allreduce.cc): this rank's elements plus the other
+// (transport/mpi/shm_collectives.cc): this rank's elements plus the other
 // rank's, written to the output and to the slot the other rank reads, in one
 // pass, in vector clones per instruction set (vector_lanes.h): at -O2 GCC
 // leaves such a loop scalar (three pointers it cannot prove apart), which made
@@ -14,7 +14,8 @@ namespace kernels {
 
 // out[i] = publish[i] = T((other[i] + T(in[i] * pre)) * post), the products in
 // double (as scale_copy rounds), so the bits equal the staged path's whatever
-// the CPU. out may equal in; publish is apart from both.
+// the CPU. out may equal in; publish is apart from both, or nullptr: out only
+// (the reduce-scatter, shm_gather.cc).
 void pair_sum_publish(const float* in, double pre, const float* other, float* out,
                       float* publish, double post, int64_t n);
 void pair_sum_publish(const double* in, double pre, const double* other, double* out,

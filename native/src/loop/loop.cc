@@ -7,7 +7,7 @@
 #include "base/log.h"
 #include "base/poll_schedule.h"
 #include "policy/bits.h"
-#include "transport/mpi/side_work.h"
+#include "transport/mpi/polite_wait.h"
 
 namespace fuseopt {
 namespace {

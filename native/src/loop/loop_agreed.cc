@@ -11,7 +11,7 @@
 #include "base/poll_schedule.h"
 #include "loop/loop.h"
 #include "policy/agreed_schedule.h"
-#include "transport/mpi/side_work.h"
+#include "transport/mpi/polite_wait.h"
 
 namespace fuseopt {
 

@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "base/poll_schedule.h"
-#include "transport/mpi/side_work.h"
+#include "transport/mpi/polite_wait.h"
 
 namespace fuseopt {
 

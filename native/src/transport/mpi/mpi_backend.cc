@@ -59,7 +59,7 @@ MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierar
     FUSEOPT_LOG(kInfo, "hierarchical allreduce over " << info.cross_size << " nodes of "
                                                       << info.local_size << " ranks");
   if (shm_min_bytes_ >= 0) {
-    shm_.reset(new ShmAllreduce(world));
+    shm_.reset(new ShmCollectives(world));
     if (!shm_->usable()) shm_.reset();
     if (shm_)
       FUSEOPT_LOG(kInfo, "allreduces of " << shm_min_bytes_
@@ -90,7 +90,11 @@ void MpiBackend::allreduce(const void* send, void* recv, int64_t count, fuseopt_
 bool MpiBackend::shm_takes(const std::vector<Segment>& segments, fuseopt_dtype_t dtype) const {
   int64_t count = 0;
   for (const Segment& s : segments) count += s.count;
-  return shm_ && count > 0 && count * static_cast<int64_t>(dtype_size(dtype)) >= shm_min_bytes_;
+  return shm_takes_bytes(count * static_cast<int64_t>(dtype_size(dtype)));
+}
+
+bool MpiBackend::shm_takes_bytes(int64_t bytes) const {
+  return shm_ && bytes > 0 && bytes >= shm_min_bytes_;
 }
 
 bool MpiBackend::allreduce_segments(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
@@ -163,6 +167,7 @@ void MpiBackend::broadcast(void* buf, int64_t count, fuseopt_dtype_t dtype, int 
 
 void MpiBackend::allgatherv(const void* send, int64_t send_bytes, void* recv,
                             const std::vector<int64_t>& recv_bytes) {
+  if (shm_takes_bytes(total(recv_bytes))) return shm_->allgatherv(send, recv, recv_bytes);
   std::vector<int> counts = to_int_vector(recv_bytes, "allgather");
   std::vector<int> displs = displacements(counts);
   MPI_Request request;
@@ -194,6 +199,8 @@ void MpiBackend::alltoall_counts(const std::vector<int64_t>& send, std::vector<i
 void MpiBackend::reducescatter(const void* send, void* recv,
                                const std::vector<int64_t>& recv_counts, fuseopt_dtype_t dtype,
                                fuseopt_reduce_op_t op) {
+  if (shm_takes_bytes(total(recv_counts) * static_cast<int64_t>(dtype_size(dtype))))
+    return shm_->reducescatter(send, recv, recv_counts, dtype, op);
   std::vector<int> counts = to_int_vector(recv_counts, "reducescatter");
   MPI_Request request;
   mpi_check(MPI_Ireduce_scatter(send, recv, counts.data(), MpiWorld::datatype(dtype),

@@ -6,7 +6,7 @@
 #include "transport/backend.h"
 #include "transport/mpi/adasum.h"
 #include "transport/mpi/mpi_world.h"
-#include "transport/mpi/shm_allreduce.h"
+#include "transport/mpi/shm_collectives.h"
 
 namespace fuseopt {
 
@@ -48,12 +48,14 @@ class MpiBackend : public Backend {
  private:
   // Whether the shared-memory path takes this many elements of dtype.
   bool shm_takes(const std::vector<Segment>& segments, fuseopt_dtype_t dtype) const;
+  // The same for a collective of this many bytes in all (the same on every rank).
+  bool shm_takes_bytes(int64_t bytes) const;
   void hierarchical_allreduce(const void* send, void* recv, int n, MPI_Datatype type, MPI_Op op);
 
   const MpiWorld& world_;
   bool hierarchical_ = false;
   int64_t shm_min_bytes_;
-  std::unique_ptr<ShmAllreduce> shm_;  // null unless every rank shares this host
+  std::unique_ptr<ShmCollectives> shm_;  // null unless every rank shares this host
   std::unique_ptr<AdasumComms> adasum_comms_;  // made by the first Adasum bucket
 };
 

@@ -1,4 +1,4 @@
-#include "transport/mpi/shm_allreduce.h"
+#include "transport/mpi/shm_collectives.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,19 +8,6 @@
 #include "transport/mpi/polite_wait.h"
 
 namespace fuseopt {
-namespace {
-// Bytes per slot: buffers larger than this go through in chunks, each costing
-// two barriers. 2 MiB chunks stay in the caches between the phases (a rank
-// reads what the other has just written): measured 2026-11-28, 2 ranks, float32
-// averages, against 16 MiB slots in the same run, 16 MiB allreduces took
-// 3.3-3.4 ms instead of 7.2-7.5 and 64 MiB 15.4-16.6 instead of 20.3-21.6, and
-// in MLP training (benchmarks/torch_train.py, 4 interleaved reps) the overhead
-// over two unconnected processes was 7.8 ms instead of 12.1, the loop thread's
-// CPU 11.8 ms per step instead of 12.2. (On 2026-11-23, before the side work of
-// Note [Side work] and with 1 MiB slots, training had sometimes run the loop
-// thread at 30-38 ms of CPU per step: watch for it.)
-constexpr int64_t kSlotBytes = int64_t(2) << 20;
-}  // namespace
 
 // Walks a bucket's segments as one stream of elements, front to back.
 class SegmentCursor {
@@ -49,7 +36,7 @@ class SegmentCursor {
   int64_t offset_ = 0;
 };
 
-ShmAllreduce::ShmAllreduce(const MpiWorld& world) {
+ShmCollectives::ShmCollectives(const MpiWorld& world) {
   const int world_size = world.info().size;
   mpi_check(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &comm_),
             "MPI_Comm_split_type(shared memory)");
@@ -59,7 +46,7 @@ ShmAllreduce::ShmAllreduce(const MpiWorld& world) {
   usable_ = size_ == world_size && size_ > 1;
 }
 
-ShmAllreduce::~ShmAllreduce() {
+ShmCollectives::~ShmCollectives() {
   if (win_ != MPI_WIN_NULL) {
     MPI_Win_unlock_all(win_);
     MPI_Win_free(&win_);
@@ -67,7 +54,7 @@ ShmAllreduce::~ShmAllreduce() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-void ShmAllreduce::attach() {
+void ShmCollectives::attach() {
   char* mine = nullptr;
   mpi_check(MPI_Win_allocate_shared(2 * kSlotBytes, 1, MPI_INFO_NULL, comm_, &mine, &win_),
             "MPI_Win_allocate_shared");
@@ -80,7 +67,7 @@ void ShmAllreduce::attach() {
   }
 }
 
-void ShmAllreduce::sync() {
+void ShmCollectives::sync() {
   // Stores before the barrier become visible to the other ranks' loads after it.
   MPI_Win_sync(win_);
   MPI_Request request;
@@ -89,17 +76,17 @@ void ShmAllreduce::sync() {
   MPI_Win_sync(win_);
 }
 
-void ShmAllreduce::allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+void ShmCollectives::allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                              fuseopt_reduce_op_t op, double postscale) {
   dispatch(segments, dtype, op, postscale, -1);
 }
 
-void ShmAllreduce::reduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+void ShmCollectives::reduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                           fuseopt_reduce_op_t op, double postscale, int root) {
   dispatch(segments, dtype, op, postscale, root);
 }
 
-void ShmAllreduce::dispatch(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+void ShmCollectives::dispatch(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                             fuseopt_reduce_op_t op, double postscale, int root) {
   if (win_ == MPI_WIN_NULL) attach();
   const bool sum = op == FUSEOPT_SUM || op == FUSEOPT_AVERAGE;
@@ -114,7 +101,7 @@ void ShmAllreduce::dispatch(const std::vector<Segment>& segments, fuseopt_dtype_
   staged(segments, dtype, op, postscale, root);
 }
 
-void ShmAllreduce::broadcast(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+void ShmCollectives::broadcast(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                              int root) {
   // One barrier per chunk: the root refills a slot only after the barrier
   // that follows everyone's reads of it two chunks before (the slot pair).
@@ -141,19 +128,19 @@ void ShmAllreduce::broadcast(const std::vector<Segment>& segments, fuseopt_dtype
   }
 }
 
-int64_t ShmAllreduce::next_slot_base() {
+int64_t ShmCollectives::next_slot_base() {
   const int64_t base = turn_ * kSlotBytes;
   turn_ ^= 1;
   return base;
 }
 
-std::pair<int64_t, int64_t> ShmAllreduce::range(int r, int64_t n, int root) const {
+std::pair<int64_t, int64_t> ShmCollectives::range(int r, int64_t n, int root) const {
   if (root >= 0) return r == root ? std::make_pair(int64_t(0), n) : std::make_pair(n, n);
   return {n * r / size_, n * (r + 1) / size_};
 }
 
 template <typename Piece>
-void ShmAllreduce::walk(SegmentCursor& c, int64_t n, int root, bool own, Piece piece) {
+void ShmCollectives::walk(SegmentCursor& c, int64_t n, int root, bool own, Piece piece) {
   for (int r = 0; r < size_; ++r) {
     const auto part = range(r, n, root);
     c.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
@@ -183,7 +170,7 @@ void reduce_and_publish(const T* in, double pre, const std::vector<const T*>& ot
 }  // namespace
 
 template <typename T>
-void ShmAllreduce::direct(const std::vector<Segment>& segments, double postscale, int root) {
+void ShmCollectives::direct(const std::vector<Segment>& segments, double postscale, int root) {
   constexpr int64_t esize = sizeof(T);
   const int64_t per_chunk = kSlotBytes / esize;
   int64_t count = 0;
@@ -220,7 +207,7 @@ void ShmAllreduce::direct(const std::vector<Segment>& segments, double postscale
   }
 }
 
-void ShmAllreduce::direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                             fuseopt_reduce_op_t op, double postscale, int root) {
   // direct<T>'s three steps for float32 tensors that travel as 16-bit floats:
   // the slots hold half the bytes, and the rounding happens on the copies.
@@ -265,7 +252,7 @@ void ShmAllreduce::direct16(const std::vector<Segment>& segments, fuseopt_dtype_
   }
 }
 
-void ShmAllreduce::staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
+void ShmCollectives::staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                           fuseopt_reduce_op_t op, double postscale, int root) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t per_chunk = kSlotBytes / esize;

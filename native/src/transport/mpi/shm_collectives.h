@@ -1,5 +1,6 @@
-// Allreduce through one shared-memory segment, for jobs whose ranks all share
-// a host. MPICH's shared-memory allreduce streams large buffers through small
+// Collectives through one shared-memory segment, for jobs whose ranks all
+// share a host: allreduce, reduce and broadcast here (shm_collectives.cc),
+// allgather and reducescatter in shm_gather.cc. MPICH's shared-memory allreduce streams large buffers through small
 // cells with a handshake per cell (measured here: 33.6 MB in 26-28 ms, 1.3
 // GB/s, against 8 GB/s for memcpy); with every rank's data mapped, a rank can
 // reduce its share of the elements in one pass instead:
@@ -27,15 +28,15 @@
 
 namespace fuseopt {
 
-class SegmentCursor;  // shm_allreduce.cc
+class SegmentCursor;  // shm_collectives.cc
 
-class ShmAllreduce {
+class ShmCollectives {
  public:
   // Collective over the world. usable() is the same on every rank.
-  explicit ShmAllreduce(const MpiWorld& world);
-  ~ShmAllreduce();
-  ShmAllreduce(const ShmAllreduce&) = delete;
-  ShmAllreduce& operator=(const ShmAllreduce&) = delete;
+  explicit ShmCollectives(const MpiWorld& world);
+  ~ShmCollectives();
+  ShmCollectives(const ShmCollectives&) = delete;
+  ShmCollectives& operator=(const ShmCollectives&) = delete;
 
   bool usable() const { return usable_; }
   // Collective: every rank calls it with the same total count, dtype and op
@@ -48,8 +49,26 @@ class ShmAllreduce {
               fuseopt_reduce_op_t op, double postscale, int root);
   // Every rank's segments receive root's (whose in and out are equal).
   void broadcast(const std::vector<Segment>& segments, fuseopt_dtype_t dtype, int root);
+  // Rank r's bytes[r] from send land at offset bytes[0] + ... + bytes[r-1] of
+  // every rank's recv (send apart from recv).
+  void allgatherv(const void* send, void* recv, const std::vector<int64_t>& bytes);
+  // Rank r receives elements [c0 + ... + c(r-1), + cr) of the reduction of
+  // every rank's send, counts[r] = cr (send apart from recv).
+  void reducescatter(const void* send, void* recv, const std::vector<int64_t>& counts,
+                     fuseopt_dtype_t dtype, fuseopt_reduce_op_t op);
 
  private:
+  // Bytes per slot: buffers larger than this go through in chunks, each costing
+  // two barriers. 2 MiB chunks stay in the caches between the phases (a rank
+  // reads what the other has just written): measured 2026-11-28, 2 ranks, float32
+  // averages, against 16 MiB slots in the same run, 16 MiB allreduces took
+  // 3.3-3.4 ms instead of 7.2-7.5 and 64 MiB 15.4-16.6 instead of 20.3-21.6, and
+  // in MLP training (benchmarks/torch_train.py, 4 interleaved reps) the overhead
+  // over two unconnected processes was 7.8 ms instead of 12.1, the loop thread's
+  // CPU 11.8 ms per step instead of 12.2. (On 2026-11-23, before the side work of
+  // Note [Side work] and with 1 MiB slots, training had sometimes run the loop
+  // thread at 30-38 ms of CPU per step: watch for it.)
+  static constexpr int64_t kSlotBytes = int64_t(2) << 20;
   // Float sums and averages: each rank publishes only the elements others
   // reduce, and reduces its own range straight from its tensors into its
   // outputs in one pass (scales folded in): about 27% less memory traffic

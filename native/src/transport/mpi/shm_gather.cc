@@ -1,0 +1,101 @@
+// Allgather and reduce-scatter through the slots of shm_collectives.h: the
+// collectives that carry a sharded optimizer's gradients and parameters.
+// Through MPICH (MPI_Iallgatherv, MPI_Ireduce_scatter) they took 0.72-0.84x
+// and 0.62-0.99x the time of MPICH's own blocking calls at 1-64 MiB per rank
+// (benchmarks/results/collectives.md, 2026-11-29): the v-variants stream
+// through MPICH's small cells. Here every chunk costs one barrier, as a
+// broadcast's: a rank refills a slot of its pair only after the barrier that
+// follows everyone's reads of it.
+//
+// Cross-memory attach (process_vm_readv, one copy instead of two) was
+// measured and not taken: 16 MiB from another process in 3.7-3.9 ms here,
+// where the slots' two copies, the second one from the cache, broadcast 16
+// MiB in 1.7 ms.
+#include <algorithm>
+#include <cstring>
+
+#include "base/dtype.h"
+#include "kernels/pair_sum.h"
+#include "transport/mpi/shm_collectives.h"
+
+namespace fuseopt {
+namespace {
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> offsets(sizes.size(), 0);
+  for (size_t r = 1; r < sizes.size(); ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
+  return offsets;
+}
+
+// The part of a size-element block that chunk k of q elements covers.
+int64_t piece(int64_t size, int64_t k, int64_t q) {
+  return std::max(int64_t(0), std::min(q, size - k * q));
+}
+
+}  // namespace
+
+void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<int64_t>& bytes) {
+  if (win_ == MPI_WIN_NULL) attach();
+  const std::vector<int64_t> at = offsets_of(bytes);
+  const int64_t largest = *std::max_element(bytes.begin(), bytes.end());
+  const char* mine = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  for (int64_t k = 0; k * kSlotBytes < largest; ++k) {
+    const int64_t base = next_slot_base();
+    const int64_t from = k * kSlotBytes, len = piece(bytes[rank_], k, kSlotBytes);
+    std::memcpy(slots_[rank_] + base, mine + from, len);
+    std::memcpy(out + at[rank_] + from, mine + from, len);  // in the cache: read just above
+    sync();
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) std::memcpy(out + at[r] + from, slots_[r] + base, piece(bytes[r], k, kSlotBytes));
+  }
+}
+
+void ShmCollectives::reducescatter(const void* send, void* recv,
+                                   const std::vector<int64_t>& counts, fuseopt_dtype_t dtype,
+                                   fuseopt_reduce_op_t op) {
+  // Chunk k holds the k-th q elements of every rank's block, so that every
+  // rank publishes and reduces in every chunk (a chunk of the plain element
+  // stream would fall within one rank's block and leave the others idle).
+  // Rank s publishes its part of rank r's block at element r * q of its slot.
+  if (win_ == MPI_WIN_NULL) attach();
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t q = kSlotBytes / esize / size_;
+  const std::vector<int64_t> at = offsets_of(counts);
+  const int64_t largest = *std::max_element(counts.begin(), counts.end());
+  const MPI_Datatype type = MpiWorld::datatype(dtype);
+  const MPI_Op mpi_op = MpiWorld::op(op, dtype);
+  const bool two_floats = size_ == 2 && (op == FUSEOPT_SUM || op == FUSEOPT_AVERAGE) &&
+                        (dtype == FUSEOPT_FLOAT32 || dtype == FUSEOPT_FLOAT64);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  for (int64_t k = 0; k * q < largest; ++k) {
+    const int64_t base = next_slot_base();
+    auto slot = [&](int s, int r) { return slots_[s] + base + r * q * esize; };
+    auto input = [&](int r) { return in + (at[r] + k * q) * esize; };
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) std::memcpy(slot(rank_, r), input(r), piece(counts[r], k, q) * esize);
+    sync();
+    const int64_t len = piece(counts[rank_], k, q);
+    if (len == 0) continue;
+    char* const result = out + k * q * esize;
+    const int other = 1 - rank_;
+    if (two_floats && dtype == FUSEOPT_FLOAT32) {
+      kernels::pair_sum_publish(reinterpret_cast<const float*>(input(rank_)), 1.0,
+                                reinterpret_cast<const float*>(slot(other, rank_)),
+                                reinterpret_cast<float*>(result), nullptr, 1.0, len);
+    } else if (two_floats) {
+      kernels::pair_sum_publish(reinterpret_cast<const double*>(input(rank_)), 1.0,
+                                reinterpret_cast<const double*>(slot(other, rank_)),
+                                reinterpret_cast<double*>(result), nullptr, 1.0, len);
+    } else {
+      std::memcpy(result, input(rank_), len * esize);
+      for (int j = 1; j < size_; ++j)
+        mpi_check(MPI_Reduce_local(slot((rank_ + j) % size_, rank_), result,
+                                   static_cast<int>(len), type, mpi_op),
+                  "MPI_Reduce_local");
+    }
+  }
+}
+
+}  // namespace fuseopt
