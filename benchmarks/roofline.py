@@ -65,6 +65,16 @@ def bandwidths(reps=8):
     return {"1 core": _together(1, reps), "2 cores": _together(2, reps)}
 
 
+def best(measured):
+    """The highest of several bandwidths() figures, kind by kind, with the lowest
+    two-core triad and the count kept for describe()."""
+    out = {cores: {kind: max(m[cores][kind] for m in measured) for kind in ("copy", "triad")}
+           for cores in ("1 core", "2 cores")}
+    out["measured"] = len(measured)
+    out["lowest 2-core triad"] = min(m["2 cores"]["triad"] for m in measured)
+    return out
+
+
 def roofline_ms(op, nbytes, bw):
     """The least time in ms for a 2-rank op of nbytes per rank at bandwidths bw."""
     per_rank_gbs = bw["2 cores"]["triad"] / 2
@@ -73,12 +83,15 @@ def roofline_ms(op, nbytes, bw):
 
 def describe(bw):
     """One sentence for a results file."""
+    spread = ("" if "measured" not in bw else " (the best of %d measurements, one before each "
+              "job; the lowest two-core triad %.1f GB/s)" % (bw["measured"],
+                                                            bw["lowest 2-core triad"]))
     return ("Memory bandwidth in this run (STREAM-style, 64 MiB float32 arrays): copy "
             "%.1f GB/s and triad %.1f GB/s on one core; %.1f and %.1f GB/s on both cores at "
-            "once. Roofline: one rank's input read and output written once (allreduce 2x, "
+            "once%s. Roofline: one rank's input read and output written once (allreduce 2x, "
             "reducescatter 1.5x, allgather 3x its input) at half the two-core triad bandwidth "
             "(benchmarks/roofline.py)." % (bw["1 core"]["copy"], bw["1 core"]["triad"],
-                                             bw["2 cores"]["copy"], bw["2 cores"]["triad"]))
+                                             bw["2 cores"]["copy"], bw["2 cores"]["triad"], spread))
 
 
 def main():

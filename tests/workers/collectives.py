@@ -78,7 +78,7 @@ def check_fused_many_and_large():
 
 
 def check_bucket_spanning_several_shared_memory_chunks():
-    # ~57 MiB of sub-MiB tensors fuse into buckets larger than one 2 MiB
+    # ~57 MiB of sub-MiB tensors fuse into buckets larger than one 1-2 MiB
     # shared-memory slot, so tensors straddle chunk boundaries and both slots
     # of each rank take turns; powers-of-two scales keep the sums exact.
     sizes = [250007 + 13 * i for i in range(60)]
@@ -111,7 +111,7 @@ def _allreduce_on_wire(x, name, op, wire, **kwargs):
 def check_float32_travelling_as_16_bits():
     # The core's rounding on its copies gives the bits of a cast, a 16-bit
     # allreduce and a cast back, for every op, with scaling, through the
-    # fusion buffer (small) and shared memory (over one 2 MiB slot).
+    # fusion buffer (small) and shared memory (over one 1-2 MiB slot).
     rq = fuseopt.core.requests
     r = fuseopt.rank()
     for wire, half in ((rq.WIRE_FLOAT16, np.float16), (rq.WIRE_BFLOAT16, ml_dtypes.bfloat16)):
@@ -243,7 +243,7 @@ def check_reducescatter():
 def check_gather_collectives_across_thresholds_and_chunks():
     # Allgather and reducescatter take the shared-memory slots from
     # FUSEOPT_SHM_MIN_BYTES (256 KiB by default) of data in all: sizes just
-    # under, at and over it, and over several 2 MiB slots, odd row counts,
+    # under, at and over it, and over several slots (1-2 MiB), odd row counts,
     # a rank that sends nothing while others send several slots, 16-bit
     # types and the kernels of every op.
     r, n = fuseopt.rank(), fuseopt.size()

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "base/dtype.h"
 #include "kernels/pair_sum.h"
 #include "transport/mpi/polite_wait.h"
@@ -55,8 +57,13 @@ ShmCollectives::~ShmCollectives() {
 }
 
 void ShmCollectives::attach() {
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);  // 0 or -1 where unknown
+  const int64_t mine_bytes =
+      std::min(kMaxSlotBytes, std::max(kMinSlotBytes, static_cast<int64_t>(l2) & ~int64_t(4095)));
+  mpi_check(MPI_Allreduce(&mine_bytes, &slot_bytes_, 1, MPI_INT64_T, MPI_MIN, comm_),
+            "MPI_Allreduce(slot size)");
   char* mine = nullptr;
-  mpi_check(MPI_Win_allocate_shared(2 * kSlotBytes, 1, MPI_INFO_NULL, comm_, &mine, &win_),
+  mpi_check(MPI_Win_allocate_shared(2 * slot_bytes_, 1, MPI_INFO_NULL, comm_, &mine, &win_),
             "MPI_Win_allocate_shared");
   mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), "MPI_Win_lock_all");
   slots_.resize(size_);
@@ -107,7 +114,7 @@ void ShmCollectives::broadcast(const std::vector<Segment>& segments, fuseopt_dty
   // that follows everyone's reads of it two chunks before (the slot pair).
   if (win_ == MPI_WIN_NULL) attach();
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t per_chunk = kSlotBytes / esize;
+  const int64_t per_chunk = slot_bytes_ / esize;
   int64_t count = 0;
   for (const Segment& s : segments) count += s.count;
   SegmentCursor cursor(segments);
@@ -129,7 +136,7 @@ void ShmCollectives::broadcast(const std::vector<Segment>& segments, fuseopt_dty
 }
 
 int64_t ShmCollectives::next_slot_base() {
-  const int64_t base = turn_ * kSlotBytes;
+  const int64_t base = turn_ * slot_bytes_;
   turn_ ^= 1;
   return base;
 }
@@ -172,7 +179,7 @@ void reduce_and_publish(const T* in, double pre, const std::vector<const T*>& ot
 template <typename T>
 void ShmCollectives::direct(const std::vector<Segment>& segments, double postscale, int root) {
   constexpr int64_t esize = sizeof(T);
-  const int64_t per_chunk = kSlotBytes / esize;
+  const int64_t per_chunk = slot_bytes_ / esize;
   int64_t count = 0;
   for (const Segment& s : segments) count += s.count;
   SegmentCursor in(segments), own(segments), out(segments);
@@ -215,7 +222,7 @@ void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtyp
   // (the others' slots one after another into the rounded own values), so
   // the bits match a cast, the 16-bit allreduce and a cast back.
   constexpr int64_t kBlock = 2048;
-  const int64_t per_chunk = kSlotBytes / 2;
+  const int64_t per_chunk = slot_bytes_ / 2;
   const float post = static_cast<float>(postscale);
   int64_t count = 0;
   for (const Segment& s : segments) count += s.count;
@@ -255,7 +262,7 @@ void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtyp
 void ShmCollectives::staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                           fuseopt_reduce_op_t op, double postscale, int root) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t per_chunk = kSlotBytes / esize;
+  const int64_t per_chunk = slot_bytes_ / esize;
   const MPI_Datatype type = MpiWorld::datatype(dtype);
   const MPI_Op mpi_op = MpiWorld::op(op, dtype);
   int64_t count = 0;

@@ -59,16 +59,20 @@ class ShmCollectives {
 
  private:
   // Bytes per slot: buffers larger than this go through in chunks, each costing
-  // two barriers. 2 MiB chunks stay in the caches between the phases (a rank
-  // reads what the other has just written): measured 2026-11-28, 2 ranks, float32
-  // averages, against 16 MiB slots in the same run, 16 MiB allreduces took
-  // 3.3-3.4 ms instead of 7.2-7.5 and 64 MiB 15.4-16.6 instead of 20.3-21.6, and
-  // in MLP training (benchmarks/torch_train.py, 4 interleaved reps) the overhead
-  // over two unconnected processes was 7.8 ms instead of 12.1, the loop thread's
-  // CPU 11.8 ms per step instead of 12.2. (On 2026-11-23, before the side work of
-  // Note [Side work] and with 1 MiB slots, training had sometimes run the loop
-  // thread at 30-38 ms of CPU per step: watch for it.)
-  static constexpr int64_t kSlotBytes = int64_t(2) << 20;
+  // one or two barriers. A chunk should stay in the caches between the phases (a
+  // rank reads what the other has just written): the slot is this host's L2
+  // cache per core, within [1 MiB, 2 MiB] (the smallest any rank reports:
+  // hybrid CPUs differ per core). Measured 2026-11-28 (Intel, AVX-512), 2
+  // ranks, float32 averages, 2 MiB against 16 MiB slots: 16 MiB allreduces in
+  // 3.3-3.4 ms instead of 7.2-7.5, 64 MiB in 15.4-16.6 instead of 20.3-21.6, MLP
+  // training overhead 7.8 ms instead of 12.1. Measured 2026-11-29 (AMD EPYC, 1
+  // MiB L2), 2 ranks, two interleaved runs, 1 MiB against 2 MiB chunks: allreduce
+  // 16 MiB 3.4-3.8 ms against 4.2-4.5, allgather 16 MiB 7.1-7.8 against
+  // 10.3-10.8, reducescatter 4 MiB 0.43-0.51 against 0.65-0.73; 512 KiB chunks
+  // doubled the allreduce's time (twice the barriers, each a polite wait).
+  static constexpr int64_t kMinSlotBytes = int64_t(1) << 20;
+  static constexpr int64_t kMaxSlotBytes = int64_t(2) << 20;
+  int64_t slot_bytes_ = kMaxSlotBytes;  // agreed in attach()
   // Float sums and averages: each rank publishes only the elements others
   // reduce, and reduces its own range straight from its tensors into its
   // outputs in one pass (scales folded in): about 27% less memory traffic

@@ -40,14 +40,15 @@ void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<
   const int64_t largest = *std::max_element(bytes.begin(), bytes.end());
   const char* mine = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
-  for (int64_t k = 0; k * kSlotBytes < largest; ++k) {
+  for (int64_t k = 0; k * slot_bytes_ < largest; ++k) {
     const int64_t base = next_slot_base();
-    const int64_t from = k * kSlotBytes, len = piece(bytes[rank_], k, kSlotBytes);
+    const int64_t from = k * slot_bytes_, len = piece(bytes[rank_], k, slot_bytes_);
     std::memcpy(slots_[rank_] + base, mine + from, len);
     std::memcpy(out + at[rank_] + from, mine + from, len);  // in the cache: read just above
     sync();
     for (int r = 0; r < size_; ++r)
-      if (r != rank_) std::memcpy(out + at[r] + from, slots_[r] + base, piece(bytes[r], k, kSlotBytes));
+      if (r != rank_)
+        std::memcpy(out + at[r] + from, slots_[r] + base, piece(bytes[r], k, slot_bytes_));
   }
 }
 
@@ -60,7 +61,7 @@ void ShmCollectives::reducescatter(const void* send, void* recv,
   // Rank s publishes its part of rank r's block at element r * q of its slot.
   if (win_ == MPI_WIN_NULL) attach();
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t q = kSlotBytes / esize / size_;
+  const int64_t q = slot_bytes_ / esize / size_;
   const std::vector<int64_t> at = offsets_of(counts);
   const int64_t largest = *std::max_element(counts.begin(), counts.end());
   const MPI_Datatype type = MpiWorld::datatype(dtype);
