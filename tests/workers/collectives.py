@@ -46,6 +46,20 @@ def check_allreduce_in_place_and_scaling():
                     * 2.0).astype(dtype)
         assert_close(out, expected, "scaled %s" % dtype)
 
+    # Out of place into outputs that start off a 16-byte boundary (views one
+    # element in), odd lengths, over several shared-memory chunks: the
+    # streaming stores' unaligned head and scalar tail (kernels/pair_sum.cc).
+    for dtype, n in ((np.float32, 700003), (np.float64, 300001), (np.float32, 65537)):
+        names = ["unaligned.%s.%d.%d" % (np.dtype(dtype).name, n, k) for k in range(2)]
+        ins = [values(name, fuseopt.rank(), (n + 1,), dtype)[1:] for name in names]
+        outs = [np.zeros(n + 1, dtype)[1:] for _ in names]
+        fuseopt.api.ops.submit_grouped_allreduce(ins, names, fuseopt.Sum, 1.0, 1.0, False,
+                                                 outs=outs).wait()
+        for name, out in zip(names, outs):
+            expected = reduce_expected([values(name, r, (n + 1,), dtype)[1:]
+                                        for r in range(fuseopt.size())], "sum")
+            assert_close(out, expected, name)
+
 
 def check_scaling_edge_cases():
     n = fuseopt.size()

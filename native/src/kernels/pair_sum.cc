@@ -1,6 +1,15 @@
 #include "kernels/pair_sum.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
 #include "kernels/vector_lanes.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>  // SSE2's streaming stores: the x86-64 baseline, so every clone has them
+#define FUSEOPT_STREAMING_STORES 1
+#endif
 
 namespace fuseopt {
 namespace kernels {
@@ -11,25 +20,57 @@ FUSEOPT_INLINE v8f scaled(v8f x, double factor) {
   return __builtin_convertvector(__builtin_convertvector(x, v8d) * factor, v8f);
 }
 
-// The loops of both kernels; publish == nullptr writes out only (a branch
-// per call, not per element: the kernels below instantiate both).
-template <bool kPublish>
+// A store that bypasses the caches (write-combined, no read for ownership) to
+// 16-byte aligned p; a plain store where the CPU has none.
+template <class V, class T>
+FUSEOPT_INLINE void stream(T* p, V v) {
+#if FUSEOPT_STREAMING_STORES
+  for (size_t b = 0; b < sizeof v; b += 16) {
+    __m128i part;
+    std::memcpy(&part, reinterpret_cast<const char*>(&v) + b, 16);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(reinterpret_cast<char*>(p) + b), part);
+  }
+#else
+  store(p, v);
+#endif
+}
+
+FUSEOPT_INLINE void stream_fence() {
+#if FUSEOPT_STREAMING_STORES
+  _mm_sfence();  // streaming stores are weakly ordered: complete them before anyone reads
+#endif
+}
+
+// Elements to write one by one before out is 16-byte aligned (streaming stores).
+template <class T>
+int64_t unaligned_head(const T* out, int64_t n) {
+  const int64_t misaligned = (reinterpret_cast<uintptr_t>(out) & 15) / sizeof(T);
+  return std::min(n, misaligned ? static_cast<int64_t>(16 / sizeof(T)) - misaligned : 0);
+}
+
+// The loops of both kernels; publish == nullptr writes out only, kStream
+// writes out with streaming stores (a branch per call, not per element: the
+// kernels below instantiate each).
+template <bool kPublish, bool kStream>
 FUSEOPT_INLINE void sum_floats(const float* in, double pre, const float* other, float* out,
                                float* publish, double post, int64_t n) {
   int64_t i = 0;
-  if (pre == 1.0 && post == 1.0) {  // the products are exact: skip them
-    for (; i + 8 <= n; i += 8) {
-      const v8f r = load<v8f>(other + i) + load<v8f>(in + i);
-      store(out + i, r);
-      if (kPublish) store(publish + i, r);
-    }
-  } else {
-    for (; i + 8 <= n; i += 8) {
-      const v8f r = scaled(load<v8f>(other + i) + scaled(load<v8f>(in + i), pre), post);
-      store(out + i, r);
-      if (kPublish) store(publish + i, r);
-    }
+  auto put = [&](int64_t at, v8f r) {
+    if (kStream) stream(out + at, r); else store(out + at, r);
+    if (kPublish) store(publish + at, r);
+  };
+  for (const int64_t head = kStream ? unaligned_head(out, n) : 0; i < head; ++i) {
+    const float r = static_cast<float>((other[i] + static_cast<float>(in[i] * pre)) * post);
+    out[i] = r;
+    if (kPublish) publish[i] = r;
   }
+  if (pre == 1.0 && post == 1.0) {  // the products are exact: skip them
+    for (; i + 8 <= n; i += 8) put(i, load<v8f>(other + i) + load<v8f>(in + i));
+  } else {
+    for (; i + 8 <= n; i += 8)
+      put(i, scaled(load<v8f>(other + i) + scaled(load<v8f>(in + i), pre), post));
+  }
+  if (kStream) stream_fence();
   for (; i < n; ++i) {
     const float r = static_cast<float>((other[i] + static_cast<float>(in[i] * pre)) * post);
     out[i] = r;
@@ -37,15 +78,21 @@ FUSEOPT_INLINE void sum_floats(const float* in, double pre, const float* other, 
   }
 }
 
-template <bool kPublish>
+template <bool kPublish, bool kStream>
 FUSEOPT_INLINE void sum_doubles(const double* in, double pre, const double* other, double* out,
                                 double* publish, double post, int64_t n) {
   int64_t i = 0;
+  for (const int64_t head = kStream ? unaligned_head(out, n) : 0; i < head; ++i) {
+    const double r = (other[i] + in[i] * pre) * post;
+    out[i] = r;
+    if (kPublish) publish[i] = r;
+  }
   for (; i + 8 <= n; i += 8) {
     const v8d r = (load<v8d>(other + i) + load<v8d>(in + i) * pre) * post;
-    store(out + i, r);
+    if (kStream) stream(out + i, r); else store(out + i, r);
     if (kPublish) store(publish + i, r);
   }
+  if (kStream) stream_fence();
   for (; i < n; ++i) {
     const double r = (other[i] + in[i] * pre) * post;
     out[i] = r;
@@ -57,16 +104,37 @@ FUSEOPT_INLINE void sum_doubles(const double* in, double pre, const double* othe
 
 FUSEOPT_CLONES
 void pair_sum_publish(const float* in, double pre, const float* other, float* out,
-                      float* publish, double post, int64_t n) {
-  if (publish) return sum_floats<true>(in, pre, other, out, publish, post, n);
-  sum_floats<false>(in, pre, other, out, nullptr, post, n);
+                      float* publish, double post, int64_t n, bool stream_out) {
+  if (publish && stream_out) return sum_floats<true, true>(in, pre, other, out, publish, post, n);
+  if (publish) return sum_floats<true, false>(in, pre, other, out, publish, post, n);
+  if (stream_out) return sum_floats<false, true>(in, pre, other, out, nullptr, post, n);
+  sum_floats<false, false>(in, pre, other, out, nullptr, post, n);
 }
 
 FUSEOPT_CLONES
 void pair_sum_publish(const double* in, double pre, const double* other, double* out,
-                      double* publish, double post, int64_t n) {
-  if (publish) return sum_doubles<true>(in, pre, other, out, publish, post, n);
-  sum_doubles<false>(in, pre, other, out, nullptr, post, n);
+                      double* publish, double post, int64_t n, bool stream_out) {
+  if (publish && stream_out) return sum_doubles<true, true>(in, pre, other, out, publish, post, n);
+  if (publish) return sum_doubles<true, false>(in, pre, other, out, publish, post, n);
+  if (stream_out) return sum_doubles<false, true>(in, pre, other, out, nullptr, post, n);
+  sum_doubles<false, false>(in, pre, other, out, nullptr, post, n);
+}
+
+void stream_copy(void* dst, const void* src, int64_t bytes) {
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  const int64_t head = unaligned_head(d, bytes);
+  std::memcpy(d, s, head);
+  int64_t i = head;
+#if FUSEOPT_STREAMING_STORES
+  for (; i + 64 <= bytes; i += 64) {
+    for (int b = 0; b < 64; b += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + b),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + b)));
+  }
+  stream_fence();
+#endif
+  std::memcpy(d + i, s + i, bytes - i);
 }
 
 }  // namespace kernels

@@ -44,11 +44,12 @@ void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<
     const int64_t base = next_slot_base();
     const int64_t from = k * slot_bytes_, len = piece(bytes[rank_], k, slot_bytes_);
     std::memcpy(slots_[rank_] + base, mine + from, len);
-    std::memcpy(out + at[rank_] + from, mine + from, len);  // in the cache: read just above
+    kernels::stream_copy(out + at[rank_] + from, mine + from, len);  // read just above
     sync();
     for (int r = 0; r < size_; ++r)
       if (r != rank_)
-        std::memcpy(out + at[r] + from, slots_[r] + base, piece(bytes[r], k, slot_bytes_));
+        kernels::stream_copy(out + at[r] + from, slots_[r] + base,
+                             piece(bytes[r], k, slot_bytes_));
   }
 }
 
