@@ -1,7 +1,8 @@
 // Collectives through one shared-memory segment, for jobs whose ranks all
 // share a host: allreduce, reduce and broadcast here (shm_collectives.cc),
-// allgather and reducescatter in shm_gather.cc. MPICH's shared-memory allreduce streams large buffers through small
-// cells with a handshake per cell (measured here: 33.6 MB in 26-28 ms, 1.3
+// allgather and reducescatter in shm_gather.cc. MPICH's shared-memory
+// allreduce streams large buffers through small cells with a handshake per
+// cell (measured here: 33.6 MB in 26-28 ms, 1.3
 // GB/s, against 8 GB/s for memcpy); with every rank's data mapped, a rank can
 // reduce its share of the elements in one pass instead:
 //   1. each rank copies its chunk into its own slot, straight from the

@@ -1,9 +1,9 @@
 // Allgather and reduce-scatter through the slots of shm_collectives.h: the
 // collectives that carry a sharded optimizer's gradients and parameters.
-// Through MPICH (MPI_Iallgatherv, MPI_Ireduce_scatter) they took 0.72-0.84x
-// and 0.62-0.99x the time of MPICH's own blocking calls at 1-64 MiB per rank
-// (benchmarks/results/collectives.md, 2026-11-29): the v-variants stream
-// through MPICH's small cells. Here every chunk costs one barrier, as a
+// Through MPICH (MPI_Iallgatherv, MPI_Ireduce_scatter) they ran at 0.71-0.84x
+// and 0.62-0.99x the speed of MPICH's own blocking calls at 1-64 MiB per rank
+// (2026-11-29; docs/design.md, "Shared-memory allreduce", has what the slots
+// gave). Here every chunk costs one barrier, as a
 // broadcast's: a rank refills a slot of its pair only after the barrier that
 // follows everyone's reads of it.
 //
