@@ -131,10 +131,11 @@ KNOBS = (
          "(logging.basicConfig(level=...) included).",
          low=0, high=len(_log.LEVEL_NAMES) - 1),
     Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", _parse_int, int, _same,
-         "Allreduces of at least this many bytes go through fuseopt's shared-memory "
-         "path when every rank runs on one host (each rank reduces a slice of all "
-         "ranks' data in place: about MPICH's own bandwidth here, "
-         "benchmarks/results/allreduce.md); -1 always uses MPI.", agreed=True,
+         "Allreduces, reduces, broadcasts, allgathers and reducescatters of at least "
+         "this many bytes go through fuseopt's shared-memory path when every rank runs "
+         "on one host (each rank reduces a slice of all ranks' data in place; against "
+         "MPICH and the memory roofline: benchmarks/results/collectives.md); -1 always "
+         "uses MPI.", agreed=True,
          low=-1),
     Knob("hierarchical_allreduce", "FUSEOPT_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce",
          parse_flag, int, bool,
