@@ -80,8 +80,8 @@ def _fuseopt():
 
 def _mpi4py():
     import numpy as np
-    import mpi4py
-    mpi4py.rc.thread_level = "serialized"
+    # MPICH's default thread level (MULTIPLE): with SERIALIZED its allreduce of 1-16
+    # MiB takes another path, 2-3x slower here (docs/design.md, "MPICH's two modes").
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
