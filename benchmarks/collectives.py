@@ -211,12 +211,7 @@ def main(argv=None):
         return worker_main(args)
     if args.render:  # the tables again from a run's JSON (e.g. after a change of wording)
         with open(args.render) as f:
-            record = json.load(f)
-        jobs = record["jobs"]
-        bw = roofline.best([j["bandwidth_gbs"] for j in jobs if "bandwidth_gbs" in j])
-        text, verdicts = render(jobs, record["meta"]["quick"], bw)
-        return report.finish(args, "collectives", TITLE, record, text,
-                             lambda path: plot(jobs, record["meta"]["quick"], path, bw), verdicts)
+            return _report(args, json.load(f))
     if args.quick:
         args.reps = 1
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
@@ -232,16 +227,21 @@ def main(argv=None):
             results, stderr = harness.run_job("mpi", argv, harness.base_env(), args.timeout, c,
                                               mpiexec)
             return {"ms": results[0]["ms"], "bandwidth_gbs": bw}, stderr
-        return harness.measured_job(args, c, rep, pos, job, lambda r: roofline.describe(
-            r["bandwidth_gbs"]).split(". Roofline")[0])
+        return harness.measured_job(args, c, rep, pos, job,
+                                    lambda r: roofline.bandwidth_text(r["bandwidth_gbs"]))
     jobs, failed = harness.run_jobs(args, contenders, one)
-    bw = roofline.best([j["bandwidth_gbs"] for j in jobs if "bandwidth_gbs" in j])
-    text, verdicts = render(jobs, args.quick, bw)
-    record = {"meta": report.run_meta(args, started, mpiexec, bandwidth_gbs=bw), "jobs": jobs,
-              "failed": failed}
-    return report.finish(args, "collectives", TITLE, record, text,
-                         lambda path: plot(jobs, args.quick, path, bw), verdicts)
+    return _report(args, {"meta": report.run_meta(args, started, mpiexec), "jobs": jobs,
+                          "failed": failed})
 
+
+def _report(args, record):
+    """Tables, plot and files of a run's record (jobs and meta)."""
+    jobs, quick = record["jobs"], record["meta"]["quick"]
+    bw = roofline.best([j["bandwidth_gbs"] for j in jobs if "bandwidth_gbs" in j])
+    record["meta"]["bandwidth_gbs"] = bw
+    text, verdicts = render(jobs, quick, bw)
+    return report.finish(args, "collectives", TITLE, record, text,
+                         lambda path: plot(jobs, quick, path, bw), verdicts)
 
 if __name__ == "__main__":
     sys.exit(main())

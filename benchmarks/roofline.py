@@ -81,17 +81,23 @@ def roofline_ms(op, nbytes, bw):
     return TRAFFIC[op] * nbytes / (per_rank_gbs * 1e9) * 1e3
 
 
-def describe(bw):
-    """One sentence for a results file."""
+def bandwidth_text(bw):
+    """The bandwidths measured, in words."""
     spread = ("" if "measured" not in bw else " (the best of %d measurements, one before each "
               "job; the lowest two-core triad %.1f GB/s)" % (bw["measured"],
                                                             bw["lowest 2-core triad"]))
     return ("Memory bandwidth in this run (STREAM-style, 64 MiB float32 arrays): copy "
             "%.1f GB/s and triad %.1f GB/s on one core; %.1f and %.1f GB/s on both cores at "
-            "once%s. Roofline: one rank's input read and output written once (allreduce 2x, "
-            "reducescatter 1.5x, allgather 3x its input) at half the two-core triad bandwidth "
-            "(benchmarks/roofline.py)." % (bw["1 core"]["copy"], bw["1 core"]["triad"],
-                                             bw["2 cores"]["copy"], bw["2 cores"]["triad"], spread))
+            "once%s" % (bw["1 core"]["copy"], bw["1 core"]["triad"], bw["2 cores"]["copy"],
+                        bw["2 cores"]["triad"], spread))
+
+
+def describe(bw):
+    """One sentence for a results file."""
+    return bandwidth_text(bw) + (
+        ". Roofline: one rank's input read and output written once (allreduce 2x, "
+        "reducescatter 1.5x, allgather 3x its input) at half the two-core triad bandwidth "
+        "(benchmarks/roofline.py).")
 
 
 def main():

@@ -54,16 +54,17 @@ int64_t unaligned_head(const T* out, int64_t n) {
 template <bool kPublish, bool kStream>
 FUSEOPT_INLINE void sum_floats(const float* in, double pre, const float* other, float* out,
                                float* publish, double post, int64_t n) {
-  int64_t i = 0;
+  auto one = [&](int64_t i) {  // the unaligned head and the tail
+    const float r = static_cast<float>((other[i] + static_cast<float>(in[i] * pre)) * post);
+    out[i] = r;
+    if (kPublish) publish[i] = r;
+  };
   auto put = [&](int64_t at, v8f r) {
     if (kStream) stream(out + at, r); else store(out + at, r);
     if (kPublish) store(publish + at, r);
   };
-  for (const int64_t head = kStream ? unaligned_head(out, n) : 0; i < head; ++i) {
-    const float r = static_cast<float>((other[i] + static_cast<float>(in[i] * pre)) * post);
-    out[i] = r;
-    if (kPublish) publish[i] = r;
-  }
+  int64_t i = 0;
+  for (const int64_t head = kStream ? unaligned_head(out, n) : 0; i < head; ++i) one(i);
   if (pre == 1.0 && post == 1.0) {  // the products are exact: skip them
     for (; i + 8 <= n; i += 8) put(i, load<v8f>(other + i) + load<v8f>(in + i));
   } else {
@@ -71,33 +72,26 @@ FUSEOPT_INLINE void sum_floats(const float* in, double pre, const float* other, 
       put(i, scaled(load<v8f>(other + i) + scaled(load<v8f>(in + i), pre), post));
   }
   if (kStream) stream_fence();
-  for (; i < n; ++i) {
-    const float r = static_cast<float>((other[i] + static_cast<float>(in[i] * pre)) * post);
-    out[i] = r;
-    if (kPublish) publish[i] = r;
-  }
+  for (; i < n; ++i) one(i);
 }
 
 template <bool kPublish, bool kStream>
 FUSEOPT_INLINE void sum_doubles(const double* in, double pre, const double* other, double* out,
                                 double* publish, double post, int64_t n) {
-  int64_t i = 0;
-  for (const int64_t head = kStream ? unaligned_head(out, n) : 0; i < head; ++i) {
+  auto one = [&](int64_t i) {  // the unaligned head and the tail
     const double r = (other[i] + in[i] * pre) * post;
     out[i] = r;
     if (kPublish) publish[i] = r;
-  }
+  };
+  int64_t i = 0;
+  for (const int64_t head = kStream ? unaligned_head(out, n) : 0; i < head; ++i) one(i);
   for (; i + 8 <= n; i += 8) {
     const v8d r = (load<v8d>(other + i) + load<v8d>(in + i) * pre) * post;
     if (kStream) stream(out + i, r); else store(out + i, r);
     if (kPublish) store(publish + i, r);
   }
   if (kStream) stream_fence();
-  for (; i < n; ++i) {
-    const double r = (other[i] + in[i] * pre) * post;
-    out[i] = r;
-    if (kPublish) publish[i] = r;
-  }
+  for (; i < n; ++i) one(i);
 }
 
 }  // namespace

@@ -84,17 +84,17 @@ void ShmCollectives::sync() {
 }
 
 void ShmCollectives::allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                             fuseopt_reduce_op_t op, double postscale) {
+                                fuseopt_reduce_op_t op, double postscale) {
   dispatch(segments, dtype, op, postscale, -1);
 }
 
 void ShmCollectives::reduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                          fuseopt_reduce_op_t op, double postscale, int root) {
+                             fuseopt_reduce_op_t op, double postscale, int root) {
   dispatch(segments, dtype, op, postscale, root);
 }
 
 void ShmCollectives::dispatch(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                            fuseopt_reduce_op_t op, double postscale, int root) {
+                               fuseopt_reduce_op_t op, double postscale, int root) {
   if (win_ == MPI_WIN_NULL) attach();
   const bool sum = op == FUSEOPT_SUM || op == FUSEOPT_AVERAGE;
   bool as_is = true, narrowed = true;
@@ -109,7 +109,7 @@ void ShmCollectives::dispatch(const std::vector<Segment>& segments, fuseopt_dtyp
 }
 
 void ShmCollectives::broadcast(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                             int root) {
+                                int root) {
   // One barrier per chunk: the root refills a slot only after the barrier
   // that follows everyone's reads of it two chunks before (the slot pair).
   if (win_ == MPI_WIN_NULL) attach();
@@ -222,7 +222,7 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
 }
 
 void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                            fuseopt_reduce_op_t op, double postscale, int root) {
+                               fuseopt_reduce_op_t op, double postscale, int root) {
   // direct<T>'s three steps for float32 tensors that travel as 16-bit floats:
   // the slots hold half the bytes, and the rounding happens on the copies.
   // Rank r's range is reduced in blocks that stay in L1, in staged()'s order
@@ -267,7 +267,7 @@ void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtyp
 }
 
 void ShmCollectives::staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
-                          fuseopt_reduce_op_t op, double postscale, int root) {
+                             fuseopt_reduce_op_t op, double postscale, int root) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t per_chunk = slot_bytes_ / esize;
   const MPI_Datatype type = MpiWorld::datatype(dtype);

@@ -3,9 +3,9 @@
 // Through MPICH (MPI_Iallgatherv, MPI_Ireduce_scatter) they ran at 0.71-0.84x
 // and 0.62-0.99x the speed of MPICH's own blocking calls at 1-64 MiB per rank
 // (2026-11-29; docs/design.md, "Shared-memory allreduce", has what the slots
-// gave). Here every chunk costs one barrier, as a
-// broadcast's: a rank refills a slot of its pair only after the barrier that
-// follows everyone's reads of it.
+// gave). Here every chunk costs one barrier, as a broadcast's: a rank refills
+// a slot of its pair only after the barrier that follows everyone's reads of
+// it.
 //
 // Cross-memory attach (process_vm_readv, one copy instead of two) was
 // measured and not taken: 16 MiB from another process in 3.7-3.9 ms here,
@@ -68,7 +68,7 @@ void ShmCollectives::reducescatter(const void* send, void* recv,
   const MPI_Datatype type = MpiWorld::datatype(dtype);
   const MPI_Op mpi_op = MpiWorld::op(op, dtype);
   const bool two_floats = size_ == 2 && (op == FUSEOPT_SUM || op == FUSEOPT_AVERAGE) &&
-                        (dtype == FUSEOPT_FLOAT32 || dtype == FUSEOPT_FLOAT64);
+                          (dtype == FUSEOPT_FLOAT32 || dtype == FUSEOPT_FLOAT64);
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   for (int64_t k = 0; k * q < largest; ++k) {
@@ -81,15 +81,16 @@ void ShmCollectives::reducescatter(const void* send, void* recv,
     const int64_t len = piece(counts[rank_], k, q);
     if (len == 0) continue;
     char* const result = out + k * q * esize;
-    const int other = 1 - rank_;
+    auto pair_sum = [&](auto zero) {
+      using T = decltype(zero);
+      kernels::pair_sum_publish(reinterpret_cast<const T*>(input(rank_)), 1.0,
+                                reinterpret_cast<const T*>(slot(1 - rank_, rank_)),
+                                reinterpret_cast<T*>(result), nullptr, 1.0, len);
+    };
     if (two_floats && dtype == FUSEOPT_FLOAT32) {
-      kernels::pair_sum_publish(reinterpret_cast<const float*>(input(rank_)), 1.0,
-                                reinterpret_cast<const float*>(slot(other, rank_)),
-                                reinterpret_cast<float*>(result), nullptr, 1.0, len);
+      pair_sum(0.0f);
     } else if (two_floats) {
-      kernels::pair_sum_publish(reinterpret_cast<const double*>(input(rank_)), 1.0,
-                                reinterpret_cast<const double*>(slot(other, rank_)),
-                                reinterpret_cast<double*>(result), nullptr, 1.0, len);
+      pair_sum(0.0);
     } else {
       std::memcpy(result, input(rank_), len * esize);
       for (int j = 1; j < size_; ++j)
