@@ -83,6 +83,12 @@ class DistributedOptimizer(OptimizerWrapper):
         shard: ``"optimizer"`` (ZeRO-1) or ``"gradients"`` (ZeRO-2): each
             rank keeps and steps the state of its share of the parameters
             (fuseopt/torch/sharded/, docs/torch.md "Sharded optimizer").
+        split_parameters: with ``shard``: whether a parameter may be split
+            into pieces owned by different ranks when whole parameters would
+            leave the shares more than 5% apart. Default: for torch's
+            optimizers that update each element on its own (SGD, Adam, AdamW,
+            ...); pass True for another such optimizer, False to keep every
+            parameter whole (an optimizer that reads a whole parameter: LAMB).
     """
 
     def __new__(cls, *args, **kwargs):
@@ -117,8 +123,11 @@ class DistributedOptimizer(OptimizerWrapper):
                  sparse_as_dense: bool = False, process_set: Optional[_ps.ProcessSet] = None,
                  name_map: Optional[Dict[str, Any]] = None,
                  bucket_cap_mb: Optional[Union[float, str]] = None,
-                 shard: Optional[str] = None) -> None:
+                 shard: Optional[str] = None, split_parameters: Optional[bool] = None) -> None:
         # No Optimizer.__init__: the wrapped optimizer owns parameters and state.
+        if split_parameters is not None:
+            raise InvalidArgumentError("split_parameters applies to a sharded optimizer only "
+                                       "(shard=\"optimizer\" or \"gradients\")")
         self._process_set, set_id = process_set, _ps.id_of(process_set)
         self._member = set_id == 0 or (process_set is not None and process_set.included())
         self._optimizer = optimizer
@@ -329,7 +338,8 @@ def _sharded(a):
         raise UnsupportedError("DistributedOptimizer(shard=%r) does not take %s"
                                % (a["shard"], ", ".join(refused)))
     return ShardedOptimizer(a["optimizer"], a["named_parameters"], a["shard"], a["compression"],
-                            a["backward_passes_per_step"], a["process_set"])
+                            a["backward_passes_per_step"], a["process_set"],
+                            split_parameters=a["split_parameters"])
 
 
 _INIT_SIGNATURE = inspect.signature(DistributedOptimizer.__init__)

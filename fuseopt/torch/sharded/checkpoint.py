@@ -22,6 +22,7 @@ from ...base.atomic_file import write_atomically
 from ...base.errors import UnsupportedError
 from ...training import checkpoint as _ckpt
 from ..functions import broadcast_object
+from . import state as _state
 
 MARKER = "fuseopt_sharded_optimizer"
 
@@ -90,31 +91,38 @@ def check_files(path, marker):
 
 
 def load(path, optimizer, marker, root_rank):
-    """Collective: every rank takes what it owns of each shard in turn."""
+    """Collective: every rank takes what it owns of each shard in turn (the
+    pieces of a split parameter join, or are cut, to this rank's plan)."""
     token, size = marker["token"], marker["world_size"]
-    keep = _owned_positions(optimizer) if is_sharded(optimizer) else None
-    state, groups = {}, None
+    sharded = is_sharded(optimizer)
+    target = optimizer if sharded else getattr(optimizer, "optimizer", optimizer)
+    numels = _numels(optimizer if sharded else target)
+    keep = _state.wanted(optimizer) if sharded else \
+        {k: (0, n, shape) for k, (n, shape) in numels.items()}
+    assemblies, groups = {}, None
     for r in range(size):
         shard = objects.on_root(lambda: _read_shard(path, token, r, size), root_rank,
                                 "checkpoint.shard.loaded",
                                 "cannot load optimizer shard %d of checkpoint %r" % (r, path))
         shard = broadcast_object(shard, root_rank, name="checkpoint.shard.%d" % r)
         groups = shard["param_groups"] if groups is None else groups
-        state.update({k: v for k, v in shard["state"].items() if keep is None or k in keep})
-    whole = {"state": state, "param_groups": groups}
-    target = optimizer if is_sharded(optimizer) else getattr(optimizer, "optimizer", optimizer)
-    target.load_state_dict(whole)
-    if is_sharded(optimizer):
+        for k, entry in shard["state"].items():
+            if k in keep and k in numels:
+                first, last = _state.spans(shard, k, numels[k][0])
+                assemblies.setdefault(k, _state.Assembly(*keep[k])).add(first, last, entry)
+    state = {k: a.result("parameter %d of checkpoint %r" % (k, path))
+             for k, a in assemblies.items()}
+    if sharded:  # this rank's entries, already cut to its plan
+        optimizer._optimizer.load_state_dict({"state": state, "param_groups": groups})
         optimizer._loaded = None  # every rank holds its shard: nothing to broadcast
+    else:
+        target.load_state_dict({"state": state, "param_groups": groups})
 
 
-def _owned_positions(optimizer):
-    """Positions (state_dict keys) of the parameters this rank owns."""
-    owned = {id(p) for p in optimizer.owned_parameters()}
-    positions, k = set(), 0
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if id(p) in owned:
-                positions.add(k)
-            k += 1
-    return positions
+def _numels(optimizer):
+    """(elements, shape) of the parameter at each position of the groups."""
+    if is_sharded(optimizer):
+        return {k: (optimizer._params[i].numel(), tuple(optimizer._params[i].shape))
+                for i, k in optimizer._position.items()}
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    return {k: (p.numel(), tuple(p.shape)) for k, p in enumerate(params)}

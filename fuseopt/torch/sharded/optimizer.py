@@ -1,17 +1,25 @@
 """DistributedOptimizer(shard=...): the optimizer's state and step split
 across ranks (ZeRO stages 1 and 2).
 
-Each parameter has one owning rank (fuseopt/training/sharding.py). Its
-gradient leaves from its hook while backward runs, as the unsharded
-optimizer's do, but in a reduction to its owner only (the core's reduce,
-fused across tensors like an allreduce): the owner gets the average, the
-bytes moved are a reduce-scatter's. ``step()`` runs the wrapped optimizer
-with only the owned parameters' gradients visible (torch optimizers skip a
-parameter whose gradient is None, and make no state for it), then each
-parameter is broadcast from its owner: an all-gather's bytes. Together,
-what one allreduce of the gradients moves, with no fusion buffer of the
-optimizer's own: the core reads and writes the gradients and parameters in
-place.
+Each parameter has one owning rank, or, where whole parameters would
+leave the ranks' shares unbalanced, is split into pieces with one owner each
+(fuseopt/training/sharding.py: the plan, and the bound). Its gradient leaves
+from its hook while backward runs, as the unsharded optimizer's do, but in a
+reduction to its owner only (the core's reduce, fused across tensors like an
+allreduce; one per piece): the owner gets the average, the bytes moved are a
+reduce-scatter's. ``step()`` runs the wrapped optimizer with only the owned
+parameters' gradients visible (torch optimizers skip a parameter whose
+gradient is None, and make no state for it), then each parameter is
+broadcast from its owner: an all-gather's bytes. Together, what one
+allreduce of the gradients moves, with no fusion buffer of the optimizer's
+own: the core reads and writes the gradients and parameters in place.
+
+A piece that this rank owns stands in the wrapped optimizer's
+``param_groups`` in place of its parameter: a flat view of the parameter's
+elements [first, last), whose ``.grad`` is the same view of the averaged
+gradient. Pieces are made only for optimizers that update each element on its
+own (torch's SGD, Adam, AdamW, ... by exact class; ``split_parameters=True``
+says so for another), and only of contiguous parameters.
 
 ``shard="optimizer"`` (ZeRO-1) keeps every ``p.grad`` allocated: the owned
 ones hold the average, the others this rank's own local gradient.
@@ -26,6 +34,7 @@ import torch
 from ...base.errors import InvalidArgumentError, UnsupportedError
 from ...core import process_sets as _ps
 from ...training import naming, sharding
+from ...training.sharding import Piece
 from .._wrapper import OptimizerWrapper
 from ..compression import Compression
 from ..functions import allgather_object
@@ -34,6 +43,12 @@ from . import state as _state
 
 _WIRE = {id(Compression.none): None, id(Compression.fp16): torch.float16,
          id(Compression.bf16): torch.bfloat16}
+
+# Optimizers whose update of an element reads only that element's gradient and
+# state (and the group's settings): a piece of a parameter steps as the whole would.
+_ELEMENTWISE = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adamax,
+                torch.optim.NAdam, torch.optim.RAdam, torch.optim.RMSprop, torch.optim.Adagrad,
+                torch.optim.Adadelta, torch.optim.ASGD, torch.optim.Rprop)
 
 
 class ShardedOptimizer(OptimizerWrapper):
@@ -45,7 +60,7 @@ class ShardedOptimizer(OptimizerWrapper):
                  named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
                  shard: str = sharding.OPTIMIZER, compression: Any = Compression.none,
                  backward_passes_per_step: int = 1, process_set: Optional[_ps.ProcessSet] = None,
-                 reduce_gradients: bool = True) -> None:
+                 reduce_gradients: bool = True, split_parameters: Optional[bool] = None) -> None:
         sharding.check_stage(shard)
         if id(compression) not in _WIRE:
             raise UnsupportedError("a sharded optimizer compresses with Compression.none, .fp16 "
@@ -69,16 +84,8 @@ class ShardedOptimizer(OptimizerWrapper):
         names = naming.local_names(params, named_parameters)
         if self._member and self.size > 1:
             _check_same_parameters(names, params, process_set)
-        nbytes = [p.numel() * p.element_size() for p in params]
-        self.owner = sharding.owners(nbytes, self.size)
-        ranks = process_set.ranks if process_set is not None else list(range(self.size))
-        self._root = [ranks[r] for r in self.owner] if self._member else []  # global ranks
         self._names = ["shard.%s" % n for n in names]
-        self._owned = {i for i, r in enumerate(self.owner) if r == self.rank}
-        # What a wrapped optimizer that stepped before holds for others' parameters goes.
-        for i, p in enumerate(params):
-            if i not in self._owned:
-                optimizer.state.pop(p, None)
+        self._take_plan(split_parameters)
         self._passes = [0] * len(params)
         self._in_flight: Dict[int, Tuple[Any, torch.Tensor]] = {}  # param -> (handle, sent)
         self._synchronized = False
@@ -91,9 +98,52 @@ class ShardedOptimizer(OptimizerWrapper):
                 functools.partial(self._on_grad_ready, i)) for i, p in enumerate(params)]
 
     # -- what a rank holds --------------------------------------------------------
+    def _take_plan(self, split_parameters):
+        """Owners (and pieces) for every parameter; this rank's pieces take
+        their parameters' places in the wrapped optimizer's groups."""
+        params, optimizer = self._params, self._optimizer
+        if split_parameters is None:
+            split_parameters = type(optimizer) in _ELEMENTWISE
+        self.pieces: List[List[Piece]] = sharding.plan(
+            [p.numel() for p in params], [p.element_size() for p in params], self.size,
+            [bool(split_parameters) and p.is_contiguous() for p in params])
+        # The owner of each whole parameter (None: split, see pieces).
+        self.owner = [ps[0].rank if len(ps) == 1 else None for ps in self.pieces]
+        ranks = self._process_set.ranks if self._process_set is not None \
+            else list(range(self.size))
+        self._global = ranks if self._member else []
+        self._owned = {i for i, r in enumerate(self.owner) if r == self.rank}
+        self._views: Dict[int, Tuple[int, int, torch.Tensor]] = {}  # i -> (first, last, view)
+        for i, ps in enumerate(self.pieces):
+            for piece in ps:
+                if self.owner[i] is None and piece.rank == self.rank:
+                    self._views[i] = (piece.first, piece.last,
+                                      params[i].detach().view(-1)[piece.first:piece.last])
+        index = {id(p): i for i, p in enumerate(params)}
+        self._position = {}  # i -> its position in the groups (a state_dict key)
+        k = 0
+        for group in optimizer.param_groups:
+            for j, p in enumerate(group["params"]):
+                i = index.get(id(p))
+                if i is not None:
+                    self._position[i] = k
+                    if i in self._views:
+                        group["params"][j] = self._views[i][2]
+                k += 1
+        # What a wrapped optimizer that stepped before holds: its own share.
+        for i, p in enumerate(params):
+            held = optimizer.state.pop(p, None)
+            if i in self._owned and held is not None:
+                optimizer.state[p] = held
+            elif i in self._views and held is not None:
+                first, last, view = self._views[i]
+                optimizer.state[view] = _state.part_of(held, first, last, p.numel())
+
     def owned_parameters(self) -> List[torch.Tensor]:
-        """The parameters whose state and step this rank holds."""
-        return [p for i, p in enumerate(self._params) if i in self._owned]
+        """The parameters whose state and step this rank holds: whole ones,
+        and the flat views that stand for the pieces it owns of split ones."""
+        return [p if i in self._owned else self._views[i][2] for i, p in enumerate(self._params)
+                if i in self._owned or i in self._views]
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state (tensors) on this rank."""
@@ -125,7 +175,8 @@ class ShardedOptimizer(OptimizerWrapper):
             self._start(i)
 
     def _start(self, i):
-        """Sends parameter i's gradient to its owner, averaged there."""
+        """Sends parameter i's gradient to its owner (each piece to its own),
+        averaged there."""
         p = self._params[i]
         if p.grad is None:  # unused on this rank: take part with zeros
             p.grad = torch.zeros_like(p)
@@ -135,8 +186,18 @@ class ShardedOptimizer(OptimizerWrapper):
         sent = p.grad
         if self._wire is not None and sent.is_floating_point() and sent.dtype != self._wire:
             sent = sent.to(self._wire)  # a 16-bit copy travels; the owner widens the average
-        self._in_flight[i] = (reduce_async_(sent, self._root[i], name=self._names[i], op=Average,
-                                            process_set=self._process_set), sent)
+        pieces = self.pieces[i]
+        if len(pieces) == 1:
+            handles = [reduce_async_(sent, self._global[pieces[0].rank], name=self._names[i],
+                                     op=Average, process_set=self._process_set)]
+        else:
+            sent = sent.contiguous()
+            flat = sent.view(-1)
+            handles = [reduce_async_(flat[c.first:c.last], self._global[c.rank],
+                                     name="%s.%d" % (self._names[i], k), op=Average,
+                                     process_set=self._process_set)
+                       for k, c in enumerate(pieces)]
+        self._in_flight[i] = (handles, sent)
 
     def synchronize(self):
         """Waits for every gradient and leaves this rank's owned gradients
@@ -147,17 +208,23 @@ class ShardedOptimizer(OptimizerWrapper):
             if i not in self._in_flight:
                 self._start(i)
         try:
-            for i, (handle, sent) in sorted(self._in_flight.items()):
-                handle.wait()
+            for i, (handles, sent) in sorted(self._in_flight.items()):
+                for handle in handles:
+                    handle.wait()
                 p = self._params[i]
                 if i in self._owned:
                     if sent is not p.grad:
                         p.grad.copy_(sent)
+                elif i in self._views:
+                    if sent is not p.grad:
+                        first, last, _ = self._views[i]
+                        _write_flat(p.grad, first, last, sent.view(-1)[first:last])
                 elif self.shard == sharding.GRADIENTS:
                     p.grad = None
         finally:
             self._in_flight.clear()
             self._passes = [0] * len(self._params)
+        self._show_piece_grads()
         self._agree_on_finiteness()
         self._synchronized = True  # until the next backward or step: no second reduction
 
@@ -176,7 +243,8 @@ class ShardedOptimizer(OptimizerWrapper):
         mine = finite([p.grad for p in self.owned_parameters() if p.grad is not None])
         flag = torch.tensor([0.0 if mine else 1.0])
         if allreduce(flag, name="shard.finite", op=Max, process_set=self._process_set)[0] > 0:
-            shown = [p.grad for p in self._params if p.grad is not None]
+            shown = [t.grad for g in self._optimizer.param_groups for t in g["params"]
+                     if t.grad is not None]
             if shown and finite(shown):
                 shown[0].view(-1)[0] = float("inf")
 
@@ -226,9 +294,11 @@ class ShardedOptimizer(OptimizerWrapper):
         if not self._member or self.size == 1:
             self._optimizer.step()
             return loss
+        if not self._hooks:  # gradients averaged by the caller (ZeroRedundancyOptimizer)
+            self._show_piece_grads()
         hidden = {}
         for i, p in enumerate(self._params):
-            if i not in self._owned and p.grad is not None:
+            if i not in self._owned and i not in self._views and p.grad is not None:
                 hidden[i], p.grad = p.grad, None
         try:
             self._optimizer.step()
@@ -239,11 +309,35 @@ class ShardedOptimizer(OptimizerWrapper):
         self._synchronized = False
         return loss
 
+    def _show_piece_grads(self):
+        """Each owned piece's gradient: the view of its parameter's (ZeRO-2:
+        a copy, and the parameter's gradient is freed)."""
+        for i, (first, last, view) in self._views.items():
+            g = self._params[i].grad
+            if g is None:
+                continue
+            part = g.view(-1)[first:last] if g.is_contiguous() else \
+                g.reshape(-1)[first:last].clone()
+            if self.shard == sharding.GRADIENTS and self._hooks:
+                view.grad, self._params[i].grad = part.clone(), None
+            else:
+                view.grad = part
+
     def _gather_parameters(self):
-        """Every parameter from its owner, in place (broadcasts fused per owner)."""
-        handles = [broadcast_async_(p.data, self._root[i], name="shard.param.%s" % self._names[i],
-                                    process_set=self._process_set)
-                   for i, p in enumerate(self._params)]
+        """Every parameter (or piece) from its owner, in place (broadcasts
+        fused per owner)."""
+        handles = []
+        for i, p in enumerate(self._params):
+            name = "shard.param.%s" % self._names[i]
+            pieces = self.pieces[i]
+            if len(pieces) == 1:
+                handles.append(broadcast_async_(p.data, self._global[pieces[0].rank], name=name,
+                                                process_set=self._process_set))
+                continue
+            flat = p.data.view(-1)
+            handles += [broadcast_async_(flat[c.first:c.last], self._global[c.rank],
+                                         name="%s.%d" % (name, k), process_set=self._process_set)
+                        for k, c in enumerate(pieces)]
         for handle in handles:
             handle.wait()
 
@@ -254,6 +348,13 @@ class ShardedOptimizer(OptimizerWrapper):
                 "optimizer.zero_grad() was called after loss.backward() but before "
                 "optimizer.step() or optimizer.synchronize(): gradients are still being "
                 "reduced")
+        for i in self._views:  # their parameters stand in the groups as pieces only
+            p = self._params[i]
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
         return self._optimizer.zero_grad(set_to_none=set_to_none)
 
     # -- state ------------------------------------------------------------------------
@@ -303,6 +404,16 @@ class ShardedOptimizer(OptimizerWrapper):
         if name.startswith("__") or name == "_optimizer":
             raise AttributeError(name)
         return getattr(self._optimizer, name)
+
+
+def _write_flat(grad, first, last, values):
+    """grad's elements [first, last), in its logical order, from values."""
+    if grad.is_contiguous():
+        grad.view(-1)[first:last].copy_(values)
+    else:
+        whole = grad.contiguous()
+        whole.view(-1)[first:last].copy_(values)
+        grad.copy_(whole)
 
 
 def _check_same_parameters(names, params, process_set):
