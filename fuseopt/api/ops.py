@@ -217,6 +217,25 @@ def grouped_reducescatter_async(arrays: Sequence[np.ndarray],
     return Then(batch.submit_group(), lambda _: outs)
 
 
+def grouped_reduce_async_(arrays: Sequence[np.ndarray], roots: Sequence[int],
+                          names: Optional[Sequence[Optional[str]]] = None,
+                          op: Optional[int] = Average, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0,
+                          process_set: Optional[ProcessSet] = None) -> Then:
+    """In-place reductions of each array to its own root (a global rank), in
+    one native call, fused like an allreduce with a reduce-scatter's bytes:
+    on its root an array holds the result when ``wait()`` returns the list;
+    elsewhere its values are unspecified."""
+    set_id = _ps.id_of(process_set)
+    batch = _rq.Batch()
+    bufs = [_writable(a, "reduce_ input") for a in arrays]
+    for buf, root, name in zip(bufs, roots, names or [None] * len(bufs)):
+        batch.add(_rq.REDUCE, name, _dtype_name(buf), buf.shape, _ptr(buf), _ptr(buf),
+                  root=root, reduce_op=resolve_op(None, op), prescale=prescale_factor,
+                  postscale=postscale_factor, keepalive=(buf,), process_set=set_id)
+    return Then(batch.submit_group(), lambda _: bufs)
+
+
 def broadcast_async(array: np.ndarray, root_rank: int, name: Optional[str] = None,
                     process_set: Optional[ProcessSet] = None) -> Handle:
     """Every rank receives ``root_rank``'s array (as a new array).

@@ -259,6 +259,20 @@ def allgather(tensor: Any, name: Optional[str] = None, ignore_name_scope: bool =
     return gather(tensor)
 
 
+def _grouped_reduce_raw(tensors, roots, names, op, prescale, postscale):
+    """Each tensor reduced to its root (a global rank), in one numpy call:
+    fused like an allreduce, with a reduce-scatter's bytes. A root's result
+    is its reduction; elsewhere the values are unspecified."""
+    def fn(*arrays):
+        return _rq.run_now(_np.grouped_reduce_async_, [np.array(a) for a in arrays], roots,
+                           names, op, prescale, postscale)
+
+    outs = _t.run(fn, tensors, [t.dtype for t in tensors], "reduce")
+    for o, t in zip(outs, tensors):
+        o.set_shape(t.shape)
+    return outs
+
+
 def _broadcast_raw(tensor, root_rank, name, process_set=None):
     def fn(a):
         return [_rq.run_now(_np.broadcast_async, a, root_rank, name=name,

@@ -607,23 +607,39 @@ def check_wrapper_reads_through_counts_passes_and_round_trips():
 def check_sharded_optimizer_state_and_weights():
     """DistributedOptimizer(shard="optimizer"): the same weights as one process
     on the concatenated batch, with each rank holding the optimizer slots of
-    its owned variables only (uneven at 4 ranks: the variables differ in size)."""
+    its owned variables only (uneven at 4 ranks: the variables differ in size),
+    and each gradient travelling to its owner only (one grouped reduction per
+    step); a compressor whose payload cannot (ef_sign) takes the allreduce."""
+    import fuseopt.api.ops as native_ops
     n = hvd.size()
-    for name, make_opt in (("SGD+momentum", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
-                           ("Adam", lambda: keras.optimizers.Adam(0.01))):
-        model, ref = fit_pair(make_opt, epochs=2, shard="optimizer")
-        for w, v in zip(model.get_weights(), ref.get_weights()):
-            close(w, v, "sharded fit %s" % name)
-        opt = model.optimizer
-        owned = opt.owned_variables(model.trainable_variables)
-        slots = [v for v in opt.inner_optimizer.variables if len(v.shape) > 0]
-        ref_slots = [v for v in ref.optimizer.variables if len(v.shape) > 0]
-        per_var = len(ref_slots) // len(model.trainable_variables)
-        assert len(slots) == per_var * len(owned), (name, len(slots), len(owned))
-        held = hvd.allgather_object(sum(int(np.prod(v.shape)) for v in slots))
-        assert sum(held) == sum(int(np.prod(v.shape)) for v in ref_slots), (name, held)
-        assert max(held) < sum(held) or n == 1, (name, held)
-        assert int(opt.iterations.numpy()) == int(ref.optimizer.iterations.numpy())
+    reduce_to_owners, calls = native_ops.grouped_reduce_async_, []
+    native_ops.grouped_reduce_async_ = lambda *a, **k: calls.append(1) or reduce_to_owners(*a, **k)
+    try:
+        for name, make_opt, compression in (
+                ("SGD+momentum", lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+                 hvd.Compression.none),
+                ("Adam", lambda: keras.optimizers.Adam(0.01), hvd.Compression.fp16),
+                ("Adam, ef_sign", lambda: keras.optimizers.Adam(0.01), hvd.Compression.ef_sign())):
+            del calls[:]
+            model, ref = fit_pair(make_opt, epochs=2, shard="optimizer", compression=compression)
+            if "ef_sign" in name:
+                assert not calls, (name, len(calls))
+                continue
+            assert len(calls) == 2 * STEPS or n == 1, (name, len(calls))
+            for w, v in zip(model.get_weights(), ref.get_weights()):
+                close(w, v, "sharded fit %s" % name)
+            opt = model.optimizer
+            owned = opt.owned_variables(model.trainable_variables)
+            slots = [v for v in opt.inner_optimizer.variables if len(v.shape) > 0]
+            ref_slots = [v for v in ref.optimizer.variables if len(v.shape) > 0]
+            per_var = len(ref_slots) // len(model.trainable_variables)
+            assert len(slots) == per_var * len(owned), (name, len(slots), len(owned))
+            held = hvd.allgather_object(sum(int(np.prod(v.shape)) for v in slots))
+            assert sum(held) == sum(int(np.prod(v.shape)) for v in ref_slots), (name, held)
+            assert max(held) < sum(held) or n == 1, (name, held)
+            assert int(opt.iterations.numpy()) == int(ref.optimizer.iterations.numpy())
+    finally:
+        native_ops.grouped_reduce_async_ = reduce_to_owners
     for kwargs, words in ((dict(shard="gradients"), "state only"),
                           (dict(shard="optimizer", backward_passes_per_step=2),
                            "backward_passes_per_step=1"),

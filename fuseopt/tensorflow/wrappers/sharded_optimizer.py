@@ -5,25 +5,34 @@ Keras 3 builds an optimizer's state for the variables it is built with, and
 ``apply`` then takes any subset of them. Each variable has one owning rank
 (fuseopt/training/sharding.py, by bytes, never split); the wrapped optimizer
 is built with this rank's owned variables only, so it holds their slots and
-no others. The gradients are averaged as without sharding (the wrapper's
-fused allreduce, compression included), the owned ones applied, and every
-variable then broadcast from its owner. The wire carries an allreduce and a
-broadcast of the model: 1.5x what an unsharded step moves (the PyTorch
-sharded optimizer sends each gradient to its owner only); the state and the
-optimizer's own pass are divided by the number of ranks.
+no others. Each gradient travels to its owner only, in a reduction fused like
+an allreduce (a reduce-scatter's bytes; Compression.fp16/bf16 send 16-bit
+copies), the owned ones are applied, and every variable is then broadcast from
+its owner (an all-gather's bytes): together, what an unsharded step's
+allreduce moves, as the PyTorch sharded optimizer. The state and the
+optimizer's own pass are divided by the number of ranks. The options that a
+reduction to one rank cannot carry (the other compressors, whose payloads are
+not one tensor per gradient; Min/Max/Product/Adasum; name_map; local
+variables) take the wrapper's allreduce instead, and the wire then carries
+1.5x an unsharded step's bytes.
 """
 from __future__ import annotations
 
 import keras
 import numpy as np
+import tensorflow as tf
 from keras.optimizers import LossScaleOptimizer
 
 from ...base.errors import UnsupportedError
 from ...core import world
-from ...training import sharding
+from ...training import optimizer_args, sharding
 from .. import ops
+from ..compression import BF16Compressor, FP16Compressor, NoneCompressor
 from ..functions import allgather_object
 from .optimizer import DistributedKerasOptimizer
+
+# How a gradient travels to its owner, by compressor: as it is, or as a 16-bit copy.
+_WIRE = {NoneCompressor: None, FP16Compressor: tf.float16, BF16Compressor: tf.bfloat16}
 
 
 def check_sharded(optimizer, process_set, num_groups, groups):
@@ -78,12 +87,28 @@ class ShardedKerasOptimizer(DistributedKerasOptimizer):
 
     def apply(self, grads, trainable_variables=None):
         variables = self._built_for(trainable_variables)
-        reduced = self._reduce(list(grads), variables)
+        to_owners = type(self.compression) in _WIRE and self.op in (ops.Average, ops.Sum) and \
+            self.name_map is None and not self._local_vars
+        reduced = (self._reduce_to_owners if to_owners else self._reduce)(list(grads), variables)
         rank = world.rank()
         owned = [(g, v) for g, v, r in zip(reduced, variables, self._owner) if r == rank]
         self.inner_optimizer.apply([g for g, _ in owned], [v for _, v in owned])
         for i, (v, r) in enumerate(zip(variables, self._owner)):
             v.assign(ops.broadcast(v, r, name="keras.shard.param.%d" % i))
+
+    def _reduce_to_owners(self, grads, variables):
+        """Each gradient reduced to its owner (see the module docstring)."""
+        wire = _WIRE[type(self.compression)]
+        sent = []
+        for g, v in zip(grads, variables):
+            g = tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)  # slices: dense
+            sent.append(tf.cast(g, wire) if wire is not None and g.dtype == tf.float32 else g)
+        prescale, postscale = optimizer_args.scales(self.op, self.gradient_predivide_factor)
+        outs = ops._grouped_reduce_raw(sent, self._owner,
+                                       ["keras.shard.grad.%d" % i for i in range(len(sent))],
+                                       self.op, prescale, postscale)
+        return [tf.cast(o, v.dtype) if o.dtype != v.dtype else o
+                for o, v in zip(outs, variables)]
 
     def get_config(self):
         return dict(super().get_config(), shard=self.shard)
