@@ -189,8 +189,9 @@ bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double che
   // bucket's collective), it advances this reduction between its polls.
   // Published only once this thread had advanced it itself, a SyncBatchNorm
   // layer's reduction during backward waited out the loop thread's round:
-  // ResNet-style CNN, batch 8, 2 ranks, SyncBatchNorm steps of 90.6-92.0 ms
-  // against 83.3 ms published at once (BatchNorm 75-80 ms; 2026-11-29).
+  // ResNet-style CNN, batch 8, 2 ranks, SyncBatchNorm steps of 90.55-91.96 ms
+  // against 83.34 ms published at once (BatchNorm 75-80 ms; 2026-11-29;
+  // benchmarks/results/syncbn-resnet8.md).
   std::optional<PublishedSideWork> published(&exchanges);
   bool told = false;  // the loop thread's pause cut short, once
   // Once the wait sleeps between polls (a late peer), it sleeps at the loop
