@@ -272,6 +272,16 @@ def check_checkpoint_files_hold_shards_and_resume_anywhere():
         for key, value in state.items():
             assert torch.equal(torch.as_tensor(plain.state_dict()["state"][k][key]),
                                torch.as_tensor(value)), (k, key)
+    # A shard whose pieces are named wrongly (a hostile or damaged file) fails
+    # the load on every rank with CheckpointError, as a damaged one does.
+    if hvd.rank() == 0:
+        last = sorted(glob.glob(path + ".optimizer-*"))[-1]
+        bad = torch.load(last, weights_only=True)
+        bad["fuseopt_shard"]["pieces"] = {2: ["0", 1 << 40, "shape"]}
+        torch.save(bad, last)
+    hvd.barrier()
+    harness.expect_error(hvd.CheckpointError, lambda: hvd.load_checkpoint(path, resumed, opt2),
+                         "names its pieces wrongly")
     # A damaged shard fails the load on every rank and changes nothing.
     if hvd.rank() == 0:
         with open(sorted(glob.glob(path + ".optimizer-*"))[-1], "r+b") as f:

@@ -87,7 +87,7 @@ class ShardedOptimizer(OptimizerWrapper):
         self._names = ["shard.%s" % n for n in names]
         self._take_plan(split_parameters)
         self._passes = [0] * len(params)
-        self._in_flight: Dict[int, Tuple[Any, torch.Tensor]] = {}  # param -> (handle, sent)
+        self._in_flight: Dict[int, Tuple[List[Any], torch.Tensor]] = {}  # i -> (handles, sent)
         self._synchronized = False
         self._should_synchronize = True
         self._loaded: Optional[dict] = None  # a full state_dict not yet broadcast (state.py)
@@ -316,10 +316,10 @@ class ShardedOptimizer(OptimizerWrapper):
             g = self._params[i].grad
             if g is None:
                 continue
-            part = g.view(-1)[first:last] if g.is_contiguous() else \
-                g.reshape(-1)[first:last].clone()
+            whole = g.is_contiguous()
+            part = g.view(-1)[first:last] if whole else g.reshape(-1)[first:last].clone()
             if self.shard == sharding.GRADIENTS and self._hooks:
-                view.grad, self._params[i].grad = part.clone(), None
+                view.grad, self._params[i].grad = part.clone() if whole else part, None
             else:
                 view.grad = part
 

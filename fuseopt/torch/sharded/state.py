@@ -17,7 +17,7 @@ import torch
 from ...base.errors import InvalidArgumentError
 from ..functions import allgather_object, broadcast_object
 
-_SHARD = "fuseopt_shard"
+MARK = "fuseopt_shard"  # what a shard carries about its plan
 
 
 def _elementwise(value) -> bool:
@@ -94,7 +94,7 @@ def wanted(opt) -> Dict[int, tuple]:
 def spans(shard: dict, k: int, numel: Optional[int] = None):
     """(first, last) of the elements shard's entry k holds: a piece's, as its
     mark records, or else all of its parameter's."""
-    pieces = (shard.get(_SHARD) or {}).get("pieces") or {}
+    pieces = (shard.get(MARK) or {}).get("pieces") or {}
     if k in pieces:
         return pieces[k][0], pieces[k][1]
     return 0, numel
@@ -106,7 +106,7 @@ def local_shard(opt) -> dict:
     local = opt._optimizer.state_dict()
     pieces = {opt._position[i]: [first, last, list(opt._params[i].shape)]
               for i, (first, last, _) in opt._views.items()}
-    return dict(local, **{_SHARD: {"rank": opt.rank, "size": opt.size,
+    return dict(local, **{MARK: {"rank": opt.rank, "size": opt.size,
                                    "positions": sorted(local["state"]), "pieces": pieces}})
 
 
@@ -114,7 +114,7 @@ def merge_shards(shards: List[dict]) -> dict:
     """The whole state from every rank's ``sharded_state_dict()``."""
     if not shards:
         raise InvalidArgumentError("merge_shards needs the shards of every rank")
-    marks = [s.get(_SHARD) if isinstance(s, dict) else None for s in shards]
+    marks = [s.get(MARK) if isinstance(s, dict) else None for s in shards]
     plans = {(m["rank"], m["size"]) for m in marks if isinstance(m, dict)}
     if len(plans) != len(shards) or plans != {(r, len(shards)) for r in range(len(shards))}:
         raise InvalidArgumentError("merge_shards needs one sharded_state_dict() of each rank "
@@ -143,13 +143,13 @@ def consolidate(opt, to):
 
 def load_whole(opt, state_dict):
     """Loads a whole state (or this rank's own shard) and drops what others own."""
-    shard = state_dict.get(_SHARD)
+    shard = state_dict.get(MARK)
     if shard is not None and (shard["rank"], shard["size"]) != (opt.rank, opt.size):
         raise InvalidArgumentError(
             "this is rank %d of %d's shard of the optimizer state, and this is rank %d of %d: "
             "load the whole state (merge_shards of every rank's shard) instead"
             % (shard["rank"], shard["size"], opt.rank, opt.size))
-    plain = {k: v for k, v in state_dict.items() if k != _SHARD}
+    plain = {k: v for k, v in state_dict.items() if k != MARK}
     if shard is None:  # a whole state: cut the entries of this rank's pieces out
         plain = dict(plain, state=dict(plain["state"]))
         for k, (first, last, shape) in wanted(opt).items():
@@ -160,7 +160,7 @@ def load_whole(opt, state_dict):
     for i, p in enumerate(opt._params):
         if i not in opt._owned and i not in opt._views:
             opt._optimizer.state.pop(p, None)
-    opt._loaded = {k: v for k, v in state_dict.items() if k != _SHARD}
+    opt._loaded = {k: v for k, v in state_dict.items() if k != MARK}
 
 
 def _shape_at(opt, k):
