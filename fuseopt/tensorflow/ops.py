@@ -264,6 +264,7 @@ def _grouped_reduce_raw(tensors, roots, names, op, prescale, postscale):
     fused like an allreduce, with a reduce-scatter's bytes. A root's result
     is its reduction; elsewhere the values are unspecified."""
     def fn(*arrays):
+        # Copies: the reductions write in place, and the arrays may be TF's own buffers.
         return _rq.run_now(_np.grouped_reduce_async_, [np.array(a) for a in arrays], roots,
                            names, op, prescale, postscale)
 

@@ -113,8 +113,7 @@ def _contiguous(numels, itemsizes, size, splittable, total):
             if a < b:
                 pieces.append(Piece(r, (a - lo) // s, (b - lo) // s))
         if not pieces:  # an empty parameter: whoever's range it sits at
-            r = max(r for r in range(size) if edges[r] <= lo)
-            pieces.append(Piece(min(r, size - 1), 0, 0))
+            pieces.append(Piece(max(r for r in range(size) if edges[r] <= lo), 0, 0))
         out.append(pieces)
     return out
 

@@ -72,7 +72,7 @@ def _read_shard(path, token, r, size):
                  and isinstance(shard.get("param_groups"), list),
                  "optimizer shard %d of checkpoint %r is not an optimizer state" % (r, path))
     mark = shard.get(_state.MARK)
-    pieces = (mark.get("pieces") if isinstance(mark, dict) else None) or {}
+    pieces = _state.pieces_of(shard)
     _ckpt.expect((mark is None or isinstance(mark, dict)) and isinstance(pieces, dict) and all(
         isinstance(k, int) and isinstance(v, list) and len(v) == 3 and
         all(isinstance(x, int) for x in v[:2]) and 0 <= v[0] <= v[1] and

@@ -38,7 +38,8 @@ from ...training.sharding import Piece
 from .._wrapper import OptimizerWrapper
 from ..compression import Compression
 from ..functions import allgather_object
-from ..ops import Average, Max, Sum, allreduce, broadcast_async_, reduce_async_
+from ..ops import Average, broadcast_async_, reduce_async_
+from . import model_grads
 from . import state as _state
 
 _WIRE = {id(Compression.none): None, id(Compression.fp16): torch.float16,
@@ -229,24 +230,9 @@ class ShardedOptimizer(OptimizerWrapper):
         self._synchronized = True  # until the next backward or step: no second reduction
 
     def _agree_on_finiteness(self):
-        """A GradScaler skips the step when the gradients it sees hold an
-        infinity or NaN. Each rank sees its own share of the averages, so the
-        ranks would disagree, and one stepping alone would wait for ever in
-        the parameter broadcasts (and the loss scales would drift apart).
-        They agree instead: where any owner's average is not finite, a rank
-        whose visible gradients are all finite marks one of them infinite,
-        so every rank's scaler skips the step and lowers its scale alike."""
-        def finite(grads):  # a sum is not finite iff an element is not (or it overflows)
-            sums = [g.sum(dtype=torch.float32) for g in grads if g.is_floating_point()]
-            return not sums or bool(torch.isfinite(torch.stack(sums)).all())
-
-        mine = finite([p.grad for p in self.owned_parameters() if p.grad is not None])
-        flag = torch.tensor([0.0 if mine else 1.0])
-        if allreduce(flag, name="shard.finite", op=Max, process_set=self._process_set)[0] > 0:
-            shown = [t.grad for g in self._optimizer.param_groups for t in g["params"]
-                     if t.grad is not None]
-            if shown and finite(shown):
-                shown[0].view(-1)[0] = float("inf")
+        """See model_grads.agree_on_finiteness (GradScaler: every rank skips alike)."""
+        model_grads.agree_on_finiteness(self.owned_parameters(), self._optimizer.param_groups,
+                                        self._process_set)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -262,23 +248,8 @@ class ShardedOptimizer(OptimizerWrapper):
         """``torch.nn.utils.clip_grad_norm_`` over the whole model's averaged
         gradients, each rank holding its owned ones: call after
         ``synchronize()``, inside ``skip_synchronize()``. Returns the total norm."""
-        grads = [p.grad for p in self.owned_parameters() if p.grad is not None]
-        norm_type = float(norm_type)
-        zero = torch.zeros(1, dtype=torch.float64)
-        if norm_type == float("inf"):
-            local = torch.stack([g.detach().abs().max().double() for g in grads] + [zero[0]])
-            total = allreduce(local.max().reshape(1), name="shard.clip.max", op=Max,
-                              process_set=self._process_set)[0]
-        else:
-            local = torch.stack([g.detach().double().norm(norm_type) ** norm_type
-                                 for g in grads] + [zero[0]])
-            total = allreduce(local.sum().reshape(1), name="shard.clip.sum", op=Sum,
-                              process_set=self._process_set)[0] ** (1.0 / norm_type)
-        scale = float(max_norm) / (float(total) + 1e-6)
-        if scale < 1.0:
-            for g in grads:
-                g.mul_(scale)
-        return total.to(torch.float32)
+        return model_grads.clip_grad_norm(self.owned_parameters(), max_norm, norm_type,
+                                          self._process_set)
 
     # -- the step -------------------------------------------------------------------
     def step(self, closure=None):
@@ -424,22 +395,3 @@ def _check_same_parameters(names, params, process_set):
     mine = [(n, tuple(p.shape), str(p.dtype)) for n, p in zip(names, params)]
     sharding.check_same_plan(mine, allgather_object(mine, name="shard.plan",
                                                     process_set=process_set), "parameters")
-
-
-class ZeroRedundancyOptimizer(ShardedOptimizer):
-    """torch.distributed.optim.ZeroRedundancyOptimizer's signature over
-    fuseopt: the state and step of ``optimizer_class(params, **defaults)``
-    sharded across ranks, for gradients that arrive averaged already (DDP,
-    or your own allreduce). For fuseopt's own overlapped gradient reduction
-    use ``DistributedOptimizer(opt, shard="gradients")``."""
-
-    def __init__(self, params, optimizer_class, process_group=None,
-                 parameters_as_bucket_view=False, overlap_with_ddp=False, **defaults):
-        if process_group is not None and not isinstance(process_group, _ps.ProcessSet):
-            raise UnsupportedError("ZeroRedundancyOptimizer takes a fuseopt ProcessSet as "
-                                   "process_group, or None for every rank")
-        if overlap_with_ddp:
-            raise UnsupportedError("overlap_with_ddp needs DDP's communication hook; use "
-                                   "DistributedOptimizer(opt, shard=...) for overlap")
-        super().__init__(optimizer_class(params, **defaults), shard=sharding.OPTIMIZER,
-                         process_set=process_group, reduce_gradients=False)

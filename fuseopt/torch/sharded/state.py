@@ -91,13 +91,17 @@ def wanted(opt) -> Dict[int, tuple]:
     return out
 
 
-def spans(shard: dict, k: int, numel: Optional[int] = None):
+def pieces_of(shard: dict) -> dict:
+    """The pieces a shard's mark records: position -> [first, last, shape]."""
+    mark = shard.get(MARK)
+    return (mark.get("pieces") if isinstance(mark, dict) else None) or {}
+
+
+def spans(shard: dict, k: int, numel: int):
     """(first, last) of the elements shard's entry k holds: a piece's, as its
     mark records, or else all of its parameter's."""
-    pieces = (shard.get(MARK) or {}).get("pieces") or {}
-    if k in pieces:
-        return pieces[k][0], pieces[k][1]
-    return 0, numel
+    piece = pieces_of(shard).get(k)
+    return (piece[0], piece[1]) if piece is not None else (0, numel)
 
 
 def local_shard(opt) -> dict:
@@ -121,9 +125,9 @@ def merge_shards(shards: List[dict]) -> dict:
                                    "of one job (got %s)" % sorted(plans))
     whole = {"state": {}, "param_groups": shards[0]["param_groups"]}
     split = {}  # position -> Assembly of the parameter's pieces
-    for s, mark in zip(shards, marks):
+    for s in shards:
         for k, entry in s["state"].items():
-            piece = (mark.get("pieces") or {}).get(k)
+            piece = pieces_of(s).get(k)
             if piece is None:
                 whole["state"][k] = entry
                 continue
@@ -152,19 +156,16 @@ def load_whole(opt, state_dict):
     plain = {k: v for k, v in state_dict.items() if k != MARK}
     if shard is None:  # a whole state: cut the entries of this rank's pieces out
         plain = dict(plain, state=dict(plain["state"]))
-        for k, (first, last, shape) in wanted(opt).items():
-            if shape is None and k in plain["state"]:
-                numel = int(torch.Size(_shape_at(opt, k)).numel())
-                plain["state"][k] = part_of(plain["state"][k], first, last, numel)
+        for i, (first, last, _) in opt._views.items():
+            k = opt._position[i]
+            if k in plain["state"]:
+                plain["state"][k] = part_of(plain["state"][k], first, last,
+                                            opt._params[i].numel())
     opt._optimizer.load_state_dict(plain)
     for i, p in enumerate(opt._params):
         if i not in opt._owned and i not in opt._views:
             opt._optimizer.state.pop(p, None)
     opt._loaded = {k: v for k, v in state_dict.items() if k != MARK}
-
-
-def _shape_at(opt, k):
-    return next(opt._params[i].shape for i, pos in opt._position.items() if pos == k)
 
 
 def broadcast(opt, root):
