@@ -11,20 +11,11 @@ namespace fuseopt {
 namespace kernels {
 namespace {
 
-FUSEOPT_INLINE v8d load_wide(const float* p) {
-  v8f f;
-  std::memcpy(&f, p, sizeof f);
-  return __builtin_convertvector(f, v8d);
-}
-FUSEOPT_INLINE v8d load_wide(const double* p) {
-  v8d d;
-  std::memcpy(&d, p, sizeof d);
-  return d;
-}
-template <class V>
-FUSEOPT_INLINE double lanes_total(V v) {
+FUSEOPT_INLINE v8d load_wide(const float* p) { return widen(load<v8f>(p)); }
+FUSEOPT_INLINE v8d load_wide(const double* p) { return load<v8d>(p); }
+FUSEOPT_INLINE double lanes_total(v8d v) {
   double s = 0;
-  for (int k = 0; k < 8; ++k) s += v[k];
+  for (int k = 0; k < 8; ++k) s += lane(v, k);
   return s;
 }
 

@@ -17,7 +17,7 @@ namespace {
 
 // T(x * factor) for 8 floats, the product in double.
 FUSEOPT_INLINE v8f scaled(v8f x, double factor) {
-  return __builtin_convertvector(__builtin_convertvector(x, v8d) * factor, v8f);
+  return narrow(widen(x) * factor);
 }
 
 // A store that bypasses the caches (write-combined, no read for ownership) to
@@ -33,6 +33,11 @@ FUSEOPT_INLINE void stream(T* p, V v) {
 #else
   store(p, v);
 #endif
+}
+
+FUSEOPT_INLINE void stream(double* p, v8d v) {  // half by half, as load and store
+  stream(p, v.lo);
+  stream(p + 4, v.hi);
 }
 
 FUSEOPT_INLINE void stream_fence() {
