@@ -23,6 +23,9 @@ struct Inbox {
   bool shutdown_requested = false;
   int round_waiters = 0;                      // threads that run rounds, waiting on wake;
                                               // enqueue signals only if any
+  int round_pausers = 0;                      // of those, the ones inside a round
+                                              // (pause_round): published side work
+                                              // signals only if any
   bool stopped = false;                       // the loop thread has exited
   bool unannounced = false;                   // queued without waking the loop thread
   bool turn_handed_back = false;              // a framework thread ran rounds: see Note [Turns]

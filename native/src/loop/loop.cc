@@ -158,7 +158,9 @@ ControlPlane::Pause Loop::pause_round(ProcessSet& ps, RoundWait* wait,
     return inbox_.queue.size() != wait->seen || inbox_.shutdown_requested || side_work_pending();
   };
   ++inbox_.round_waiters;
+  ++inbox_.round_pausers;
   const bool woken = inbox_.wake.wait_for(lock, most, news);
+  --inbox_.round_pausers;
   --inbox_.round_waiters;
   wait->seen = inbox_.queue.size();
   return woken ? ControlPlane::Pause::kWoken : ControlPlane::Pause::kTimedOut;

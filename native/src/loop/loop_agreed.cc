@@ -213,11 +213,18 @@ bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double che
     }
     if (!told) {
       // A negotiation round of the loop thread pausing on the inbox hears
-      // of it (pause_round) and polls on; a lock, so that the news cannot
-      // fall between its check and its wait.
+      // of it (pause_round) and polls on; read under the lock, so that the
+      // news cannot fall between its check and its wait. An idle loop thread
+      // (waiting for work) is not woken: it would find nothing to do, and
+      // its wake-up took a core from a rank's own thread (back-to-back 4 B
+      // reductions, 2 ranks on 2 cores: 4.4 us against raw MPI's 2.1 us).
       told = true;
-      { std::lock_guard<std::mutex> lock(inbox_.mu); }
-      inbox_.wake.notify_all();
+      bool pausing;
+      {
+        std::lock_guard<std::mutex> lock(inbox_.mu);
+        pausing = inbox_.round_pausers > 0;
+      }
+      if (pausing) inbox_.wake.notify_all();
     }
     return false;
   }, kCollectivePoll);
