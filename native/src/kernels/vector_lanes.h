@@ -27,9 +27,10 @@ typedef double v4d __attribute__((vector_size(32)));
 // Eight doubles, held as two 4-lane halves. A 64-byte GCC vector is one
 // register on AVX-512, but without AVX-512 GCC 12 moves it through the stack
 // element by element: the statistics pass of SyncBatchNorm (8x16x32x32, float
-// widened to double) took 233-259 us with it on an AVX2-only CPU, against
-// 29-35 us for the normalization pass over the same elements. The halves are
-// the same lanes, added and multiplied in the same order: the bits are the same.
+// widened to double) took 233-269 us with it on an AVX2-only CPU, 24-25 us as
+// halves (standalone build; the normalization pass over the same elements:
+// 25-36 us). The halves are the same lanes, added and multiplied in the same
+// order: the bits are the same.
 struct v8d {
   v4d lo, hi;
 };
