@@ -9,10 +9,14 @@
 #include <type_traits>
 
 // Compiled for AVX-512, AVX2 and baseline x86-64; picked at load time by CPUID.
+// native/tests/clones_test.cc defines it empty and builds once per -m flag, to
+// compare the instruction sets' results on one CPU.
+#ifndef FUSEOPT_CLONES
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define FUSEOPT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FUSEOPT_CLONES
+#endif
 #endif
 // Helpers that take or return vectors: inlined into each clone, they use its
 // instructions (called, they would be compiled for the baseline).
