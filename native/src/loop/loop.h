@@ -106,6 +106,7 @@ class Loop {
   static constexpr int64_t kAgreedMaxWords = 2 + (int64_t(1) << 20);
 
  private:
+  void tell_paused_round();  // of an agreed reduction's published side work
   void start();             // MPI, backend, agreed configuration
   // After a stall shutdown that names this rank: ends the process unless
   // its framework thread hears of the failure soon (see loop.cc).

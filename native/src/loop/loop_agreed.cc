@@ -164,6 +164,21 @@ class AgreedExchanges final : public SideWork {
 
 }  // namespace
 
+// A negotiation round pausing on the inbox hears of published side work
+// (pause_round) and polls on; read under the lock, so that the news cannot
+// fall between its check and its wait. An idle loop thread (waiting for work)
+// is not woken: it would find nothing to do, and its wake-up took a core from
+// a rank's own thread (back-to-back 4 B agreed reductions, 2 ranks on 2
+// cores: 4.4 us against raw MPI's 2.1 us).
+void Loop::tell_paused_round() {
+  bool pausing;
+  {
+    std::lock_guard<std::mutex> lock(inbox_.mu);
+    pausing = inbox_.round_pausers > 0;
+  }
+  if (pausing) inbox_.wake.notify_all();
+}
+
 bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double check) {
   FrameworkBlocked blocked;
   agreed_since_s_ = now_s();
@@ -212,19 +227,8 @@ bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double che
       if (exchanges.finished()) return true;
     }
     if (!told) {
-      // A negotiation round of the loop thread pausing on the inbox hears
-      // of it (pause_round) and polls on; read under the lock, so that the
-      // news cannot fall between its check and its wait. An idle loop thread
-      // (waiting for work) is not woken: it would find nothing to do, and
-      // its wake-up took a core from a rank's own thread (back-to-back 4 B
-      // reductions, 2 ranks on 2 cores: 4.4 us against raw MPI's 2.1 us).
       told = true;
-      bool pausing;
-      {
-        std::lock_guard<std::mutex> lock(inbox_.mu);
-        pausing = inbox_.round_pausers > 0;
-      }
-      if (pausing) inbox_.wake.notify_all();
+      tell_paused_round();
     }
     return false;
   }, kCollectivePoll);
