@@ -126,8 +126,9 @@ def merge_shards(shards: List[dict]) -> dict:
     whole = {"state": {}, "param_groups": shards[0]["param_groups"]}
     split = {}  # position -> Assembly of the parameter's pieces
     for s in shards:
+        pieces = pieces_of(s)
         for k, entry in s["state"].items():
-            piece = pieces_of(s).get(k)
+            piece = pieces.get(k)
             if piece is None:
                 whole["state"][k] = entry
                 continue
