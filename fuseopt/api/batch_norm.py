@@ -60,7 +60,7 @@ def saved_statistics(values: np.ndarray) -> Tuple[np.ndarray, Any]:
     """What BatchNormKernel.forward returned, from its array alone (after it
     went through a framework and back as a copy)."""
     values = np.ascontiguousarray(values, np.float64)
-    return values, ffi.cast("double*", ffi.from_buffer(values))
+    return values, ffi.from_buffer("double[]", values)
 
 
 def _address(value):
@@ -101,8 +101,6 @@ class BatchNormKernel:
             self._fwd_shape = (dtype, view)
             _fill(a.x, dtype, view)
             _fill(a.y, dtype, view)
-        a.x.data = ffi.cast("void*", x)
-        a.y.data = ffi.cast("void*", y)
         params = (weight, bias, param_dtype, running_mean, running_var, running_dtype, momentum, eps,
                   threads)
         if self._fwd_params != params:
@@ -112,20 +110,24 @@ class BatchNormKernel:
             a.weight, a.bias = _address(weight), _address(bias)
             a.running_mean, a.running_var = _address(running_mean), _address(running_var)
             a.momentum, a.eps = momentum, eps
-        c = view[1]
-        saved = np.empty(2 * c + 1)
-        p = ffi.cast("double*", ffi.from_buffer(saved))
-        a.saved_mean, a.saved_invstd, a.saved_count = p, p + c, p + 2 * c
+        saved = np.empty(2 * view[1] + 1)
+        p = ffi.from_buffer("double[]", saved)
         if self._reducer is None:
-            status = lib.fuseopt_batch_norm_forward(self._stats, a)
+            status = lib.fuseopt_batch_norm_forward_at(self._stats, a, x, y, p)
             if status:
                 check(status)
         else:
-            sums = np.empty(1 + 2 * c)
-            check(lib.fuseopt_batch_norm_forward_sums(a, ffi.cast("double*", ffi.from_buffer(sums))))
-            self._reducer(sums)
-            check(lib.fuseopt_batch_norm_forward_apply(a, ffi.cast("double*", ffi.from_buffer(sums))))
+            self._forward_in_halves(x, y, p, view[1])
         return saved, p
+
+    def _forward_in_halves(self, x, y, p, c):
+        a = self._fwd
+        a.x.data, a.y.data = ffi.cast("void*", x), ffi.cast("void*", y)
+        a.saved_mean, a.saved_invstd, a.saved_count = p, p + c, p + 2 * c
+        sums = np.empty(1 + 2 * c)
+        check(lib.fuseopt_batch_norm_forward_sums(a, ffi.cast("double*", ffi.from_buffer(sums))))
+        self._reducer(sums)
+        check(lib.fuseopt_batch_norm_forward_apply(a, ffi.cast("double*", ffi.from_buffer(sums))))
 
     def backward(self, x: int, dy: int, dx: int, dtype: int, view: View, saved: Tuple[np.ndarray, Any],
                  weight: int = 0, param_dtype: int = 0, grad_weight: int = 0,
@@ -139,30 +141,32 @@ class BatchNormKernel:
             _fill(a.x, dtype, view)
             _fill(a.dy, dtype, view)
             _fill(a.dx, dtype, view)
-        a.x.data = ffi.cast("void*", x)
-        a.dy.data = ffi.cast("void*", dy)
-        a.dx.data = ffi.cast("void*", dx)
         if self._bwd_params != (weight, param_dtype, threads):
             self._bwd_params = (weight, param_dtype, threads)
             a.threads = threads
             a.param_dtype = param_dtype
             a.weight = _address(weight)
-        c = view[1]
-        values, p = saved
-        a.saved_mean, a.saved_invstd, a.saved_count = p, p + c, values[2 * c]
-        a.grad_weight, a.grad_bias = _address(grad_weight), _address(grad_bias)
         if self._reducer is None:
-            status = lib.fuseopt_batch_norm_backward(self._grads, a)
+            status = lib.fuseopt_batch_norm_backward_at(self._grads, a, x, dy, dx, saved[1],
+                                                        grad_weight, grad_bias)
             if status:
                 check(status)
         else:
-            local = np.empty(2 * c)
-            check(lib.fuseopt_batch_norm_backward_sums(a, ffi.cast("double*", ffi.from_buffer(local))))
-            total = local.copy()
-            self._reducer(total)
-            check(lib.fuseopt_batch_norm_backward_apply(
-                a, ffi.cast("double*", ffi.from_buffer(local)),
-                ffi.cast("double*", ffi.from_buffer(total))))
+            self._backward_in_halves(x, dy, dx, saved, grad_weight, grad_bias, view[1])
+
+    def _backward_in_halves(self, x, dy, dx, saved, grad_weight, grad_bias, c):
+        a = self._bwd
+        a.x.data, a.dy.data, a.dx.data = (ffi.cast("void*", v) for v in (x, dy, dx))
+        values, p = saved
+        a.saved_mean, a.saved_invstd, a.saved_count = p, p + c, values[2 * c]
+        a.grad_weight, a.grad_bias = _address(grad_weight), _address(grad_bias)
+        local = np.empty(2 * c)
+        check(lib.fuseopt_batch_norm_backward_sums(a, ffi.cast("double*", ffi.from_buffer(local))))
+        total = local.copy()
+        self._reducer(total)
+        check(lib.fuseopt_batch_norm_backward_apply(
+            a, ffi.cast("double*", ffi.from_buffer(local)),
+            ffi.cast("double*", ffi.from_buffer(total))))
 
 
 # One kernel per (context, channels, process set): its agreed reductions

@@ -193,6 +193,43 @@ def test_torch_layer_on_the_kernel_matches_batch_norm(momentum, memory_format):
     assert torch.allclose(layer(x), ref(x), atol=1e-6)
 
 
+def test_torch_layer_direct_entry_gives_function_apply_bits(monkeypatch):
+    # The layer enters its autograd function through torch's C++ entry
+    # (sync_batch_norm._direct_apply, skipping Function.apply's Python
+    # prologue); Function.apply itself must give the same bits.
+    import fuseopt.torch as hvd
+    import fuseopt.torch.sync_batch_norm as sbn
+    # On the pinned torch the direct entry exists: were it lost, the layer
+    # would stay correct but slower, unnoticed.
+    assert sbn._host_apply is not None
+
+    class LocalSyncBatchNorm(hvd.SyncBatchNorm):
+        _ranks = staticmethod(lambda: 2)
+
+        def _host_kernel(self, channels):
+            return BatchNormKernel()
+
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(3, 6, 5, 4, generator=g) * 2 + 1).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(3, 6, 5, 4, generator=g)
+
+    def steps(layer):
+        out = []
+        for _ in range(3):
+            xr = x.clone().requires_grad_()
+            y = layer(xr)
+            y.backward(dy)
+            out += [y.detach(), xr.grad, layer.weight.grad.clone(), layer.bias.grad.clone(),
+                    layer.running_mean.clone(), layer.running_var.clone()]
+            layer.zero_grad()
+        return out
+
+    direct = steps(LocalSyncBatchNorm(6))
+    monkeypatch.setattr(sbn, "_host_apply", None)
+    applied = steps(LocalSyncBatchNorm(6))
+    assert all(torch.equal(a, b) for a, b in zip(direct, applied))
+
+
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=str)
 def test_threads_split_channels_without_changing_a_bit(memory_format):
     # Large enough to be split (2^16 elements and more); every channel's sum

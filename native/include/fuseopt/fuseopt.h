@@ -453,6 +453,21 @@ typedef struct {
 
 int fuseopt_batch_norm_backward(fuseopt_agreed_t* sums, const fuseopt_batch_norm_backward_t* args);
 
+/* The two calls above for a binding that keeps one argument struct per layer
+ * and passes only what changes between calls: the tensors' addresses as
+ * integers (a framework's data_ptr) and `saved`, 2 * channels + 1 doubles
+ * [mean, invstd, count] (forward writes them, backward reads them). The
+ * struct's data and saved_* fields are ignored. Why: from Python, a pointer
+ * cast and a struct field set per address cost as much as the kernel itself
+ * at a small layer's size. grad_weight/grad_bias may be 0. */
+int fuseopt_batch_norm_forward_at(fuseopt_agreed_t* stats,
+                                  const fuseopt_batch_norm_forward_t* args, uintptr_t x,
+                                  uintptr_t y, double* saved);
+int fuseopt_batch_norm_backward_at(fuseopt_agreed_t* sums,
+                                   const fuseopt_batch_norm_backward_t* args, uintptr_t x,
+                                   uintptr_t dy, uintptr_t dx, const double* saved,
+                                   uintptr_t grad_weight, uintptr_t grad_bias);
+
 /* The halves of the two calls above, for a caller that sums over the ranks
  * itself (its own transport; benchmarks/syncbn.py's raw-MPI floor). *_sums
  * writes this rank's sums (forward: 1 + 2 * channels values, backward:

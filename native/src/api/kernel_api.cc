@@ -64,6 +64,40 @@ int fuseopt_batch_norm_backward(fuseopt_agreed_t* sums,
   }));
 }
 
+int fuseopt_batch_norm_forward_at(fuseopt_agreed_t* stats,
+                                  const fuseopt_batch_norm_forward_t* args, uintptr_t x,
+                                  uintptr_t y, double* saved) {
+  if (!args || args->struct_size < sizeof(*args) || !saved)
+    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or saved are NULL or too short");
+  fuseopt_batch_norm_forward_t call = *args;
+  const int64_t c = call.x.channels;
+  call.x.data = reinterpret_cast<void*>(x);
+  call.y.data = reinterpret_cast<void*>(y);
+  call.saved_mean = saved;
+  call.saved_invstd = saved + c;
+  call.saved_count = saved + 2 * c;
+  return fuseopt_batch_norm_forward(stats, &call);
+}
+
+int fuseopt_batch_norm_backward_at(fuseopt_agreed_t* sums,
+                                   const fuseopt_batch_norm_backward_t* args, uintptr_t x,
+                                   uintptr_t dy, uintptr_t dx, const double* saved,
+                                   uintptr_t grad_weight, uintptr_t grad_bias) {
+  if (!args || args->struct_size < sizeof(*args) || !saved)
+    return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or saved are NULL or too short");
+  fuseopt_batch_norm_backward_t call = *args;
+  const int64_t c = call.x.channels;
+  call.x.data = reinterpret_cast<void*>(x);
+  call.dy.data = reinterpret_cast<void*>(dy);
+  call.dx.data = reinterpret_cast<void*>(dx);
+  call.saved_mean = saved;
+  call.saved_invstd = saved + c;
+  call.saved_count = saved[2 * c];
+  call.grad_weight = reinterpret_cast<void*>(grad_weight);
+  call.grad_bias = reinterpret_cast<void*>(grad_bias);
+  return fuseopt_batch_norm_backward(sums, &call);
+}
+
 int fuseopt_batch_norm_forward_sums(const fuseopt_batch_norm_forward_t* args, double* sums) {
   if (!args || args->struct_size < sizeof(*args) || !sums)
     return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or sums are NULL or too short");
