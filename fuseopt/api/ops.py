@@ -57,9 +57,10 @@ def _contiguous(array):
 def _writable(array, what):
     if not isinstance(array, np.ndarray):
         raise InvalidArgumentError("%s must be a numpy array to be updated in place" % what)
-    if not array.flags.writeable:
+    flags = array.flags  # a new object per read
+    if not flags.writeable:
         raise InvalidArgumentError("%s is read-only and cannot be updated in place" % what)
-    if not array.flags.c_contiguous:
+    if not flags.c_contiguous:
         raise InvalidArgumentError("%s is not C-contiguous; in-place operations need a "
                                    "contiguous array (use the out-of-place form)" % what)
     return array

@@ -31,8 +31,14 @@ WIRE_BFLOAT16 = lib.FUSEOPT_WIRE_BFLOAT16
 
 _NULL = ffi.NULL
 
-# Whether this thread's submissions are about to be waited on (run_now).
-_submitting = threading.local()
+class _Submitting(threading.local):
+    """Whether this thread's submissions are about to be waited on (run_now).
+    A class default, so that reading it on a thread that never set it does
+    not go through AttributeError (getattr with a default did, per tensor)."""
+    waited = False
+
+
+_submitting = _Submitting()
 
 
 def run_now(submit, *args, **kwargs):
@@ -41,7 +47,7 @@ def run_now(submit, *args, **kwargs):
     runs the negotiation round and the collective on this thread
     (fuseopt_enqueue_for_wait; Note [Turns] in native/src/loop/loop_turns.cc).
     A small blocking allreduce skips two thread wake-ups per rank."""
-    before = getattr(_submitting, "waited", False)
+    before = _submitting.waited
     _submitting.waited = True
     try:
         handle = submit(*args, **kwargs)
@@ -52,7 +58,7 @@ def run_now(submit, *args, **kwargs):
 
 def _native_enqueue(ctx, reqs, n, ids):
     """The native enqueue of n requests: for_wait inside run_now."""
-    if getattr(_submitting, "waited", False):
+    if _submitting.waited:
         return lib.fuseopt_enqueue_for_wait(ctx, reqs, n, ids)
     return lib.fuseopt_enqueue_many(ctx, reqs, n, ids)
 
@@ -161,11 +167,11 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
     travels (WIRE_FLOAT16, WIRE_BFLOAT16: rounded by the core on its copies).
     """
     ctx = _context()
-    handle = ffi.new("int64_t*")
     if device is None and splits is None and wire == WIRE_AS_IS:
-        _enqueue_host(ctx, handle, collective, name, dtype, shape, input_ptr, output_ptr,
-                      reduce_op, root, prescale, postscale, process_set)
+        handle_id = _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr,
+                                  reduce_op, root, prescale, postscale, process_set)
     else:
+        handle = ffi.new("int64_t*")
         req = ffi.new("fuseopt_request_t[1]")
         c_splits = _fill(req, 0, collective, name, dtype, shape, input_ptr, output_ptr,
                          reduce_op, root, prescale, postscale, splits, device,
@@ -173,7 +179,8 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
         req[0].wire = wire
         check_delivered(_native_enqueue(ctx, req, 1, handle))
         del c_splits  # the core has copied them
-    return Handle(ctx, handle[0], keepalive, finish,
+        handle_id = handle[0]
+    return Handle(ctx, handle_id, keepalive, finish,
                   _runtime_output(collective, device, process_set))
 
 
@@ -184,8 +191,9 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
 _ready_requests = {}
 
 
-def _enqueue_host(ctx, handle, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
-                  root, prescale, postscale, process_set):
+def _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
+                  prescale, postscale, process_set):
+    """The native enqueue of one host request; returns its handle id."""
     if type(shape) is not tuple:
         shape = tuple(shape)
     key = (collective, name, dtype, shape, reduce_op, root, prescale, postscale, process_set)
@@ -195,12 +203,18 @@ def _enqueue_host(ctx, handle, collective, name, dtype, shape, input_ptr, output
                              postscale)
         req = ffi.new("fuseopt_request_t*", template[0][0])
         req.process_set = process_set
-        ready = (req, template)  # the template owns the name and shape arrays
-    req = ready[0]
+        # The template owns the name and shape arrays; the handle's id comes
+        # back in the third, allocated once per signature, not per call.
+        ready = (req, template, ffi.new("int64_t*"))
+    req, _, handle = ready
     req.input = input_ptr
     req.output = output_ptr
     try:
-        check_delivered(_native_enqueue(ctx, req, 1, handle))
+        status = lib.fuseopt_enqueue_for_wait(ctx, req, 1, handle) if _submitting.waited \
+            else lib.fuseopt_enqueue_many(ctx, req, 1, handle)
+        if status:
+            check_delivered(status)
+        return handle[0]
     finally:
         _give_back(_ready_requests, key, ready)
 
