@@ -210,8 +210,7 @@ def _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr, re
     req.input = input_ptr
     req.output = output_ptr
     try:
-        status = lib.fuseopt_enqueue_for_wait(ctx, req, 1, handle) if _submitting.waited \
-            else lib.fuseopt_enqueue_many(ctx, req, 1, handle)
+        status = _native_enqueue(ctx, req, 1, handle)
         if status:
             check_delivered(status)
         return handle[0]

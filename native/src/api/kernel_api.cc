@@ -83,9 +83,9 @@ int fuseopt_batch_norm_backward_at(fuseopt_agreed_t* sums,
                                    const fuseopt_batch_norm_backward_t* args, uintptr_t x,
                                    uintptr_t dy, uintptr_t dx, const double* saved,
                                    uintptr_t grad_weight, uintptr_t grad_bias) {
-  if (!args || args->struct_size < sizeof(*args) || !saved)
+  if (!args || args->struct_size < sizeof(*args) || !saved || args->x.channels < 0)
     return fail(FUSEOPT_INVALID_ARG, "batch norm arguments or saved are NULL or too short");
-  fuseopt_batch_norm_backward_t call = *args;
+  fuseopt_batch_norm_backward_t call = *args;  // saved[2c] is read before the checks
   const int64_t c = call.x.channels;
   call.x.data = reinterpret_cast<void*>(x);
   call.dy.data = reinterpret_cast<void*>(dy);
