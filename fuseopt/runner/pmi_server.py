@@ -7,8 +7,8 @@ manager named by ``PMI_PORT=host:port`` and introduces itself with
 ``PMI_ID=<rank>``; rank and size come from this server's reply. Give rank r
 ``server.env(r)`` before it calls MPI_Init (runner/rank_env.py adds what else
 a rank needs). The wire protocol is one line per message,
-``cmd=NAME key=value ...``, with spaces in values escaped by a backslash; the
-replies copy Hydra's (src/pm/hydra/proxy/pmip_pmi.c).
+``cmd=NAME key=value ...``, with spaces in values escaped by a backslash
+(pmi_wire.py); the replies copy Hydra's (src/pm/hydra/proxy/pmip_pmi.c).
 
 Failures (a rank's connection closing before ``cmd=finalize``, ``cmd=abort``,
 ``fail()`` from the driver, ranks missing at ``connect_timeout``) answer every
@@ -37,16 +37,15 @@ from typing import Callable, Dict, List, Optional
 import logging
 import os
 import random
-import re
 import selectors
 import socket
 import threading
 import time
 
-log = logging.getLogger("fuseopt.pmi")
+from .pmi_wire import (KEYLEN_MAX, KVSNAME_MAX, RESPONSE, VALLEN_MAX, escape, parse_line,
+                       process_mapping)
 
-# Sizes Hydra announces (src/pm/hydra/lib/pmiserv_common.h).
-KVSNAME_MAX, KEYLEN_MAX, VALLEN_MAX = 256, 64, 1024
+log = logging.getLogger("fuseopt.pmi")
 
 # Limits on what any client can make this server hold or do. No PMI-1 line
 # of MPICH's comes near MAX_LINE (values are capped at 2 * VALLEN_MAX).
@@ -56,52 +55,7 @@ MAX_UNPROVEN = 64           # connections that have not sent their initack yet (
 MAX_SPAWN_LINES = 256
 AUTH_TIMEOUT_S = 10.0
 
-# Query -> the reply MPICH's client waits for (src/pmi/maint/pmi-1.1.txt). A
-# reply of another name is an error in the client.
-RESPONSE = {
-    "init": "response_to_init", "initack": "initack", "get_maxes": "maxes",
-    "get_appnum": "appnum", "get_my_kvsname": "my_kvsname",
-    "get_universe_size": "universe_size", "put": "put_result", "get": "get_result",
-    "barrier_in": "barrier_out", "finalize": "finalize_ack",
-    "publish_name": "publish_result", "unpublish_name": "unpublish_result",
-    "lookup_name": "lookup_result", "spawn": "spawn_result",
-}
-
 _jobs = 0
-
-
-def escape(value) -> str:
-    """A value as one token on the wire."""
-    return str(value).replace("\n", " ").replace("\\", "\\\\").replace(" ", "\\ ")
-
-
-def parse_line(line: str):
-    """``cmd=put key=a value=b\\ c`` -> ('put', {'key': 'a', 'value': 'b\\ c'}).
-    Values stay escaped, so what put stored goes back out by get byte for
-    byte (the client unescapes it)."""
-    fields: Dict[str, Optional[str]] = {}
-    for token in re.findall(r"(?:\\.|[^ \\])+", line):  # split at unescaped spaces
-        key, eq, value = token.partition("=")
-        fields[key] = value if eq else None
-    return fields.pop("cmd", None), fields
-
-
-def process_mapping(nodes: List[int]) -> str:
-    """MPICH's node map: each rank's node, [0,0,1,1] -> '(vector,(0,2,2))'
-    (triplets of first node, node count, ranks per node)."""
-    runs: List[List[int]] = []  # [node, ranks] of consecutive ranks
-    for n in nodes:
-        if runs and runs[-1][0] == n:
-            runs[-1][1] += 1
-        else:
-            runs.append([n, 1])
-    triplets: List[List[int]] = []
-    for n, k in runs:
-        if triplets and triplets[-1][2] == k and triplets[-1][0] + triplets[-1][1] == n:
-            triplets[-1][1] += 1
-        else:
-            triplets.append([n, 1, k])
-    return "(vector,%s)" % ",".join("(%d,%d,%d)" % tuple(t) for t in triplets)
 
 
 class _Connection:
