@@ -210,9 +210,7 @@ def _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr, re
     req.input = input_ptr
     req.output = output_ptr
     try:
-        status = _native_enqueue(ctx, req, 1, handle)
-        if status:
-            check_delivered(status)
+        check_delivered(_native_enqueue(ctx, req, 1, handle))
         return handle[0]
     finally:
         _give_back(_ready_requests, key, ready)

@@ -22,6 +22,7 @@ RESPONSE = {
     "lookup_name": "lookup_result", "spawn": "spawn_result",
 }
 
+
 def escape(value) -> str:
     """A value as one token on the wire."""
     return str(value).replace("\n", " ").replace("\\", "\\\\").replace(" ", "\\ ")

@@ -214,26 +214,26 @@ class _SyncBatchNormFn(torch.autograd.Function):
         return dx, dw, db, None
 
 
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor",
+                             None)
+
+
 def _direct_apply(fn):
     """fn.apply without torch.autograd.Function.apply's Python prologue (it
     binds default arguments, checks for functorch transforms and unwraps
     dead functorch wrappers): about 15 us a call, against BatchNorm's 185 us
     forward and backward at the demo's sizes
     (benchmarks/results/syncbn-python-overhead.md). Returns None where this
-    torch has no such entry; callers then use fn.apply, which they also must
-    under functorch."""
+    torch has no such entry, or not the functorch checks that tell when
+    fn.apply is still needed."""
     entry = vars(getattr(torch._C, "_FunctionBase", object)).get("apply")
-    functorch = getattr(torch._C, "_functorch", None)
-    if entry is None or not hasattr(torch._C, "_are_functorch_transforms_active") or \
-            not hasattr(functorch, "is_functorch_wrapped_tensor"):
+    if entry is None or _functorch_active is None or _functorch_wrapped is None:
         return None
     return entry.__get__(None, fn)
 
 
 _host_apply = _direct_apply(_SyncBatchNormFn)
-_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
-_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor",
-                             None)
 
 
 class SyncBatchNorm(_BatchNorm):

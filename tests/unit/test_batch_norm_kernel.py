@@ -150,12 +150,9 @@ def test_channel_view(shape, strides, axis, expected):
     assert channel_view(shape, strides, axis) == expected
 
 
-@pytest.mark.parametrize("momentum", [0.1, None])
-@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=str)
-def test_torch_layer_on_the_kernel_matches_batch_norm(momentum, memory_format):
-    # fuseopt.torch.SyncBatchNorm's synchronized path in one process, its sums
-    # this process's own: torch's BatchNorm2d over three steps, running
-    # statistics (momentum=None: the cumulative average) and eval included.
+def local_sync_batch_norm(*args, **kwargs):
+    """fuseopt.torch.SyncBatchNorm on its synchronized path in one process,
+    its sums this process's own (the kernel without a reduction)."""
     import fuseopt.torch as hvd
 
     class LocalSyncBatchNorm(hvd.SyncBatchNorm):
@@ -164,12 +161,21 @@ def test_torch_layer_on_the_kernel_matches_batch_norm(momentum, memory_format):
         def _host_kernel(self, channels):
             return BatchNormKernel()
 
+    return LocalSyncBatchNorm(*args, **kwargs)
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=str)
+def test_torch_layer_on_the_kernel_matches_batch_norm(momentum, memory_format):
+    # fuseopt.torch.SyncBatchNorm's synchronized path in one process, its sums
+    # this process's own: torch's BatchNorm2d over three steps, running
+    # statistics (momentum=None: the cumulative average) and eval included.
     torch.manual_seed(0)
     ref = torch.nn.BatchNorm2d(6, momentum=momentum)
     with torch.no_grad():
         ref.weight.uniform_(0.5, 1.5)
         ref.bias.uniform_(-0.5, 0.5)
-    layer = LocalSyncBatchNorm(6, momentum=momentum)
+    layer = local_sync_batch_norm(6, momentum=momentum)
     layer.load_state_dict(ref.state_dict())
     for step in range(3):
         x = (torch.randn(4, 6, 5, 3) * 2 + 1).contiguous(memory_format=memory_format)
@@ -197,17 +203,10 @@ def test_torch_layer_direct_entry_gives_function_apply_bits(monkeypatch):
     # The layer enters its autograd function through torch's C++ entry
     # (sync_batch_norm._direct_apply, skipping Function.apply's Python
     # prologue); Function.apply itself must give the same bits.
-    import fuseopt.torch as hvd
     import fuseopt.torch.sync_batch_norm as sbn
     # On the pinned torch the direct entry exists: were it lost, the layer
     # would stay correct but slower, unnoticed.
     assert sbn._host_apply is not None
-
-    class LocalSyncBatchNorm(hvd.SyncBatchNorm):
-        _ranks = staticmethod(lambda: 2)
-
-        def _host_kernel(self, channels):
-            return BatchNormKernel()
 
     g = torch.Generator().manual_seed(5)
     x = (torch.randn(3, 6, 5, 4, generator=g) * 2 + 1).contiguous(memory_format=torch.channels_last)
@@ -224,9 +223,9 @@ def test_torch_layer_direct_entry_gives_function_apply_bits(monkeypatch):
             layer.zero_grad()
         return out
 
-    direct = steps(LocalSyncBatchNorm(6))
+    direct = steps(local_sync_batch_norm(6))
     monkeypatch.setattr(sbn, "_host_apply", None)
-    applied = steps(LocalSyncBatchNorm(6))
+    applied = steps(local_sync_batch_norm(6))
     assert all(torch.equal(a, b) for a, b in zip(direct, applied))
 
 
