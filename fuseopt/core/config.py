@@ -134,8 +134,8 @@ KNOBS = (
          "Allreduces, reduces, broadcasts, allgathers and reducescatters of at least "
          "this many bytes go through fuseopt's shared-memory path when every rank runs "
          "on one host (each rank reduces a slice of all ranks' data in place; against "
-         "MPICH and the memory roofline: benchmarks/results/collectives.md); -1 always "
-         "uses MPI.", agreed=True,
+         "MPICH and the memory roofline: benchmarks/results/collectives.md); 0 (the "
+         "default): every size; -1 always uses MPI.", agreed=True,
          low=-1),
     Knob("hierarchical_allreduce", "FUSEOPT_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce",
          parse_flag, int, bool,

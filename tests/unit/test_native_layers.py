@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SRC = os.path.join(ROOT, "native", "src")
 # Bottom to top; folders in one row do not include each other.
 ORDER = [["base"], ["policy", "kernels"], ["transport"], ["transport/mpi", "transport/device"],
-         ["transport/nccl", "transport/hccl"], ["exec"], ["loop"], ["api"]]
+         ["transport/nccl", "transport/hccl", "transport/control"], ["exec"], ["loop"], ["api"]]
 LAYER = {d: i for i, row in enumerate(ORDER) for d in row}
 
 

@@ -169,6 +169,7 @@ int MPI_Ialltoallv(const void* sendbuf, const int sendcounts[], const int sdispl
                    MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
                    const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
                    MPI_Request* request);
+int MPI_Barrier(MPI_Comm comm);
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request);
 
 int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status);

@@ -44,7 +44,7 @@
 #include "base/timeline.h"
 #include "exec/executor.h"
 #include "exec/handle_table.h"
-#include "transport/mpi/control_plane.h"
+#include "transport/control/control_plane.h"
 #include "loop/inbox.h"
 #include "loop/process_set.h"
 #include "loop/process_set_table.h"

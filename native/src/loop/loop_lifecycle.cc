@@ -33,6 +33,12 @@ void Loop::run(std::promise<fuseopt_comm_info_t>* started) {
     while (round()) {
     }
     reason = stop_reason_;
+    // Freeing a shared-memory window is collective. Every rank's loop thread
+    // is here after the round that agreed to shut down, also on a rank whose
+    // framework thread is stuck in user code and may never call shutdown(),
+    // where the rest of the teardown happens.
+    global().control->release_shared_memory();
+    global().backend->release_shared_memory();
   } catch (const Error& e) {
     reason = Outcome{e.status(), e.what()};
     clean = false;
@@ -88,6 +94,10 @@ void Loop::start() {
   all->id = 0;
   for (int r = 0; r < size_; ++r) all->ranks.push_back(r);
   all->rank = all->global_rank = rank_;
+  // Rounds through shared memory unless that path is off, sized for the round
+  // vector with room for the tuning words and some 8,000 process sets' bits.
+  if (config_.shm_min_bytes >= 0)
+    all->control->use_shared_memory(1 + 2 * words_per_section() + 128);
   all->backend.reset(
       new MpiBackend(*all->world, config_.shm_min_bytes, config_.hierarchical_allreduce));
   all->executor.reset(new Executor(*all->backend, handles_, metrics_, timeline_, rank_, size_));

@@ -15,7 +15,7 @@
 
 #include "exec/entry.h"
 #include "exec/executor.h"
-#include "transport/mpi/control_plane.h"
+#include "transport/control/control_plane.h"
 #include "policy/coordinator.h"
 #include "policy/response_cache.h"
 #include "transport/mpi/mpi_backend.h"

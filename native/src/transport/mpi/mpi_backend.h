@@ -44,6 +44,8 @@ class MpiBackend : public Backend {
   // MPI-3 counts and displacements are int.
   bool fits(const std::vector<int64_t>& send_bytes,
             const std::vector<int64_t>& recv_bytes) const override;
+  // Collective: frees the shared-memory window; MPI's path serves what follows.
+  void release_shared_memory() { shm_.reset(); }
 
  private:
   // Whether the shared-memory path takes this many elements of dtype.

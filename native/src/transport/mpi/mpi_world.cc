@@ -98,6 +98,8 @@ void MpiWorld::abandon() {
 #endif
 }
 
+bool MpiWorld::abandoned() { return g_abandoned; }
+
 bool MpiWorld::thread_multiple() { return g_thread_multiple; }
 
 MpiLibrary MpiWorld::library() {

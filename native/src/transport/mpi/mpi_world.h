@@ -46,6 +46,7 @@ class MpiWorld {
   // After a peer is lost MPI_Finalize would wait for it forever: skip it at
   // exit, and refuse to initialise again in this process.
   static void abandon();
+  static bool abandoned();
   // Whether MPI runs at MPI_THREAD_MULTIPLE (false before it is initialised).
   static bool thread_multiple();
 

@@ -14,7 +14,8 @@
 // Each element is reduced by exactly one rank, so all ranks get the same bits.
 // A reduction to one root (reduce) runs steps 1 and 2 with the root reducing
 // every element; a broadcast is the root's copy-in and the others' copy-out.
-// Barriers separate the phases. Every rank has two slots used in turn, so a
+// Barriers separate the phases (Note [Shared-memory barrier] in
+// shm_collectives.cc). Every rank has two slots used in turn, so a
 // rank may refill one while the others still read the other: the barrier
 // after the next copy-in already orders it after their reads. Runs on the
 // loop thread only.
@@ -73,6 +74,7 @@ class ShmCollectives {
   // doubled the allreduce's time (twice the barriers, each a polite wait).
   static constexpr int64_t kMinSlotBytes = int64_t(1) << 20;
   static constexpr int64_t kMaxSlotBytes = int64_t(2) << 20;
+  static constexpr int64_t kControlBytes = 4096;  // a rank's barrier count, after its slots
   int64_t slot_bytes_ = kMaxSlotBytes;  // agreed in attach()
   // Float sums and averages: each rank publishes only the elements others
   // reduce, and reduces its own range straight from its tensors into its
@@ -101,7 +103,7 @@ class ShmCollectives {
   // uses; the pair alternates (see the top of this file).
   int64_t next_slot_base();
   void attach();  // allocates the segment on first use (collective)
-  void sync();
+  void sync();    // Note [Shared-memory barrier]
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
@@ -110,6 +112,10 @@ class ShmCollectives {
   bool usable_ = false;
   std::vector<char*> slots_;  // every rank's pair of slots, mapped into this process
   int turn_ = 0;              // which slot of the pair the next chunk uses
+  // Every rank's count of barriers entered, each on its own page after its
+  // slots; and this rank's.
+  std::vector<uint64_t*> arrived_;
+  uint64_t barriers_ = 0;
 };
 
 }  // namespace fuseopt

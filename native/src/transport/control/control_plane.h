@@ -2,15 +2,19 @@
 //
 // A *round* is one bitwise-AND allreduce of a small word vector (see loop.h
 // for its layout), posted non-blocking and polled (see Note [Poll schedule]
-// in poll_schedule.h). Full negotiation (names, shapes) uses
-// gather-to-coordinator and broadcast-from-coordinator of byte blobs.
+// in poll_schedule.h); through shared memory where every rank shares the
+// host (Note [Rounds through shared memory], shm_round.cc). Full negotiation
+// (names, shapes) uses gather-to-coordinator and broadcast-from-coordinator
+// of byte blobs.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
+#include "transport/control/shm_round.h"
 #include "transport/mpi/mpi_world.h"
 
 namespace fuseopt {
@@ -19,12 +23,18 @@ class ControlPlane {
  public:
   explicit ControlPlane(const MpiWorld& world) : world_(world) {}
 
+  // Collective: rounds of up to max_words words go through shared memory
+  // from now on, where every rank shares this host.
+  void use_shared_memory(int64_t max_words);
+  // Collective: frees the window; rounds go through MPI from now on.
+  void release_shared_memory() { shm_.reset(); }
+
   // How a pause between polls ended.
   enum class Pause { kTimedOut, kWoken, kAbandon, kHandOver };
   using PauseFn = std::function<Pause(std::chrono::microseconds)>;
 
   // Posts one AND-allreduce of words in place; words must stay put until
-  // await_and returns true.
+  // await_and returns true. One round at a time.
   MPI_Request post_and(std::vector<uint64_t>* words);
   // Polls the round until it completes (true). Between polls it calls pause,
   // which waits up to the given time and may end early (kWoken: something
@@ -53,6 +63,8 @@ class ControlPlane {
 
  private:
   const MpiWorld& world_;
+  std::unique_ptr<ShmRound> shm_;
+  bool shm_posted_ = false;  // the round in flight went through shm_
 };
 
 }  // namespace fuseopt

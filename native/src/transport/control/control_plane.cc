@@ -1,4 +1,4 @@
-#include "transport/mpi/control_plane.h"
+#include "transport/control/control_plane.h"
 
 #include <algorithm>
 #include <thread>
@@ -9,7 +9,17 @@
 
 namespace fuseopt {
 
+void ControlPlane::use_shared_memory(int64_t max_words) {
+  shm_.reset(new ShmRound(world_, max_words));
+  if (!shm_->usable()) shm_.reset();
+}
+
 MPI_Request ControlPlane::post_and(std::vector<uint64_t>* words) {
+  shm_posted_ = shm_ && shm_->fits(words->size());
+  if (shm_posted_) {
+    shm_->post(*words);
+    return MPI_REQUEST_NULL;
+  }
   MPI_Request request;
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, words->data(), static_cast<int>(words->size()),
                            MPI_UINT64_T, MPI_BAND, world_.comm(), &request),
@@ -27,7 +37,10 @@ bool ControlPlane::await_and(MPI_Request* request, std::vector<uint64_t>* words,
   auto active_since = start;
   for (;;) {
     int done = 0;
-    mpi_check(MPI_Test(request, &done, MPI_STATUS_IGNORE), "MPI_Test(negotiation)");
+    if (shm_posted_)
+      done = shm_->test(words);
+    else
+      mpi_check(MPI_Test(request, &done, MPI_STATUS_IGNORE), "MPI_Test(negotiation)");
     if (done) return true;
     run_side_work();  // Note [Side work]
     const auto now = clock::now();
