@@ -11,7 +11,7 @@ import pytest
                                             (4, ["default", 1024])])
 def test_collectives_default_tiny_and_no_fusion_threshold(run_ranks, nranks, configs):
     out = run_ranks(nranks, "collectives.py", *configs, timeout=360).output
-    assert out.count("%d checks, 0 failed" % (14 * len(configs))) == nranks, out
+    assert out.count("%d checks, 0 failed" % (15 * len(configs))) == nranks, out
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 4])

@@ -66,20 +66,35 @@ def _writable(array, what):
     return array
 
 
+def _allreduce_buffers(array, name, in_place, process_set):
+    """(input, output, their pointers) of one allreduce."""
+    if in_place:
+        src = out = _writable(array, "allreduce_ input")
+        ptr = _ptr(src)
+        return src, out, ptr, ptr
+    src = _contiguous(array)
+    out = _new_result(src, name, process_set)
+    return src, out, _ptr(src), _ptr(out)
+
+
 def _allreduce(array, name, op, prescale_factor, postscale_factor, in_place, process_set):
     """Enqueues one allreduce, in place or into a new array. Horovod-style
     code calls this once per gradient, every step: keep it lean."""
-    if in_place:
-        src = out = _writable(array, "allreduce_ input")
-        src_ptr = out_ptr = _ptr(src)
-    else:
-        src = _contiguous(array)
-        out = _new_result(src, name, process_set)
-        src_ptr, out_ptr = _ptr(src), _ptr(out)
+    src, out, src_ptr, out_ptr = _allreduce_buffers(array, name, in_place, process_set)
     return _rq.enqueue(_rq.ALLREDUCE, name, _dtype_name(src), src.shape, src_ptr, out_ptr,
                        reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
                        keepalive=(src, out), finish=lambda _: out,
                        process_set=_ps.id_of(process_set))
+
+
+def _allreduce_now(array, name, op, prescale_factor, postscale_factor, in_place, process_set):
+    """The blocking allreduce: _allreduce's submission and its wait in one
+    native call (requests.run_host_now), for the small blocking reductions
+    (metrics, statistics) whose Python costs as much as their collective."""
+    src, out, src_ptr, out_ptr = _allreduce_buffers(array, name, in_place, process_set)
+    return _rq.run_host_now(_rq.ALLREDUCE, name, _dtype_name(src), src.shape, src_ptr, out_ptr,
+                            reduce_op=op, prescale=prescale_factor, postscale=postscale_factor,
+                            process_set=_ps.id_of(process_set), keepalive=(src, out), result=out)
 
 
 def _new_result(src, name, process_set, shape=None):
@@ -311,8 +326,20 @@ def _blocking(async_fn: Callable[_P, Handle]) -> Callable[_P, Any]:
     return run
 
 
-allreduce = _blocking(allreduce_async)
-allreduce_ = _blocking(allreduce_async_)
+def allreduce(array: np.ndarray, name: Optional[str] = None, op: Optional[int] = Average,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set: Optional[ProcessSet] = None) -> Any:
+    """Blocking form of :func:`allreduce_async`."""
+    return _allreduce_now(array, name, op, prescale_factor, postscale_factor, False, process_set)
+
+
+def allreduce_(array: np.ndarray, name: Optional[str] = None, op: Optional[int] = Average,
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: Optional[ProcessSet] = None) -> Any:
+    """Blocking form of :func:`allreduce_async_`."""
+    return _allreduce_now(array, name, op, prescale_factor, postscale_factor, True, process_set)
+
+
 grouped_allreduce = _blocking(grouped_allreduce_async)
 grouped_allreduce_ = _blocking(grouped_allreduce_async_)
 allgather = _blocking(allgather_async)

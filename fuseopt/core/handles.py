@@ -26,6 +26,23 @@ def check_delivered(status):
         raise
 
 
+def deliver_failure(status, keepalive):
+    """Raises a failed wait's error (check_delivered), keeping the operation's
+    buffers as a failed Handle does (_park_after)."""
+    try:
+        check_delivered(status)
+    except FuseoptError as e:
+        _park_after(e, keepalive)
+        raise
+
+
+def _park_after(error, keepalive):
+    """Keeps a failed operation's buffers for good after a rank failure
+    (_parked_after_failure says why)."""
+    if isinstance(error, RankFailedError):
+        _parked_after_failure.append(keepalive)
+
+
 class RuntimeOutput:
     """A result whose size the other ranks decided (allgather, alltoall).
 
@@ -136,8 +153,7 @@ class _Pending:
             # The native handles are released: remember the outcome for later
             # waits (not the exception itself: its traceback refers back here).
             self._done, self._error = True, (type(e), str(e))
-            if isinstance(e, RankFailedError):
-                _parked_after_failure.append(self._keepalive)
+            _park_after(e, self._keepalive)
             self._keepalive = None
             raise
         self._done = True

@@ -12,7 +12,7 @@ from . import handles, world
 from ..base.dtypes import code_for
 from ..base.c_boundary import INT32, INT64, c_name_bytes, checked_int, checked_real
 from ..base.errors import check
-from .handles import GroupHandle, Handle, check_delivered
+from .handles import WAIT_SLICE_MS, GroupHandle, Handle, check_delivered, deliver_failure
 
 ALLREDUCE = lib.FUSEOPT_ALLREDUCE
 ALLGATHER = lib.FUSEOPT_ALLGATHER
@@ -191,9 +191,10 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
 _ready_requests = {}
 
 
-def _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
-                  prescale, postscale, process_set):
-    """The native enqueue of one host request; returns its handle id."""
+def _take_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
+                process_set):
+    """(key, ready request) for a host request of this signature, taken out of
+    _ready_requests: give it back with _give_back(_ready_requests, key, ready)."""
     if type(shape) is not tuple:
         shape = tuple(shape)
     key = (collective, name, dtype, shape, reduce_op, root, prescale, postscale, process_set)
@@ -206,6 +207,14 @@ def _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr, re
         # The template owns the name and shape arrays; the handle's id comes
         # back in the third, allocated once per signature, not per call.
         ready = (req, template, ffi.new("int64_t*"))
+    return key, ready
+
+
+def _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
+                  prescale, postscale, process_set):
+    """The native enqueue of one host request; returns its handle id."""
+    key, ready = _take_ready(collective, name, dtype, shape, reduce_op, root, prescale,
+                             postscale, process_set)
     req, _, handle = ready
     req.input = input_ptr
     req.output = output_ptr
@@ -214,6 +223,30 @@ def _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr, re
         return handle[0]
     finally:
         _give_back(_ready_requests, key, ready)
+
+
+def run_host_now(collective, name, dtype, shape, input_ptr, output_ptr, *, reduce_op, root=0,
+                 prescale=1.0, postscale=1.0, process_set=0, keepalive, result):
+    """``enqueue(...).wait()`` for a host request whose output the caller
+    supplies, returning ``result``: one native call submits and waits
+    (fuseopt_enqueue_and_wait), and a Handle is made only when the wait
+    outlasts one slice (signal handlers run between slices)."""
+    ctx = _context()
+    key, ready = _take_ready(collective, name, dtype, shape, reduce_op, root, prescale,
+                             postscale, process_set)
+    req, _, handle = ready
+    req.input = input_ptr
+    req.output = output_ptr
+    try:
+        status = lib.fuseopt_enqueue_and_wait(ctx, req, WAIT_SLICE_MS, handle)
+        handle_id = handle[0]
+    finally:
+        _give_back(_ready_requests, key, ready)
+    if status == lib.FUSEOPT_OK:
+        return result
+    if status == lib.FUSEOPT_TIMEOUT:
+        return Handle(ctx, handle_id, keepalive, lambda _: result, None).wait()
+    deliver_failure(status, keepalive)
 
 
 class Batch:

@@ -131,6 +131,13 @@ def check_other_entry_points_refuse_bad_arguments():
     assert lib.fuseopt_enqueue(ctx, ffi.NULL, ffi.NULL) == lib.FUSEOPT_INVALID_ARG
     assert lib.fuseopt_enqueue_many(ctx, ffi.NULL, -1, ffi.NULL) == lib.FUSEOPT_INVALID_ARG
     assert lib.fuseopt_enqueue_many(ctx, ffi.NULL, 0, ffi.NULL) == lib.FUSEOPT_OK
+    handle = ffi.new("int64_t*", 77)
+    assert lib.fuseopt_enqueue_and_wait(ctx, ffi.NULL, 0, handle) == lib.FUSEOPT_INVALID_ARG
+    assert handle[0] == 0  # no handle to wait on after a refused enqueue
+    req = ffi.new("fuseopt_request_t*")
+    req.struct_size = ffi.sizeof("fuseopt_request_t")
+    assert lib.fuseopt_enqueue_and_wait(ctx, req, 0, ffi.NULL) == lib.FUSEOPT_INVALID_ARG
+    assert lib.fuseopt_enqueue_and_wait(ffi.NULL, req, 0, handle) == lib.FUSEOPT_NOT_INITIALIZED
     assert lib.fuseopt_abort(ctx, lib.FUSEOPT_OK, b"x") == lib.FUSEOPT_INVALID_ARG
     assert lib.fuseopt_abort(ctx, 99, b"x") == lib.FUSEOPT_INVALID_ARG
     assert lib.fuseopt_abort(ctx, lib.FUSEOPT_RANK_FAILED, ffi.NULL) == lib.FUSEOPT_INVALID_ARG

@@ -2,6 +2,7 @@
 
 Usage: collectives.py FUSION_THRESHOLD_BYTES"""
 import sys
+import time
 
 import ml_dtypes
 import numpy as np
@@ -311,7 +312,23 @@ def check_barrier_and_objects():
     assert gathered == [("r", k) for k in range(fuseopt.size())], gathered
 
 
-CHECKS = [check_allreduce_every_dtype_op_shape, check_allreduce_in_place_and_scaling,
+def check_blocking_allreduce_outlasting_a_wait_slice():
+    # The blocking allreduce submits and waits in one native call for one wait
+    # slice (100 ms); a rank that arrives later leaves the others to finish
+    # through a Handle: the same results, in place and into a new array.
+    r, n = fuseopt.rank(), fuseopt.size()
+    for step in range(2):
+        if r == n - 1:
+            time.sleep(0.35)
+        buf = np.full(5, r + step, np.float32)
+        assert fuseopt.allreduce_(buf, name="late.inplace", op=fuseopt.Sum) is buf
+        new = fuseopt.allreduce(np.full(3, r, np.float64), name="late.new", op=fuseopt.Sum)
+        expect = sum(k + step for k in range(n))
+        assert_close(buf, np.full(5, expect, np.float32), "late in place")
+        assert_close(new, np.full(3, sum(range(n)), np.float64), "late new array")
+
+
+CHECKS = [check_allreduce_every_dtype_op_shape, check_blocking_allreduce_outlasting_a_wait_slice, check_allreduce_in_place_and_scaling,
           check_scaling_edge_cases,
           check_float32_travelling_as_16_bits,
           check_fused_many_and_large, check_bucket_spanning_several_shared_memory_chunks,

@@ -308,6 +308,13 @@ int fuseopt_enqueue_many(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests, 
 int fuseopt_enqueue_for_wait(fuseopt_ctx_t* ctx, const fuseopt_request_t* requests,
                              int64_t count, int64_t* handles);
 
+/* fuseopt_enqueue_for_wait of one request, then fuseopt_wait on its handle:
+ * a blocking collective in one call, for a request whose output the caller
+ * supplies. *handle is 0 when the enqueue failed (its status is returned);
+ * on FUSEOPT_TIMEOUT it is the handle, to be waited on again. */
+int fuseopt_enqueue_and_wait(fuseopt_ctx_t* ctx, const fuseopt_request_t* request,
+                             int64_t timeout_ms, int64_t* handle);
+
 /* *done becomes 1 once the handle has a final status. Does not release it. */
 int fuseopt_poll(fuseopt_ctx_t* ctx, int64_t handle, int* done);
 

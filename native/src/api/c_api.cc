@@ -204,6 +204,17 @@ int fuseopt_enqueue_for_wait(fuseopt_ctx_t* ctx, const fuseopt_request_t* reques
   return enqueue_many(ctx, requests, count, handles, false);
 }
 
+int fuseopt_enqueue_and_wait(fuseopt_ctx_t* ctx, const fuseopt_request_t* request,
+                             int64_t timeout_ms, int64_t* handle) {
+  if (handle) *handle = 0;
+  const int rc = enqueue_many(ctx, request, 1, handle, false);
+  if (rc != FUSEOPT_OK) {
+    if (handle) *handle = 0;
+    return rc;
+  }
+  return finish_wait(ctx, *handle, timeout_ms, nullptr);
+}
+
 int fuseopt_poll(fuseopt_ctx_t* ctx, int64_t handle, int* done) {
   REQUIRE_CTX(ctx);
   if (!done) return fail(FUSEOPT_INVALID_ARG, "done is NULL");

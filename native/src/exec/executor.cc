@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 #include "base/dtype.h"
 #include "base/poll_schedule.h"
@@ -20,26 +19,35 @@ namespace {
 // would only add two passes over its bytes (copy in, copy out).
 constexpr int64_t kSoloBytes = int64_t(1) << 20;
 
-// Tensors may share a bucket only if one collective call can serve them all.
-// Scale factors are keyed by their exact bits (hexfloat), not a rounding.
+// Tensors may share a bucket only if one collective call can serve them all:
+// the key holds the fields that must match, as raw bytes (scale factors by
+// their exact bits). Built per tensor per round, so no stream formatting.
 std::string fusion_key(const TensorSpec& s) {
   if (tensor_bytes(s) >= kSoloBytes) return "";
-  std::ostringstream k;
-  k << "dev" << s.device << "/";  // host and device tensors never share a bucket
+  struct Key {
+    int32_t device, collective, dtype, reduce_op;
+    double prescale, postscale;
+    int32_t root, unused;
+  } k;
+  std::memset(&k, 0, sizeof k);  // no stray padding bytes in the key
+  k.device = s.device;
+  k.collective = s.collective;
+  k.dtype = s.dtype;
   switch (s.collective) {
-    case FUSEOPT_ALLREDUCE:
-      k << "allreduce/" << s.dtype << "/" << s.reduce_op << "/" << std::hexfloat << s.prescale
-        << "/" << s.postscale;
-      return k.str();
     case FUSEOPT_REDUCE:
-      k << "reduce/" << s.dtype << "/" << s.reduce_op << "/" << std::hexfloat << s.prescale
-        << "/" << s.postscale << "/" << s.root;
-      return k.str();
+      k.root = s.root;  // and the rest as an allreduce
+      [[fallthrough]];
+    case FUSEOPT_ALLREDUCE:
+      k.reduce_op = s.reduce_op;
+      k.prescale = s.prescale;
+      k.postscale = s.postscale;
+      break;
     case FUSEOPT_BROADCAST:
-      k << "broadcast/" << s.dtype << "/" << s.root;
-      return k.str();
+      k.root = s.root;
+      break;
     default: return "";
   }
+  return std::string(reinterpret_cast<const char*>(&k), sizeof k);
 }
 
 }  // namespace
