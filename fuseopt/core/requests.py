@@ -191,10 +191,10 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
 _ready_requests = {}
 
 
-def _take_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
-                process_set):
-    """(key, ready request) for a host request of this signature, taken out of
-    _ready_requests: give it back with _give_back(_ready_requests, key, ready)."""
+def _on_ready_request(call, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
+                      root, prescale, postscale, process_set):
+    """call(request, handle id pointer) on the ready request of this signature
+    with these buffers; returns (its status, the handle id)."""
     if type(shape) is not tuple:
         shape = tuple(shape)
     key = (collective, name, dtype, shape, reduce_op, root, prescale, postscale, process_set)
@@ -207,22 +207,21 @@ def _take_ready(collective, name, dtype, shape, reduce_op, root, prescale, posts
         # The template owns the name and shape arrays; the handle's id comes
         # back in the third, allocated once per signature, not per call.
         ready = (req, template, ffi.new("int64_t*"))
-    return key, ready
-
-
-def _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op, root,
-                  prescale, postscale, process_set):
-    """The native enqueue of one host request; returns its handle id."""
-    key, ready = _take_ready(collective, name, dtype, shape, reduce_op, root, prescale,
-                             postscale, process_set)
     req, _, handle = ready
     req.input = input_ptr
     req.output = output_ptr
     try:
-        check_delivered(_native_enqueue(ctx, req, 1, handle))
-        return handle[0]
+        return call(req, handle), handle[0]
     finally:
         _give_back(_ready_requests, key, ready)
+
+
+def _enqueue_host(ctx, *request):
+    """The native enqueue of one host request (_on_ready_request's arguments
+    after call); returns its handle id."""
+    status, handle_id = _on_ready_request(lambda req, h: _native_enqueue(ctx, req, 1, h), *request)
+    check_delivered(status)
+    return handle_id
 
 
 def run_host_now(collective, name, dtype, shape, input_ptr, output_ptr, *, reduce_op, root=0,
@@ -232,16 +231,9 @@ def run_host_now(collective, name, dtype, shape, input_ptr, output_ptr, *, reduc
     (fuseopt_enqueue_and_wait), and a Handle is made only when the wait
     outlasts one slice (signal handlers run between slices)."""
     ctx = _context()
-    key, ready = _take_ready(collective, name, dtype, shape, reduce_op, root, prescale,
-                             postscale, process_set)
-    req, _, handle = ready
-    req.input = input_ptr
-    req.output = output_ptr
-    try:
-        status = lib.fuseopt_enqueue_and_wait(ctx, req, WAIT_SLICE_MS, handle)
-        handle_id = handle[0]
-    finally:
-        _give_back(_ready_requests, key, ready)
+    status, handle_id = _on_ready_request(
+        lambda req, h: lib.fuseopt_enqueue_and_wait(ctx, req, WAIT_SLICE_MS, h), collective, name,
+        dtype, shape, input_ptr, output_ptr, reduce_op, root, prescale, postscale, process_set)
     if status == lib.FUSEOPT_OK:
         return result
     if status == lib.FUSEOPT_TIMEOUT:
