@@ -16,8 +16,8 @@ def test_collectives_default_tiny_and_no_fusion_threshold(run_ranks, nranks, con
 
 @pytest.mark.parametrize("nranks", [2, 3, 4])
 def test_collectives_through_shared_memory_for_every_size(run_ranks, nranks):
-    # Every allreduce (all dtypes, ops, scalings, fused buckets) takes the
-    # shared-memory path; the default threshold only sends >= 256 KiB there.
+    # Every collective (all dtypes, ops, scalings, fused buckets) takes the
+    # shared-memory path, at 3 ranks (uneven shares) and 4 too.
     # 4 ranks on 2 cores would make fuseoptrun turn MPICH's local transport off
     # (MPIR_CVAR_NOLOCAL), and with it the shared-memory path: keep it on.
     out = run_ranks(nranks, "collectives.py", launcher_args=("--nolocal", "off"),

@@ -24,36 +24,13 @@ namespace {
 constexpr int64_t kHeaderBytes = 64;  // the posted count, alone in its cache line
 }  // namespace
 
-ShmRound::ShmRound(const MpiWorld& world, int64_t max_words) : capacity_(max_words) {
-  mpi_check(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &comm_),
-            "MPI_Comm_split_type(shared memory)");
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
-  if (size_ != world.info().size || size_ < 2 || capacity_ <= 0) return;  // same on every rank
-  char* mine = nullptr;
-  const int64_t bytes = kHeaderBytes + 2 * capacity_ * static_cast<int64_t>(sizeof(uint64_t));
-  mpi_check(MPI_Win_allocate_shared(bytes, 1, MPI_INFO_NULL, comm_, &mine, &win_),
-            "MPI_Win_allocate_shared(negotiation)");
-  mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), "MPI_Win_lock_all(negotiation)");
+ShmRound::ShmRound(const MpiWorld& world, int64_t max_words)
+    : window_(world), rank_(window_.rank()), size_(window_.size()), capacity_(max_words) {
+  if (!window_.whole_world() || capacity_ <= 0) return;  // the same on every rank
+  window_.allocate(kHeaderBytes + 2 * capacity_ * static_cast<int64_t>(sizeof(uint64_t)), 0,
+                   kHeaderBytes, "negotiation");
   regions_.resize(size_);
-  for (int r = 0; r < size_; ++r) {
-    MPI_Aint size;
-    int unit;
-    mpi_check(MPI_Win_shared_query(win_, r, &size, &unit, &regions_[r]),
-              "MPI_Win_shared_query(negotiation)");
-  }
-  // MPI does not promise zeroed memory: clear the count before anyone reads it.
-  __atomic_store_n(posted(rank_), uint64_t(0), __ATOMIC_RELEASE);
-  MPI_Win_sync(win_);
-  mpi_check(MPI_Barrier(comm_), "MPI_Barrier(negotiation)");
-}
-
-ShmRound::~ShmRound() {
-  if (win_ != MPI_WIN_NULL) {
-    MPI_Win_unlock_all(win_);
-    MPI_Win_free(&win_);
-  }
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  for (int r = 0; r < size_; ++r) regions_[r] = window_.region(r);
 }
 
 uint64_t* ShmRound::posted(int r) const { return reinterpret_cast<uint64_t*>(regions_[r]); }

@@ -2,12 +2,11 @@
 // all share one host. See Note [Rounds through shared memory].
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <vector>
 
 #include "transport/mpi/mpi_world.h"
+#include "transport/mpi/shared_window.h"
 
 namespace fuseopt {
 
@@ -15,12 +14,11 @@ class ShmRound {
  public:
   // Collective over world. Rounds of up to max_words words can go through it.
   ShmRound(const MpiWorld& world, int64_t max_words);
-  ~ShmRound();
   ShmRound(const ShmRound&) = delete;
   ShmRound& operator=(const ShmRound&) = delete;
 
   // Whether every rank of the world shares this host (the same on every rank).
-  bool usable() const { return win_ != MPI_WIN_NULL; }
+  bool usable() const { return window_.allocated(); }
   bool fits(size_t words) const { return static_cast<int64_t>(words) <= capacity_; }
   // Publishes this rank's words as the next round.
   void post(const std::vector<uint64_t>& words);
@@ -32,9 +30,8 @@ class ShmRound {
   uint64_t* posted(int r) const;  // rank r's count of rounds posted
   uint64_t* words(int r, uint64_t round) const;  // rank r's words of that round
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Win win_ = MPI_WIN_NULL;
-  int rank_ = 0;
+  SharedWindow window_;
+  int rank_ = 0;  // window_'s
   int size_ = 1;
   int64_t capacity_ = 0;  // words per round buffer
   std::vector<char*> regions_;

@@ -61,9 +61,13 @@ MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierar
   if (shm_min_bytes_ >= 0) {
     shm_.reset(new ShmCollectives(world));
     if (!shm_->usable()) shm_.reset();
-    if (shm_)
-      FUSEOPT_LOG(kInfo, "allreduces of " << shm_min_bytes_
-                                          << " bytes and more use the shared-memory path");
+    if (shm_ && shm_min_bytes_ == 0)
+      FUSEOPT_LOG(kInfo, "collectives of every size (allreduce, reduce, broadcast, allgather, "
+                         "reducescatter) use the shared-memory path");
+    else if (shm_)
+      FUSEOPT_LOG(kInfo, "collectives of " << shm_min_bytes_
+                                           << " bytes and more (allreduce, reduce, broadcast, "
+                                              "allgather, reducescatter) use the shared-memory path");
   }
 }
 

@@ -41,48 +41,23 @@ class SegmentCursor {
   int64_t offset_ = 0;
 };
 
-ShmCollectives::ShmCollectives(const MpiWorld& world) {
-  const int world_size = world.info().size;
-  mpi_check(MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &comm_),
-            "MPI_Comm_split_type(shared memory)");
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
-  // Every rank on this host, and more than one: all ranks reach the same answer.
-  usable_ = size_ == world_size && size_ > 1;
-}
-
-ShmCollectives::~ShmCollectives() {
-  if (win_ != MPI_WIN_NULL) {
-    MPI_Win_unlock_all(win_);
-    MPI_Win_free(&win_);
-  }
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-}
+ShmCollectives::ShmCollectives(const MpiWorld& world)
+    : window_(world), rank_(window_.rank()), size_(window_.size()) {}
 
 void ShmCollectives::attach() {
   const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);  // 0 or -1 where unknown
   const int64_t mine_bytes =
       std::min(kMaxSlotBytes, std::max(kMinSlotBytes, static_cast<int64_t>(l2) & ~int64_t(4095)));
-  mpi_check(MPI_Allreduce(&mine_bytes, &slot_bytes_, 1, MPI_INT64_T, MPI_MIN, comm_),
+  mpi_check(MPI_Allreduce(&mine_bytes, &slot_bytes_, 1, MPI_INT64_T, MPI_MIN, window_.comm()),
             "MPI_Allreduce(slot size)");
-  char* mine = nullptr;
-  mpi_check(MPI_Win_allocate_shared(2 * slot_bytes_ + kControlBytes, 1, MPI_INFO_NULL, comm_,
-                                    &mine, &win_),
-            "MPI_Win_allocate_shared");
-  mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_), "MPI_Win_lock_all");
+  window_.allocate(2 * slot_bytes_ + kControlBytes, 2 * slot_bytes_, sizeof(uint64_t),
+                   "shared-memory collectives");
   slots_.resize(size_);
   arrived_.resize(size_);
   for (int r = 0; r < size_; ++r) {
-    MPI_Aint bytes;
-    int unit;
-    mpi_check(MPI_Win_shared_query(win_, r, &bytes, &unit, &slots_[r]), "MPI_Win_shared_query");
+    slots_[r] = window_.region(r);
     arrived_[r] = reinterpret_cast<uint64_t*>(slots_[r] + 2 * slot_bytes_);
   }
-  // MPI does not promise zeroed memory: each rank clears its own counter
-  // before anyone can read it.
-  __atomic_store_n(arrived_[rank_], uint64_t(0), __ATOMIC_RELEASE);
-  MPI_Win_sync(win_);
-  mpi_check(MPI_Barrier(comm_), "MPI_Barrier(shared memory)");
 }
 
 // Note [Shared-memory barrier]
@@ -132,7 +107,7 @@ void ShmCollectives::reduce(const std::vector<Segment>& segments, fuseopt_dtype_
 
 void ShmCollectives::dispatch(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                                fuseopt_reduce_op_t op, double postscale, int root) {
-  if (win_ == MPI_WIN_NULL) attach();
+  if (!window_.allocated()) attach();
   const bool sum = op == FUSEOPT_SUM || op == FUSEOPT_AVERAGE;
   bool as_is = true, narrowed = true;
   for (const Segment& s : segments) {
@@ -149,7 +124,7 @@ void ShmCollectives::broadcast(const std::vector<Segment>& segments, fuseopt_dty
                                 int root) {
   // One barrier per chunk: the root refills a slot only after the barrier
   // that follows everyone's reads of it two chunks before (the slot pair).
-  if (win_ == MPI_WIN_NULL) attach();
+  if (!window_.allocated()) attach();
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t per_chunk = slot_bytes_ / esize;
   int64_t count = 0;

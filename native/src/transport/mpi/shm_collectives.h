@@ -27,6 +27,7 @@
 
 #include "transport/backend.h"
 #include "transport/mpi/mpi_world.h"
+#include "transport/mpi/shared_window.h"
 
 namespace fuseopt {
 
@@ -36,11 +37,10 @@ class ShmCollectives {
  public:
   // Collective over the world. usable() is the same on every rank.
   explicit ShmCollectives(const MpiWorld& world);
-  ~ShmCollectives();
   ShmCollectives(const ShmCollectives&) = delete;
   ShmCollectives& operator=(const ShmCollectives&) = delete;
 
-  bool usable() const { return usable_; }
+  bool usable() const { return window_.whole_world(); }
   // Collective: every rank calls it with the same total count, dtype and op
   // (the executor's plan guarantees it). A segment's out may equal its in.
   void allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
@@ -105,11 +105,9 @@ class ShmCollectives {
   void attach();  // allocates the segment on first use (collective)
   void sync();    // Note [Shared-memory barrier]
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Win win_ = MPI_WIN_NULL;
-  int rank_ = 0;
+  SharedWindow window_;  // allocated on first use
+  int rank_ = 0;         // window_'s
   int size_ = 1;
-  bool usable_ = false;
   std::vector<char*> slots_;  // every rank's pair of slots, mapped into this process
   int turn_ = 0;              // which slot of the pair the next chunk uses
   // Every rank's count of barriers entered, each on its own page after its

@@ -35,7 +35,7 @@ int64_t piece(int64_t size, int64_t k, int64_t q) {
 }  // namespace
 
 void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<int64_t>& bytes) {
-  if (win_ == MPI_WIN_NULL) attach();
+  if (!window_.allocated()) attach();
   const std::vector<int64_t> at = offsets_of(bytes);
   const int64_t largest = *std::max_element(bytes.begin(), bytes.end());
   const char* mine = static_cast<const char*>(send);
@@ -60,7 +60,7 @@ void ShmCollectives::reducescatter(const void* send, void* recv,
   // rank publishes and reduces in every chunk (a chunk of the plain element
   // stream would fall within one rank's block and leave the others idle).
   // Rank s publishes its part of rank r's block at element r * q of its slot.
-  if (win_ == MPI_WIN_NULL) attach();
+  if (!window_.allocated()) attach();
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t q = slot_bytes_ / esize / size_;
   const std::vector<int64_t> at = offsets_of(counts);
