@@ -97,6 +97,16 @@ def test_rank_that_exits_0_without_shutdown_fails_the_job():
     assert job.elapsed < 40, job
 
 
+def test_rank_failing_under_an_mpi_another_library_started_fails_the_job():
+    # mpi4py finalizes its MPI at exit, where the failed rank would wait for
+    # rank 1, itself blocked in an mpi4py bcast from rank 0: a hang, before.
+    job = run_job("raise_mpi4py")
+    assert job.code == 1, job
+    assert "ValueError: rank 0 fails in user code" in job.output, job
+    assert "rank 0 on" in job.output and "failed first (exit code 1" in job.output, job
+    assert job.elapsed < 40, job
+
+
 def test_rank_killed_with_its_wrapper_fails_the_job():
     # What mpiexec does to the other ranks of a failing job: no exit record at all.
     job = run_job("wrapper_kill")

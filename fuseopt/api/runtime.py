@@ -13,7 +13,7 @@ import os
 import threading
 
 from ..base import launch_notes, launch_records
-from ..core import peer_watch, output_pool, world
+from ..core import failing_exit, peer_watch, output_pool, world
 from ..core import config as _config
 from ..core import horovod_env as _horovod_env
 from ..base import log as _log
@@ -48,7 +48,10 @@ def init(comm: Any = None, process_sets: Any = None, **settings: Any) -> None:
     """
     if comm is not None and not isinstance(comm, (list, tuple, range)):
         _require_the_whole_world(comm)
+    mpi_elsewhere = failing_exit.mpi_started_elsewhere()
     _start_context(settings)
+    if mpi_elsewhere:
+        failing_exit.arm()
     if comm is not None and isinstance(comm, (list, tuple, range)) \
             and sorted(comm) != list(range(world.size())):
         size = world.size()

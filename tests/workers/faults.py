@@ -11,6 +11,8 @@
   interrupt     rank 0 waits in a collective rank 1 does not join; SIGALRM must
                 interrupt the wait within about a second
   extra_step    torch: rank 1 calls optimizer.step() once more than rank 0
+  raise_mpi4py  mpi4py started MPI; rank 0 ends with an uncaught exception while
+                rank 1 waits in an mpi4py bcast from it
 
 Every rank prints "[rank R] <ErrorName> after <s> s: <message>" for the error it
 catches and exits with CAUGHT_EXIT, so the test can tell a report from a crash.
@@ -50,6 +52,8 @@ def main():
     if mode == "late_init" and rank == 1:
         time.sleep(12)
         return
+    if mode == "raise_mpi4py":
+        from mpi4py import MPI  # initialises MPI: fuseopt adopts it
     import fuseopt
     started = time.time()
     try:
@@ -73,6 +77,11 @@ def main():
             lock = threading.Lock()
             lock.acquire()
             lock.acquire()
+    if mode == "raise_mpi4py":
+        if rank == 0:
+            raise ValueError("rank 0 fails in user code")
+        MPI.COMM_WORLD.bcast(None, root=0)
+        raise AssertionError("the bcast completed although rank 0 never sent it")
     if mode == "interrupt":
         signal.signal(signal.SIGALRM, on_alarm)
         signal.alarm(1)
