@@ -29,14 +29,12 @@ ShmRound::ShmRound(const MpiWorld& world, int64_t max_words)
   if (!window_.whole_world() || capacity_ <= 0) return;  // the same on every rank
   window_.allocate(kHeaderBytes + 2 * capacity_ * static_cast<int64_t>(sizeof(uint64_t)), 0,
                    kHeaderBytes, "negotiation");
-  regions_.resize(size_);
-  for (int r = 0; r < size_; ++r) regions_[r] = window_.region(r);
 }
 
-uint64_t* ShmRound::posted(int r) const { return reinterpret_cast<uint64_t*>(regions_[r]); }
+uint64_t* ShmRound::posted(int r) const { return reinterpret_cast<uint64_t*>(window_.region(r)); }
 
 uint64_t* ShmRound::words(int r, uint64_t round) const {
-  return reinterpret_cast<uint64_t*>(regions_[r] + kHeaderBytes) + (round % 2) * capacity_;
+  return reinterpret_cast<uint64_t*>(window_.region(r) + kHeaderBytes) + (round % 2) * capacity_;
 }
 
 void ShmRound::post(const std::vector<uint64_t>& mine) {

@@ -34,7 +34,6 @@ class ShmRound {
   int rank_ = 0;  // window_'s
   int size_ = 1;
   int64_t capacity_ = 0;  // words per round buffer
-  std::vector<char*> regions_;
   uint64_t round_ = 0;  // rounds this rank has posted
   int next_ = 0;        // the first rank whose words the pending test has not taken
 };

@@ -52,12 +52,9 @@ void ShmCollectives::attach() {
             "MPI_Allreduce(slot size)");
   window_.allocate(2 * slot_bytes_ + kControlBytes, 2 * slot_bytes_, sizeof(uint64_t),
                    "shared-memory collectives");
-  slots_.resize(size_);
   arrived_.resize(size_);
-  for (int r = 0; r < size_; ++r) {
-    slots_[r] = window_.region(r);
-    arrived_[r] = reinterpret_cast<uint64_t*>(slots_[r] + 2 * slot_bytes_);
-  }
+  for (int r = 0; r < size_; ++r)
+    arrived_[r] = reinterpret_cast<uint64_t*>(slots(r) + 2 * slot_bytes_);
 }
 
 // Note [Shared-memory barrier]
@@ -132,7 +129,7 @@ void ShmCollectives::broadcast(const std::vector<Segment>& segments, fuseopt_dty
   SegmentCursor cursor(segments);
   for (int64_t done = 0; done < count; done += per_chunk) {
     const int64_t n = std::min(per_chunk, count - done);
-    char* const slot = slots_[root] + next_slot_base();
+    char* const slot = slots(root) + next_slot_base();
     if (rank_ == root) {
       cursor.take(n, [&](const Segment& s, int64_t at, int64_t to, int64_t len) {
         std::memcpy(slot + to * esize, static_cast<const char*>(s.in) + at * esize, len * esize);
@@ -201,7 +198,7 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
     const int64_t n = std::min(per_chunk, count - done);
     const int64_t base = next_slot_base();
     auto slot = [&](int r, int64_t element) {
-      return reinterpret_cast<T*>(slots_[r] + base) + element;
+      return reinterpret_cast<T*>(slots(r) + base) + element;
     };
     // 1. Publish the elements the other ranks reduce.
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
@@ -251,7 +248,7 @@ void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtyp
     const int64_t n = std::min(per_chunk, count - done);
     const int64_t base = next_slot_base();
     auto slot = [&](int r, int64_t element) {
-      return reinterpret_cast<uint16_t*>(slots_[r] + base) + element;
+      return reinterpret_cast<uint16_t*>(slots(r) + base) + element;
     };
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       narrow16(dtype, static_cast<const float*>(s.in) + at, slot(rank_, e), len,
@@ -290,7 +287,7 @@ void ShmCollectives::staged(const std::vector<Segment>& segments, fuseopt_dtype_
   for (int64_t done = 0; done < count; done += per_chunk) {
     const int64_t n = std::min(per_chunk, count - done);
     const int64_t base = next_slot_base();
-    char* const mine_slot = slots_[rank_] + base;
+    char* const mine_slot = slots(rank_) + base;
     in.take(n, [&](const Segment& s, int64_t at, int64_t to, int64_t len) {
       convert_copy(s.memory_dtype, static_cast<const char*>(s.in) + at * dtype_size(s.memory_dtype),
                    dtype, mine_slot + to * esize, len, s.prescale);
@@ -301,7 +298,7 @@ void ShmCollectives::staged(const std::vector<Segment>& segments, fuseopt_dtype_
     const int64_t len = mine.second - mine.first;
     for (int k = 1; k < size_ && len > 0; ++k) {
       const int other = (rank_ + k) % size_;
-      mpi_check(MPI_Reduce_local(slots_[other] + base + mine.first * esize,
+      mpi_check(MPI_Reduce_local(slots(other) + base + mine.first * esize,
                                  mine_slot + mine.first * esize, static_cast<int>(len), type,
                                  mpi_op),
                 "MPI_Reduce_local");
@@ -309,7 +306,7 @@ void ShmCollectives::staged(const std::vector<Segment>& segments, fuseopt_dtype_
     if (root < 0) sync();  // a root reads only its own slot
     for (int r = 0; r < size_; ++r) {
       const auto part = range(r, n, root);
-      const char* reduced = slots_[r] + base + part.first * esize;
+      const char* reduced = slots(r) + base + part.first * esize;
       out.take(part.second - part.first, [&](const Segment& s, int64_t at, int64_t from,
                                              int64_t len) {
         if (root >= 0 && r != rank_) return;

@@ -102,13 +102,14 @@ class ShmCollectives {
   // The byte offset in every rank's slot pair of the slot the next chunk
   // uses; the pair alternates (see the top of this file).
   int64_t next_slot_base();
+  // Rank r's pair of slots, mapped into this process: the start of its region.
+  char* slots(int r) const { return window_.region(r); }
   void attach();  // allocates the segment on first use (collective)
   void sync();    // Note [Shared-memory barrier]
 
   SharedWindow window_;  // allocated on first use
   int rank_ = 0;         // window_'s
   int size_ = 1;
-  std::vector<char*> slots_;  // every rank's pair of slots, mapped into this process
   int turn_ = 0;              // which slot of the pair the next chunk uses
   // Every rank's count of barriers entered, each on its own page after its
   // slots; and this rank's.

@@ -43,12 +43,12 @@ void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<
   for (int64_t k = 0; k * slot_bytes_ < largest; ++k) {
     const int64_t base = next_slot_base();
     const int64_t from = k * slot_bytes_, len = piece(bytes[rank_], k, slot_bytes_);
-    std::memcpy(slots_[rank_] + base, mine + from, len);
+    std::memcpy(slots(rank_) + base, mine + from, len);
     kernels::stream_copy(out + at[rank_] + from, mine + from, len);  // read just above
     sync();
     for (int r = 0; r < size_; ++r)
       if (r != rank_)
-        kernels::stream_copy(out + at[r] + from, slots_[r] + base,
+        kernels::stream_copy(out + at[r] + from, slots(r) + base,
                              piece(bytes[r], k, slot_bytes_));
   }
 }
@@ -73,7 +73,7 @@ void ShmCollectives::reducescatter(const void* send, void* recv,
   char* out = static_cast<char*>(recv);
   for (int64_t k = 0; k * q < largest; ++k) {
     const int64_t base = next_slot_base();
-    auto slot = [&](int s, int r) { return slots_[s] + base + r * q * esize; };
+    auto slot = [&](int s, int r) { return slots(s) + base + r * q * esize; };
     auto input = [&](int r) { return in + (at[r] + k * q) * esize; };
     for (int r = 0; r < size_; ++r)
       if (r != rank_) std::memcpy(slot(rank_, r), input(r), piece(counts[r], k, q) * esize);
