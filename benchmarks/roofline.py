@@ -59,6 +59,63 @@ def _together(n, reps):
     return {kind: sum(g[kind] for g in got) for kind in ("copy", "triad")}
 
 
+def _handoff(side, name, reps, queue):
+    """One side of handoff_us(): side 0 writes the buffer and waits for side 1 to read
+    it all; the time of each round trip, in microseconds, goes to the queue."""
+    import numpy as np
+    from multiprocessing import shared_memory
+    shm = shared_memory.SharedMemory(name=name)
+    flag = np.ndarray((8,), np.int64, shm.buf, 0)  # one cache line
+    data = np.ndarray((HANDOFF_BYTES // 4,), np.float32, shm.buf, 4096)
+    times = []
+    for k in range(1, reps + 1):
+        if side == 0:
+            t0 = time.perf_counter()
+            data.fill(k)
+            flag[0] = 2 * k - 1
+            while flag[0] != 2 * k:
+                pass
+            times.append((time.perf_counter() - t0) * 1e6)
+        else:
+            while flag[0] != 2 * k - 1:
+                pass
+            data.sum()
+            flag[0] = 2 * k
+    del flag, data
+    shm.close()
+    if side == 0:
+        queue.put(times)
+
+
+HANDOFF_BYTES = 1 << 20
+
+
+def handoff_us(reps=40):
+    """Where the two cores sit, as a collective feels it: the median time for one process
+    to write 1 MiB and another to read it all (float32, through shared memory). Near
+    (cores sharing a cache) this VM measured 115-150 us; apart (its host placed the
+    vCPUs on cores without a shared cache) 520-620 us (docs/benchmarks.md, "Where the
+    ranks' cores sit")."""
+    import statistics
+    from multiprocessing import shared_memory
+    ctx = multiprocessing.get_context("spawn")
+    shm = shared_memory.SharedMemory(create=True, size=4096 + HANDOFF_BYTES)
+    try:
+        shm.buf[:8] = bytes(8)
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_handoff, args=(side, shm.name, reps, queue))
+                 for side in (0, 1)]
+        for p in procs:
+            p.start()
+        times = queue.get(timeout=120)
+        for p in procs:
+            p.join()
+    finally:
+        shm.close()
+        shm.unlink()
+    return statistics.median(times[reps // 4:])
+
+
 def bandwidths(reps=8):
     """{"1 core": {"copy": GB/s, "triad": GB/s}, "2 cores": {...}} (2 cores: the sum
     of both processes' best repetitions)."""
@@ -103,6 +160,7 @@ def describe(bw):
 def main():
     bw = bandwidths()
     print(describe(bw))
+    print("1 MiB handed from one core to the other: %.0f us" % handoff_us())
     for op in TRAFFIC:
         print("%-13s " % op + "  ".join("%d MiB %.2f ms" % (n >> 20, roofline_ms(op, n, bw))
                                         for n in (1 << 20, 16 << 20, 64 << 20)))

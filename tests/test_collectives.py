@@ -14,16 +14,26 @@ def test_collectives_default_tiny_and_no_fusion_threshold(run_ranks, nranks, con
     assert out.count("%d checks, 0 failed" % (15 * len(configs))) == nranks, out
 
 
-@pytest.mark.parametrize("nranks", [2, 3, 4])
-def test_collectives_through_shared_memory_for_every_size(run_ranks, nranks):
+STORES = {"default": "plain or streaming stores, whichever is faster",
+          "stores=cached": "plain stores", "stores=streamed": "streaming stores"}
+
+
+@pytest.mark.parametrize("nranks,configs", [(2, ["default", "stores=cached", "stores=streamed"]),
+                                            (3, ["default", "stores=streamed"]),
+                                            (4, ["default"])])
+def test_collectives_through_shared_memory_for_every_size(run_ranks, nranks, configs):
     # Every collective (all dtypes, ops, scalings, fused buckets) takes the
-    # shared-memory path, at 3 ranks (uneven shares) and 4 too.
+    # shared-memory path, at 3 ranks (uneven shares) and 4 too, its slots
+    # written with either kind of stores (Note [Streamed slots]) or the
+    # faster as it goes (the default).
     # 4 ranks on 2 cores would make fuseoptrun turn MPICH's local transport off
     # (MPIR_CVAR_NOLOCAL), and with it the shared-memory path: keep it on.
-    out = run_ranks(nranks, "collectives.py", launcher_args=("--nolocal", "off"),
+    out = run_ranks(nranks, "collectives.py", *configs, launcher_args=("--nolocal", "off"),
                     env={"FUSEOPT_SHM_MIN_BYTES": "0", "FUSEOPT_LOG_LEVEL": "info"},
-                    timeout=240).output
-    assert out.count("use the shared-memory path") == nranks, out
+                    timeout=360).output
+    assert out.count("%d checks, 0 failed" % (15 * len(configs))) == nranks, out
+    for config in configs:
+        assert out.count("use the shared-memory path (%s)" % STORES[config]) == nranks, out
 
 
 def test_collectives_without_shared_memory_path(run_ranks):

@@ -20,6 +20,14 @@ def _parse_log_level(text):
     return _parse_int(text) if index is None else index
 
 
+SHM_STORES = ("auto", "cached", "streamed")  # FUSEOPT_SHM_STORES, by its native value
+
+
+def _parse_shm_stores(value):
+    text = str(value).strip().lower()
+    return SHM_STORES.index(text) if text in SHM_STORES else _parse_int(value)
+
+
 def _parse_int(value):
     """An int from a keyword (int, or a float with an integral value) or from
     environment text ("1048576", "64e6"); nan, inf, fractions and bools raise."""
@@ -137,6 +145,13 @@ KNOBS = (
          "MPICH and the memory roofline: benchmarks/results/collectives.md); 0 (the "
          "default): every size; -1 always uses MPI.", agreed=True,
          low=-1),
+    Knob("shm_stores", "FUSEOPT_SHM_STORES", "shm_stores", _parse_shm_stores, int,
+         lambda v: SHM_STORES[v],
+         "How a rank writes the shared-memory slots the other ranks of its host read: "
+         "auto (the default) times both kinds as it goes and uses the faster, cached "
+         "plain stores (best where the ranks' cores share a cache), streamed stores "
+         "past the caches (best where they do not: two sockets, or vCPUs the host "
+         "placed apart).", low=0, high=2),
     Knob("hierarchical_allreduce", "FUSEOPT_HIERARCHICAL_ALLREDUCE", "hierarchical_allreduce",
          parse_flag, int, bool,
          "1: allreduce in three steps (reduce within each node, allreduce among one leader "

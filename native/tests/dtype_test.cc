@@ -176,15 +176,35 @@ static void test_pair_sum_publish() {
     kernels::pair_sum_publish(aliased.data(), scales.first, other.data(), aliased.data(),
                               publish2.data(), scales.second, int64_t(n));
     bool same = true;
+    auto expect = [&](size_t i) {
+      return static_cast<T>((other[i] + static_cast<T>(in[i] * scales.first)) * scales.second);
+    };
     for (size_t i = 0; i < n; ++i) {
-      const T expect = static_cast<T>(
-          (other[i] + static_cast<T>(in[i] * scales.first)) * scales.second);
-      same = same && std::memcmp(&expect, &out[i], sizeof(T)) == 0 &&
-             std::memcmp(&expect, &publish[i], sizeof(T)) == 0 &&
-             std::memcmp(&expect, &aliased[i], sizeof(T)) == 0 &&
-             std::memcmp(&expect, &publish2[i], sizeof(T)) == 0;
+      const T e = expect(i);
+      same = same && std::memcmp(&e, &out[i], sizeof(T)) == 0 &&
+             std::memcmp(&e, &publish[i], sizeof(T)) == 0 &&
+             std::memcmp(&e, &aliased[i], sizeof(T)) == 0 &&
+             std::memcmp(&e, &publish2[i], sizeof(T)) == 0;
     }
     CHECK(same);
+    // Streaming stores (Note [Streamed slots]): to either, both, with the
+    // published copy at every offset from the output's 16-byte alignment.
+    for (int shift = 0; shift < 4; ++shift) {
+      for (int mode = 1; mode < 4; ++mode) {
+        std::vector<T> out3(n + 4), publish3(n + 4);
+        T* o = out3.data() + 1;  // misaligned by one element
+        T* p = publish3.data() + shift;
+        kernels::pair_sum_publish(in.data(), scales.first, other.data(), o, p, scales.second,
+                                  int64_t(n), mode & 1, (mode & 2) != 0);
+        bool same3 = true;
+        for (size_t i = 0; i < n; ++i) {
+          const T e = expect(i);
+          same3 = same3 && std::memcmp(&e, &o[i], sizeof(T)) == 0 &&
+                  std::memcmp(&e, &p[i], sizeof(T)) == 0;
+        }
+        CHECK(same3);
+      }
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 #include "policy/response_cache.h"
 #include "policy/row_split.h"
 #include "policy/message_codec.h"
+#include "transport/mpi/store_choice.h"
 
 using namespace fuseopt;
 
@@ -318,7 +319,70 @@ static void test_agreed_schedule() {
   CHECK(agreed_schedule(1, (1 << 30) + 3, out) == 32);  // fold, 30 doublings, result
 }
 
+// Note [Streamed slots]: the kinds in turn until each has kWindow chunks
+// past its first, then the faster by median; the other tried for kWindow
+// chunks after kExploreEvery measured ones, the wait doubling while trials
+// change nothing and reset when one does; small chunks neither count nor
+// trigger a trial; each power of two of the chunk size on its own; the other
+// collectives follow the allreduce.
+static void test_store_choice() {
+  const StoreChoice::Kind ar = StoreChoice::kAllreduce, bc = StoreChoice::kBroadcast;
+  const int64_t big = StoreChoice::kMinMeasuredBytes;
+  const int w = StoreChoice::kWindow;
+  StoreChoice c;
+  CHECK(!c.streamed(bc, big));  // before any allreduce: plain
+  c.measured(bc, big, 1.0);     // ignored
+  int64_t measured = 0;
+  // plain slow (one outlier among them), streamed fast; the first of each cold
+  for (int i = 0; i < 2 * (w + 1); ++i, ++measured) {
+    const bool s = c.streamed(ar, big);
+    CHECK(s == (i % 2 == 1));
+    c.measured(ar, big, i < 2 ? 1.0 : s ? (i == 3 ? 9e-3 : 2e-4) : 1e-3);
+  }
+  CHECK(c.per_byte(big, false) == 1e-3 / big && c.per_byte(big, true) == 2e-4 / big);
+  CHECK(c.streamed(bc, big) && c.streamed(StoreChoice::kAllgather, 8 * big));  // follow
+  // The first trial of plain comes at kExploreEvery measured chunks and
+  // finds it slower still: the next comes twice as late.
+  std::vector<int64_t> trials;
+  for (int i = 0; i < 4 * StoreChoice::kExploreEvery; ++i, ++measured) {
+    const bool s = c.streamed(ar, big);
+    if (!s) trials.push_back(measured);
+    c.measured(ar, big, s ? 2e-4 : 1e-3);
+  }
+  CHECK(trials.size() == 2u * w && trials[0] == StoreChoice::kExploreEvery &&
+        trials[w - 1] == StoreChoice::kExploreEvery + w - 1 &&
+        trials[w] == trials[w - 1] + 1 + 2 * StoreChoice::kExploreEvery);
+  // The placement changes: plain is faster at the next trial, and stays.
+  int64_t switched = -1;
+  for (int i = 0; i < 8 * StoreChoice::kExploreEvery && switched < 0; ++i, ++measured) {
+    const bool s = c.streamed(ar, big);
+    c.measured(ar, big, s ? 2e-4 : 1e-4);
+    if (c.per_byte(big, false) == 1e-4 / big && !c.streamed(ar, big)) switched = measured;
+  }
+  CHECK(switched > 0 && c.per_byte(big, false) == 1e-4 / big);
+  for (int i = 0; i < 10; ++i) {
+    CHECK(!c.streamed(ar, big) && !c.streamed(bc, big));
+    c.measured(ar, big, 1e-4);
+  }
+  // Small chunks follow the choice without counting or trying the other kind.
+  for (int i = 0; i < 3 * StoreChoice::kExploreMax; ++i) {
+    CHECK(!c.streamed(ar, big - 1));
+    c.measured(ar, big - 1, 1.0);
+  }
+  CHECK(c.per_byte(big, false) == 1e-4 / big);
+  // Chunk sizes keep their own figures; fixed modes never change.
+  CHECK(!c.streamed(ar, 2 * big) && c.per_byte(2 * big, false) == 0);
+  StoreChoice plain(StoreChoice::kCached), streamed(StoreChoice::kStreamed);
+  for (int i = 0; i < 2 * StoreChoice::kExploreEvery; ++i) {
+    CHECK(!plain.streamed(ar, big) && streamed.streamed(ar, big));
+    CHECK(!plain.streamed(bc, big) && streamed.streamed(bc, big));
+    plain.measured(ar, big, i % 2 ? 1.0 : 1e-6);
+    streamed.measured(ar, big, i % 2 ? 1.0 : 1e-6);
+  }
+}
+
 int main() {
+  test_store_choice();
   test_agreed_schedule();
   test_autotune();
   test_planner();

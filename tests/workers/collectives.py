@@ -341,11 +341,14 @@ CHECKS = [check_allreduce_every_dtype_op_shape, check_blocking_allreduce_outlast
 
 def configuration(arg):
     """One configuration from the command line: "default", a fusion threshold
-    in bytes, or "no-shm" (the shared-memory path off)."""
+    in bytes, "no-shm" (the shared-memory path off), or "stores=KIND" (how the
+    shared-memory slots are written: cached or streamed)."""
     if arg == "default":
         return {}
     if arg == "no-shm":
         return {"shm_min_bytes": -1}
+    if arg.startswith("stores="):
+        return {"shm_stores": arg.split("=", 1)[1]}
     return {"fusion_threshold": int(arg)}
 
 

@@ -154,6 +154,9 @@ typedef struct {
                                      MPI_THREAD_MULTIPLE, so the program's own
                                      threads may call MPI too (mpi4py); 0:
                                      SERIALIZED, 2-5x faster here             */
+  int64_t shm_stores;             /* how a rank writes the shared-memory slots
+                                     others read: 0 chooses per chunk by speed,
+                                     1 plain stores, 2 streaming stores       */
 } fuseopt_config_t;
 
 typedef struct {

@@ -23,6 +23,9 @@ void default_config(fuseopt_config_t* c) {
   c->log_level = FUSEOPT_LOG_WARNING;
   c->emulated_local_size = 0;
   c->mpi_thread_multiple = 0;
+  // Plain or streaming stores, whichever is faster where the host has put
+  // the ranks' cores now (Note [Streamed slots]).
+  c->shm_stores = 0;
   // Every size: with barriers through shared memory (Note [Shared-memory
   // barrier]) the path beats MPICH's non-blocking allreduce from 4 KiB up
   // (2 ranks, 4 KiB 25-40 us against 40-60, 64 KiB 34-61 against 84-158).
@@ -58,6 +61,8 @@ void validate_config(const fuseopt_config_t& c) {
     bad("hierarchical_allreduce (FUSEOPT_HIERARCHICAL_ALLREDUCE) must be 0 or 1");
   if (c.autotune != 0 && c.autotune != 1) bad("autotune (FUSEOPT_AUTOTUNE) must be 0 or 1");
   if (c.autotune_window_rounds < 1) bad("autotune_window_rounds (FUSEOPT_AUTOTUNE_WINDOW_ROUNDS) must be >= 1");
+  if (c.shm_stores < 0 || c.shm_stores > 2)
+    bad("shm_stores (FUSEOPT_SHM_STORES) must be auto (0), cached (1) or streamed (2)");
   if (c.shm_min_bytes < -1) bad("shm_min_bytes (FUSEOPT_SHM_MIN_BYTES) must be >= 0 bytes, or -1 (off)");
   if (!(c.init_timeout_s >= 0) || !std::isfinite(c.init_timeout_s))
     bad("init_timeout_s (FUSEOPT_INIT_TIMEOUT_S) must be a finite number >= 0 (0: wait forever)");

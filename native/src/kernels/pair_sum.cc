@@ -53,10 +53,38 @@ int64_t unaligned_head(const T* out, int64_t n) {
   return std::min(n, misaligned ? static_cast<int64_t>(16 / sizeof(T)) - misaligned : 0);
 }
 
-// The loops of both kernels; publish == nullptr writes out only, kStream
-// writes out with streaming stores (a branch per call, not per element: the
-// kernels below instantiate each).
-template <bool kPublish, bool kStream>
+// Whether a and b sit at the same offset from a 16-byte boundary (one head
+// aligns both for streaming stores).
+template <class T>
+bool same_alignment(const T* a, const T* b) {
+  return ((reinterpret_cast<uintptr_t>(a) ^ reinterpret_cast<uintptr_t>(b)) & 15) == 0;
+}
+
+// What the loops of both kernels write: out, plain or streamed; publish (when
+// kPublish), plain or streamed. Streaming stores need 16-byte alignment: the
+// head aligns the published copy when it streams, else the output, and the
+// output then streams only if that aligns it too.
+template <class T, bool kPublish, bool kStreamOut, bool kStreamPublish>
+struct Writes {
+  T* out;
+  T* publish;
+  bool stream_out;
+  int64_t head;
+  Writes(T* o, T* p, int64_t n)
+      : out(o), publish(p),
+        stream_out(kStreamOut && (!kStreamPublish || same_alignment(o, p))),
+        head(kStreamPublish ? unaligned_head(p, n) : kStreamOut ? unaligned_head(o, n) : 0) {}
+  template <class V>
+  FUSEOPT_INLINE void put(int64_t at, V r) {
+    if (stream_out) stream(out + at, r); else store(out + at, r);
+    if (kStreamPublish) stream(publish + at, r); else if (kPublish) store(publish + at, r);
+  }
+  FUSEOPT_INLINE void finish() {
+    if (kStreamOut || kStreamPublish) stream_fence();
+  }
+};
+
+template <bool kPublish, bool kStreamOut, bool kStreamPublish>
 FUSEOPT_INLINE void sum_floats(const float* in, double pre, const float* other, float* out,
                                float* publish, double post, int64_t n) {
   auto one = [&](int64_t i) {  // the unaligned head and the tail
@@ -64,23 +92,20 @@ FUSEOPT_INLINE void sum_floats(const float* in, double pre, const float* other, 
     out[i] = r;
     if (kPublish) publish[i] = r;
   };
-  auto put = [&](int64_t at, v8f r) {
-    if (kStream) stream(out + at, r); else store(out + at, r);
-    if (kPublish) store(publish + at, r);
-  };
+  Writes<float, kPublish, kStreamOut, kStreamPublish> w(out, publish, n);
   int64_t i = 0;
-  for (const int64_t head = kStream ? unaligned_head(out, n) : 0; i < head; ++i) one(i);
+  for (; i < w.head; ++i) one(i);
   if (pre == 1.0 && post == 1.0) {  // the products are exact: skip them
-    for (; i + 8 <= n; i += 8) put(i, load<v8f>(other + i) + load<v8f>(in + i));
+    for (; i + 8 <= n; i += 8) w.put(i, load<v8f>(other + i) + load<v8f>(in + i));
   } else {
     for (; i + 8 <= n; i += 8)
-      put(i, scaled(load<v8f>(other + i) + scaled(load<v8f>(in + i), pre), post));
+      w.put(i, scaled(load<v8f>(other + i) + scaled(load<v8f>(in + i), pre), post));
   }
-  if (kStream) stream_fence();
+  w.finish();
   for (; i < n; ++i) one(i);
 }
 
-template <bool kPublish, bool kStream>
+template <bool kPublish, bool kStreamOut, bool kStreamPublish>
 FUSEOPT_INLINE void sum_doubles(const double* in, double pre, const double* other, double* out,
                                 double* publish, double post, int64_t n) {
   auto one = [&](int64_t i) {  // the unaligned head and the tail
@@ -88,35 +113,40 @@ FUSEOPT_INLINE void sum_doubles(const double* in, double pre, const double* othe
     out[i] = r;
     if (kPublish) publish[i] = r;
   };
+  Writes<double, kPublish, kStreamOut, kStreamPublish> w(out, publish, n);
   int64_t i = 0;
-  for (const int64_t head = kStream ? unaligned_head(out, n) : 0; i < head; ++i) one(i);
-  for (; i + 8 <= n; i += 8) {
-    const v8d r = (load<v8d>(other + i) + load<v8d>(in + i) * pre) * post;
-    if (kStream) stream(out + i, r); else store(out + i, r);
-    if (kPublish) store(publish + i, r);
-  }
-  if (kStream) stream_fence();
+  for (; i < w.head; ++i) one(i);
+  for (; i + 8 <= n; i += 8) w.put(i, (load<v8d>(other + i) + load<v8d>(in + i) * pre) * post);
+  w.finish();
   for (; i < n; ++i) one(i);
 }
+
+// One instantiation per combination of stores: a branch per call, not per
+// element.
+#define FUSEOPT_PAIR_SUM_DISPATCH(sum)                                               \
+  if (!publish)                                                                     \
+    return stream_out ? sum<false, true, false>(in, pre, other, out, nullptr, post, n) \
+                      : sum<false, false, false>(in, pre, other, out, nullptr, post, n); \
+  if (stream_publish)                                                               \
+    return stream_out ? sum<true, true, true>(in, pre, other, out, publish, post, n)  \
+                      : sum<true, false, true>(in, pre, other, out, publish, post, n); \
+  return stream_out ? sum<true, true, false>(in, pre, other, out, publish, post, n)   \
+                    : sum<true, false, false>(in, pre, other, out, publish, post, n)
 
 }  // namespace
 
 FUSEOPT_CLONES
 void pair_sum_publish(const float* in, double pre, const float* other, float* out,
-                      float* publish, double post, int64_t n, bool stream_out) {
-  if (publish && stream_out) return sum_floats<true, true>(in, pre, other, out, publish, post, n);
-  if (publish) return sum_floats<true, false>(in, pre, other, out, publish, post, n);
-  if (stream_out) return sum_floats<false, true>(in, pre, other, out, nullptr, post, n);
-  sum_floats<false, false>(in, pre, other, out, nullptr, post, n);
+                      float* publish, double post, int64_t n, bool stream_out,
+                      bool stream_publish) {
+  FUSEOPT_PAIR_SUM_DISPATCH(sum_floats);
 }
 
 FUSEOPT_CLONES
 void pair_sum_publish(const double* in, double pre, const double* other, double* out,
-                      double* publish, double post, int64_t n, bool stream_out) {
-  if (publish && stream_out) return sum_doubles<true, true>(in, pre, other, out, publish, post, n);
-  if (publish) return sum_doubles<true, false>(in, pre, other, out, publish, post, n);
-  if (stream_out) return sum_doubles<false, true>(in, pre, other, out, nullptr, post, n);
-  sum_doubles<false, false>(in, pre, other, out, nullptr, post, n);
+                      double* publish, double post, int64_t n, bool stream_out,
+                      bool stream_publish) {
+  FUSEOPT_PAIR_SUM_DISPATCH(sum_doubles);
 }
 
 void stream_copy(void* dst, const void* src, int64_t bytes) {

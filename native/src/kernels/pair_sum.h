@@ -16,12 +16,15 @@ namespace kernels {
 // out[i] = publish[i] = T((other[i] + T(in[i] * pre)) * post), the products in
 // double (as scale_copy rounds), so the bits equal the staged path's whatever
 // the CPU. out may equal in; publish is apart from both, or nullptr: out only
-// (the reduce-scatter, shm_gather.cc). stream_out: out is written past the
-// caches (see stream_copy).
+// (the reduce-scatter, shm_gather.cc). stream_out, stream_publish: out, or
+// publish, is written past the caches (see stream_copy; Note [Streamed
+// slots] in transport/mpi/store_choice.h).
 void pair_sum_publish(const float* in, double pre, const float* other, float* out,
-                      float* publish, double post, int64_t n, bool stream_out = false);
+                      float* publish, double post, int64_t n, bool stream_out = false,
+                      bool stream_publish = false);
 void pair_sum_publish(const double* in, double pre, const double* other, double* out,
-                      double* publish, double post, int64_t n, bool stream_out = false);
+                      double* publish, double post, int64_t n, bool stream_out = false,
+                      bool stream_publish = false);
 
 // memcpy with streaming stores, for a result nobody reads before the
 // collective ends (an out-of-place allreduce's output, an allgather's): in

@@ -99,7 +99,8 @@ void Loop::start() {
   if (config_.shm_min_bytes >= 0)
     all->control->use_shared_memory(1 + 2 * words_per_section() + 128);
   all->backend.reset(
-      new MpiBackend(*all->world, config_.shm_min_bytes, config_.hierarchical_allreduce));
+      new MpiBackend(*all->world, config_.shm_min_bytes, config_.hierarchical_allreduce,
+                     config_.shm_stores));
   all->executor.reset(new Executor(*all->backend, handles_, metrics_, timeline_, rank_, size_));
   all->executor->set_fusion_threshold(config_.fusion_threshold_bytes);
   all->executor->enable_devices(*all->world, config_.hierarchical_allreduce);

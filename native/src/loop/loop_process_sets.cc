@@ -25,7 +25,7 @@ std::unique_ptr<ProcessSet> Loop::make_set(int32_t id, std::vector<int32_t> rank
   ps->control.reset(new ControlPlane(*ps->world));
   // No shared-memory path (-1): it would need a window per set, while the
   // set's collectives run over its own communicator at MPI's speed.
-  ps->backend.reset(new MpiBackend(*ps->world, -1, config_.hierarchical_allreduce));
+  ps->backend.reset(new MpiBackend(*ps->world, -1, config_.hierarchical_allreduce, config_.shm_stores));
   ps->executor.reset(
       new Executor(*ps->backend, handles_, metrics_, timeline_, ps->rank, ps->size()));
   ps->executor->set_members(ps->ranks);

@@ -50,7 +50,8 @@ int64_t total(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierarchical)
+MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierarchical,
+                       int64_t shm_stores)
     : world_(world), shm_min_bytes_(shm_min_bytes) {
   // With one node, or one rank per node, a hierarchy only adds steps.
   const fuseopt_comm_info_t& info = world.info();
@@ -59,15 +60,20 @@ MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierar
     FUSEOPT_LOG(kInfo, "hierarchical allreduce over " << info.cross_size << " nodes of "
                                                       << info.local_size << " ranks");
   if (shm_min_bytes_ >= 0) {
-    shm_.reset(new ShmCollectives(world));
+    shm_.reset(new ShmCollectives(world, static_cast<int>(shm_stores)));
     if (!shm_->usable()) shm_.reset();
+    static const char* const kStores[] = {
+        "plain or streaming stores, whichever is faster", "plain stores", "streaming stores"};
+    const char* stores = kStores[shm_stores];
     if (shm_ && shm_min_bytes_ == 0)
       FUSEOPT_LOG(kInfo, "collectives of every size (allreduce, reduce, broadcast, allgather, "
-                         "reducescatter) use the shared-memory path");
+                         "reducescatter) use the shared-memory path ("
+                             << stores << ")");
     else if (shm_)
       FUSEOPT_LOG(kInfo, "collectives of " << shm_min_bytes_
                                            << " bytes and more (allreduce, reduce, broadcast, "
-                                              "allgather, reducescatter) use the shared-memory path");
+                                              "allgather, reducescatter) use the shared-memory path ("
+                                           << stores << ")");
   }
 }
 

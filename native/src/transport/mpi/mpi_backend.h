@@ -15,7 +15,8 @@ class MpiBackend : public Backend {
   // Collective (sets up the shared-memory path). shm_min_bytes: see
   // fuseopt_config_t.
   // hierarchical: see fuseopt_config_t (used only with several multi-rank nodes).
-  MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierarchical);
+  MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierarchical,
+             int64_t shm_stores);
   const char* name() const override { return "mpi"; }
 
   void allreduce(const void* send, void* recv, int64_t count, fuseopt_dtype_t dtype,

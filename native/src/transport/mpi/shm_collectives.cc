@@ -41,8 +41,15 @@ class SegmentCursor {
   int64_t offset_ = 0;
 };
 
-ShmCollectives::ShmCollectives(const MpiWorld& world)
-    : window_(world), rank_(window_.rank()), size_(window_.size()) {}
+ShmCollectives::ShmCollectives(const MpiWorld& world, int stores)
+    : window_(world), rank_(window_.rank()), size_(window_.size()), stores_(stores) {}
+
+void ShmCollectives::put(void* slot, const void* src, int64_t bytes, bool streamed) {
+  if (streamed)
+    kernels::stream_copy(slot, src, bytes);
+  else
+    std::memcpy(slot, src, bytes);
+}
 
 void ShmCollectives::attach() {
   const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);  // 0 or -1 where unknown
@@ -50,11 +57,17 @@ void ShmCollectives::attach() {
       std::min(kMaxSlotBytes, std::max(kMinSlotBytes, static_cast<int64_t>(l2) & ~int64_t(4095)));
   mpi_check(MPI_Allreduce(&mine_bytes, &slot_bytes_, 1, MPI_INT64_T, MPI_MIN, window_.comm()),
             "MPI_Allreduce(slot size)");
-  window_.allocate(2 * slot_bytes_ + kControlBytes, 2 * slot_bytes_, sizeof(uint64_t),
-                   "shared-memory collectives");
+  // All of it cleared, and every rank's pages mapped here, before the first
+  // chunk: first touches would weigh on the first chunks' timing, by which
+  // each kind of store is chosen (Note [Streamed slots]).
+  const int64_t bytes = 2 * slot_bytes_ + kControlBytes;
+  window_.allocate(bytes, 0, bytes, "shared-memory collectives");
   arrived_.resize(size_);
-  for (int r = 0; r < size_; ++r)
+  for (int r = 0; r < size_; ++r) {
     arrived_[r] = reinterpret_cast<uint64_t*>(slots(r) + 2 * slot_bytes_);
+    for (int64_t page = 0; page < bytes; page += 4096)
+      static_cast<void>(*static_cast<volatile const char*>(slots(r) + page));
+  }
 }
 
 // Note [Shared-memory barrier]
@@ -77,6 +90,8 @@ void ShmCollectives::sync() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint64_t count = ++barriers_;
   __atomic_store_n(arrived_[rank_], count, __ATOMIC_RELEASE);
+  // The fence above drains this rank's streaming stores: a chunk's own work.
+  const double start = now_s();
   int waiting_for = 0;
   poll_until(
       [&] {
@@ -90,6 +105,7 @@ void ShmCollectives::sync() {
         return true;
       },
       kCollectivePoll);
+  waited_s_ += now_s() - start;
 }
 
 void ShmCollectives::allreduce(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
@@ -130,9 +146,11 @@ void ShmCollectives::broadcast(const std::vector<Segment>& segments, fuseopt_dty
   for (int64_t done = 0; done < count; done += per_chunk) {
     const int64_t n = std::min(per_chunk, count - done);
     char* const slot = slots(root) + next_slot_base();
+    const Chunk chunk(*this, StoreChoice::kBroadcast, n * esize);
     if (rank_ == root) {
       cursor.take(n, [&](const Segment& s, int64_t at, int64_t to, int64_t len) {
-        std::memcpy(slot + to * esize, static_cast<const char*>(s.in) + at * esize, len * esize);
+        put(slot + to * esize, static_cast<const char*>(s.in) + at * esize, len * esize,
+            chunk.streamed());
       });
       sync();
     } else {
@@ -172,10 +190,10 @@ namespace {
 // order MPI_Reduce_local's in staged(), so both paths give the same bits.
 template <typename T>
 void reduce_and_publish(const T* in, double pre, const std::vector<const T*>& others, T* out,
-                        T* publish, double post, int64_t n) {
+                        T* publish, double post, int64_t n, bool streamed) {
   if (others.size() == 1)  // an output apart from the input: written past the caches
     return kernels::pair_sum_publish(in, pre, others[0], out, publish, post, n,
-                                     out != in && publish != out);
+                                     out != in && publish != out, streamed && publish != out);
   for (int64_t i = 0; i < n; ++i) {
     T acc = static_cast<T>(in[i] * pre);
     for (const T* o : others) acc = o[i] + acc;
@@ -200,10 +218,14 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<T*>(slots(r) + base) + element;
     };
+    const Chunk chunk(*this, StoreChoice::kAllreduce, n * esize);
     // 1. Publish the elements the other ranks reduce.
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
-      scale_copy(esize == 4 ? FUSEOPT_FLOAT32 : FUSEOPT_FLOAT64, static_cast<const T*>(s.in) + at,
-                 slot(rank_, e), len, s.prescale);
+      if (s.prescale == 1.0)
+        put(slot(rank_, e), static_cast<const T*>(s.in) + at, len * esize, chunk.streamed());
+      else
+        scale_copy(esize == 4 ? FUSEOPT_FLOAT32 : FUSEOPT_FLOAT64,
+                   static_cast<const T*>(s.in) + at, slot(rank_, e), len, s.prescale);
     });
     sync();
     // 2. Reduce this rank's range straight from its own tensors and the
@@ -213,7 +235,7 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
       for (int k = 1; k < size_; ++k) others[k - 1] = slot((rank_ + k) % size_, e);
       T* out = static_cast<T*>(s.out) + at;
       reduce_and_publish(static_cast<const T*>(s.in) + at, s.prescale, others, out,
-                         root < 0 ? slot(rank_, e) : out, postscale, len);
+                         root < 0 ? slot(rank_, e) : out, postscale, len, chunk.streamed());
     });
     if (root >= 0) continue;  // one barrier per chunk: see broadcast()
     sync();

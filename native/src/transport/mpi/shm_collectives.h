@@ -25,9 +25,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/poll_schedule.h"
 #include "transport/backend.h"
 #include "transport/mpi/mpi_world.h"
 #include "transport/mpi/shared_window.h"
+#include "transport/mpi/store_choice.h"
 
 namespace fuseopt {
 
@@ -36,7 +38,8 @@ class SegmentCursor;  // shm_collectives.cc
 class ShmCollectives {
  public:
   // Collective over the world. usable() is the same on every rank.
-  explicit ShmCollectives(const MpiWorld& world);
+  // stores: a StoreChoice::Mode (FUSEOPT_SHM_STORES).
+  ShmCollectives(const MpiWorld& world, int stores);
   ShmCollectives(const ShmCollectives&) = delete;
   ShmCollectives& operator=(const ShmCollectives&) = delete;
 
@@ -106,6 +109,9 @@ class ShmCollectives {
   char* slots(int r) const { return window_.region(r); }
   void attach();  // allocates the segment on first use (collective)
   void sync();    // Note [Shared-memory barrier]
+  class Chunk;    // times a chunk's own work for stores_ (shm_collectives.cc)
+  // Copies bytes into this rank's slot, past the caches when streamed.
+  static void put(void* slot, const void* src, int64_t bytes, bool streamed);
 
   SharedWindow window_;  // allocated on first use
   int rank_ = 0;         // window_'s
@@ -115,6 +121,28 @@ class ShmCollectives {
   // slots; and this rank's.
   std::vector<uint64_t*> arrived_;
   uint64_t barriers_ = 0;
+  double waited_s_ = 0;  // in barriers so far: not a chunk's own work
+  StoreChoice stores_;   // Note [Streamed slots]
+};
+
+// The kind of stores a chunk writes its slot with, chosen as it starts, and
+// the time of its own work (barrier waits left out) told back as it ends.
+class ShmCollectives::Chunk {
+ public:
+  Chunk(ShmCollectives& c, StoreChoice::Kind kind, int64_t bytes)
+      : c_(c), kind_(kind), bytes_(bytes), streamed_(c.stores_.streamed(kind, bytes)),
+        start_(now_s()), waited_(c.waited_s_) {}
+  ~Chunk() { c_.stores_.measured(kind_, bytes_, now_s() - start_ - (c_.waited_s_ - waited_)); }
+  Chunk(const Chunk&) = delete;
+  Chunk& operator=(const Chunk&) = delete;
+  bool streamed() const { return streamed_; }
+
+ private:
+  ShmCollectives& c_;
+  StoreChoice::Kind kind_;
+  int64_t bytes_;
+  bool streamed_;
+  double start_, waited_;
 };
 
 }  // namespace fuseopt

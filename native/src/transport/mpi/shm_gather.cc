@@ -43,7 +43,8 @@ void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<
   for (int64_t k = 0; k * slot_bytes_ < largest; ++k) {
     const int64_t base = next_slot_base();
     const int64_t from = k * slot_bytes_, len = piece(bytes[rank_], k, slot_bytes_);
-    std::memcpy(slots(rank_) + base, mine + from, len);
+    const Chunk chunk(*this, StoreChoice::kAllgather, std::min(largest - from, slot_bytes_));
+    put(slots(rank_) + base, mine + from, len, chunk.streamed());
     kernels::stream_copy(out + at[rank_] + from, mine + from, len);  // read just above
     sync();
     for (int r = 0; r < size_; ++r)
@@ -75,8 +76,10 @@ void ShmCollectives::reducescatter(const void* send, void* recv,
     const int64_t base = next_slot_base();
     auto slot = [&](int s, int r) { return slots(s) + base + r * q * esize; };
     auto input = [&](int r) { return in + (at[r] + k * q) * esize; };
+    const Chunk chunk(*this, StoreChoice::kReducescatter,
+                      std::min(largest - k * q, q) * esize * size_);
     for (int r = 0; r < size_; ++r)
-      if (r != rank_) std::memcpy(slot(rank_, r), input(r), piece(counts[r], k, q) * esize);
+      if (r != rank_) put(slot(rank_, r), input(r), piece(counts[r], k, q) * esize, chunk.streamed());
     sync();
     const int64_t len = piece(counts[rank_], k, q);
     if (len == 0) continue;
