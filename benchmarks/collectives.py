@@ -8,7 +8,9 @@ place with the result dropped), allgather, alltoall, reducescatter and broadcast
     python benchmarks/collectives.py [--quick] [--reps N] [--out DIR]
 
 Each contender runs in jobs of its own (Note [one job]), interleaved (Note
-[interleaving]). Per size and operation, a job times 12 calls after 3 warm-up calls;
+[interleaving]). Per size and operation, a job times 12 calls after 10 warm-up calls (fuseopt
+learns which stores to write its slots with in its first 8 chunks of each size: Note
+[Streamed slots]; a training job runs thousands);
 a call's time is the slower rank's (Note [slowest rank]). Sizes are each rank's
 input: allgather returns twice it, alltoall sends half to each rank, reducescatter
 returns half of it, broadcast sends it from rank 0. The table gives each contender's
@@ -33,7 +35,7 @@ OPS = ALLREDUCES + ("allgather", "alltoall", "reducescatter", "broadcast")
 ROOFLINE_OF = {"allreduce async": "allreduce", "allreduce blocking": "allreduce",
                "allreduce out of place": "allreduce", "allgather": "allgather",
                "reducescatter": "reducescatter"}
-WARM, TIMED = 3, 12
+WARM, TIMED = 10, 12
 TITLE = "host collectives: fuseopt against MPICH and the roofline"
 
 

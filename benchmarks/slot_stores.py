@@ -10,8 +10,9 @@ Before every job the driver measures where the cores sit: the time for one proce
 to write 1 MiB and another to read it (roofline.handoff_us; this VM: 115-190 us with
 its vCPUs on cores that share a cache, 520-620 us apart, and its host moves them
 between the two every few seconds). Each contender runs in jobs of its own,
-interleaved; per size and operation a job times 40 calls after a barrier each (the
-first 5 left out), the slower rank's time. The table gives each contender's median
+interleaved; per size and operation a job times 45 calls after a barrier each (the
+first 10 left out: auto learns in its first 8 chunks of each size), the slower rank's
+time. The table gives each contender's median
 over jobs of its per-job medians, and its worst job's. Target (Note [Streamed slots]
 in native/src/transport/mpi/store_choice.h): auto's median within 1.15x of the better
 fixed kind's at every size, and its worst job no slower than the worse fixed kind's.
@@ -27,7 +28,7 @@ import roofline
 
 CONTENDERS = ("auto", "cached", "streamed", "mpi4py")
 OPS = ("allreduce", "allgather", "broadcast")
-WARM, TIMED = 5, 35
+WARM, TIMED = 10, 35
 TITLE = "shared-memory slots: plain or streaming stores, and where the cores sit"
 
 

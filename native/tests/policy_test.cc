@@ -323,8 +323,8 @@ static void test_agreed_schedule() {
 // past its first, then the faster by median; the other tried for kWindow
 // chunks after kExploreEvery measured ones, the wait doubling while trials
 // change nothing and reset when one does; small chunks neither count nor
-// trigger a trial; each power of two of the chunk size on its own; the other
-// collectives follow the allreduce.
+// trigger a trial; each gauge and power of two of the chunk size on its own;
+// the broadcast follows the gauges.
 static void test_store_choice() {
   const StoreChoice::Kind ar = StoreChoice::kAllreduce, bc = StoreChoice::kBroadcast;
   const int64_t big = StoreChoice::kMinMeasuredBytes;
@@ -339,8 +339,9 @@ static void test_store_choice() {
     CHECK(s == (i % 2 == 1));
     c.measured(ar, big, i < 2 ? 1.0 : s ? (i == 3 ? 9e-3 : 2e-4) : 1e-3);
   }
-  CHECK(c.per_byte(big, false) == 1e-3 / big && c.per_byte(big, true) == 2e-4 / big);
-  CHECK(c.streamed(bc, big) && c.streamed(StoreChoice::kAllgather, 8 * big));  // follow
+  CHECK(c.per_byte(ar, big, false) == 1e-3 / big && c.per_byte(ar, big, true) == 2e-4 / big);
+  CHECK(c.streamed(bc, big) && c.streamed(bc, 8 * big));  // follow
+  CHECK(!c.streamed(StoreChoice::kAllgather, big));      // a gauge of its own
   // The first trial of plain comes at kExploreEvery measured chunks and
   // finds it slower still: the next comes twice as late.
   std::vector<int64_t> trials;
@@ -357,21 +358,34 @@ static void test_store_choice() {
   for (int i = 0; i < 8 * StoreChoice::kExploreEvery && switched < 0; ++i, ++measured) {
     const bool s = c.streamed(ar, big);
     c.measured(ar, big, s ? 2e-4 : 1e-4);
-    if (c.per_byte(big, false) == 1e-4 / big && !c.streamed(ar, big)) switched = measured;
+    if (c.per_byte(ar, big, false) == 1e-4 / big && !c.streamed(ar, big)) switched = measured;
   }
-  CHECK(switched > 0 && c.per_byte(big, false) == 1e-4 / big);
+  CHECK(switched > 0 && c.per_byte(ar, big, false) == 1e-4 / big);
   for (int i = 0; i < 10; ++i) {
     CHECK(!c.streamed(ar, big) && !c.streamed(bc, big));
     c.measured(ar, big, 1e-4);
   }
+  // A tie keeps the choice: streaming 5% faster is not taken, only tried.
+  int run = 0, runs = 0;
+  for (int i = 0; i < 2 * StoreChoice::kExploreMax; ++i) {
+    const bool s = c.streamed(ar, big);
+    if (s) ++run;
+    if (!s && run) {
+      CHECK(run == w);
+      ++runs;
+      run = 0;
+    }
+    c.measured(ar, big, s ? 0.95e-4 : 1e-4);
+  }
+  CHECK(runs >= 2 && !c.streamed(ar, big) && c.per_byte(ar, big, true) == 0.95e-4 / big);
   // Small chunks follow the choice without counting or trying the other kind.
   for (int i = 0; i < 3 * StoreChoice::kExploreMax; ++i) {
     CHECK(!c.streamed(ar, big - 1));
     c.measured(ar, big - 1, 1.0);
   }
-  CHECK(c.per_byte(big, false) == 1e-4 / big);
+  CHECK(c.per_byte(ar, big, false) == 1e-4 / big);
   // Chunk sizes keep their own figures; fixed modes never change.
-  CHECK(!c.streamed(ar, 2 * big) && c.per_byte(2 * big, false) == 0);
+  CHECK(!c.streamed(ar, 2 * big) && c.per_byte(ar, 2 * big, false) == 0);
   StoreChoice plain(StoreChoice::kCached), streamed(StoreChoice::kStreamed);
   for (int i = 0; i < 2 * StoreChoice::kExploreEvery; ++i) {
     CHECK(!plain.streamed(ar, big) && streamed.streamed(ar, big));

@@ -190,10 +190,11 @@ namespace {
 // order MPI_Reduce_local's in staged(), so both paths give the same bits.
 template <typename T>
 void reduce_and_publish(const T* in, double pre, const std::vector<const T*>& others, T* out,
-                        T* publish, double post, int64_t n, bool streamed) {
-  if (others.size() == 1)  // an output apart from the input: written past the caches
+                        T* publish, double post, int64_t n, bool stream_out, bool streamed) {
+  if (others.size() == 1)
     return kernels::pair_sum_publish(in, pre, others[0], out, publish, post, n,
-                                     out != in && publish != out, streamed && publish != out);
+                                     stream_out && out != in && publish != out,
+                                     streamed && publish != out);
   for (int64_t i = 0; i < n; ++i) {
     T acc = static_cast<T>(in[i] * pre);
     for (const T* o : others) acc = o[i] + acc;
@@ -210,6 +211,7 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
   const int64_t per_chunk = slot_bytes_ / esize;
   int64_t count = 0;
   for (const Segment& s : segments) count += s.count;
+  const bool large = count * esize > kStreamedOutputBytes;
   SegmentCursor in(segments), own(segments), out(segments);
   std::vector<const T*> others(size_ - 1);
   for (int64_t done = 0; done < count; done += per_chunk) {
@@ -219,6 +221,7 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
       return reinterpret_cast<T*>(slots(r) + base) + element;
     };
     const Chunk chunk(*this, StoreChoice::kAllreduce, n * esize);
+    const bool stream_out = large || chunk.streamed();
     // 1. Publish the elements the other ranks reduce.
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       if (s.prescale == 1.0)
@@ -235,16 +238,18 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
       for (int k = 1; k < size_; ++k) others[k - 1] = slot((rank_ + k) % size_, e);
       T* out = static_cast<T*>(s.out) + at;
       reduce_and_publish(static_cast<const T*>(s.in) + at, s.prescale, others, out,
-                         root < 0 ? slot(rank_, e) : out, postscale, len, chunk.streamed());
+                         root < 0 ? slot(rank_, e) : out, postscale, len, stream_out,
+                         chunk.streamed());
     });
     if (root >= 0) continue;  // one barrier per chunk: see broadcast()
     sync();
     // 3. Fetch the other ranges, already scaled, from the ranks that reduced them.
-    //    An output apart from the input is written past the caches (stream_copy):
-    //    out-of-place allreduces of 16 MiB took 5.1-5.2 ms instead of 5.6-5.9, 64
-    //    MiB 19.6-20.4 instead of 20.8-24.2 (2026-11-29, interleaved, 2 ranks).
+    //    A large output apart from the input is written past the caches
+    //    (kStreamedOutputBytes): out-of-place allreduces of 16 MiB took 5.1-5.2 ms
+    //    instead of 5.6-5.9, 64 MiB 19.6-20.4 instead of 20.8-24.2 (2026-11-29,
+    //    interleaved, 2 ranks).
     walk(out, n, root, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
-      if (s.out != s.in)
+      if (s.out != s.in && stream_out)
         kernels::stream_copy(static_cast<T*>(s.out) + at, slot(r, e), len * esize);
       else
         std::memcpy(static_cast<T*>(s.out) + at, slot(r, e), len * esize);

@@ -27,81 +27,94 @@ namespace fuseopt {
 // docs/benchmarks.md).
 //
 // Neither kind wins both ways and the placement changes under a running job,
-// so each rank chooses per chunk, and the allreduce is the gauge: every rank
-// writes and reads the same bytes in its chunks, so a rank's own work (its
-// copies and reductions, not its barrier waits) shows what either kind costs
-// the whole job. Each rank times its own work in each allreduce chunk of at
-// least kMinMeasuredBytes, per power of two of the chunk's size (near, the
-// two kinds tie at 256 KiB and plain stores win by 2.4x at 1 MiB). A kind's
+// so each rank chooses per chunk. Allreduce, allgather and reducescatter are
+// gauges: in them every rank writes and reads the same bytes, so a rank's own
+// work (its copies and reductions, not its barrier waits) shows what either
+// kind costs the whole job. Each rank times its own work in each chunk of a
+// gauge of at least kMinMeasuredBytes, per collective and per power of two of
+// the chunk's size (near, the two kinds tie at 256 KiB and plain stores win
+// by 2.4x at 1 MiB). A kind's
 // figure is the median of its last kWindow chunks (single chunks are noisy
 // here: an unlucky one would decide for thousands), each kind's first chunk
 // left out (cold caches). At first the kinds alternate until both have their
-// figures; then the faster is used, and now and then the other is tried for
+// figures; then the faster is used, plain stores on a tie (within kMargin:
+// ranks that split on noise, one plain and one streaming, were slower than
+// either, allgather 4 MiB 1.6-2.4 ms against 0.8), and now and then the other is tried for
 // kWindow chunks in a row, whose median replaces its figure (the placement
 // may have changed since it was last used). The first trial comes after
 // kExploreEvery measured chunks; a trial that changes nothing doubles the wait
 // for the next, up to kExploreMax, one that changes the choice resets it: a
 // host that keeps its placement pays a trial per kExploreMax chunks, this VM
 // finds a new placement within kExploreEvery chunks. Ranks run the same chunks,
-// so they try together. Broadcast, allgather and reducescatter follow the
-// allreduce's choice for their chunk size (plain stores before any
-// allreduce): their own work misleads, as a broadcast's root, which only
-// writes, would find streaming faster while its readers, fetching from
-// memory, pay for it (measured near, 1 MiB: 201 us a call with each rank
-// choosing for itself, against 82 plain). The bytes are the same either way:
+// so they try together. A broadcast follows the gauges' choice for its chunk
+// size (plain stores before any): its own work would mislead, as its root,
+// which only writes, finds streaming faster while the readers, fetching from
+// memory, pay for it. The bytes are the same either way:
 // the choice needs no agreement between ranks.
 class StoreChoice {
  public:
   // FUSEOPT_SHM_STORES.
   enum Mode { kAuto = 0, kCached = 1, kStreamed = 2 };
-  // kAllreduce measures; the others follow it.
-  enum Kind { kAllreduce, kBroadcast, kAllgather, kReducescatter };
+  // The gauges first; the broadcast follows them.
+  enum Kind { kAllreduce, kAllgather, kReducescatter, kBroadcast };
+  static constexpr int kGauges = kBroadcast;
   static constexpr int64_t kMinMeasuredBytes = int64_t(64) << 10;
   static constexpr int kWindow = 3;
   static constexpr int64_t kExploreEvery = 64;
   static constexpr int64_t kExploreMax = 1024;
   static constexpr int kSizes = 6;  // 64 KiB, 128 KiB, ..., 2 MiB and more
+  // The other kind must be this much faster to be taken: on a tie each rank
+  // keeps its choice, where figures that differ by noise would split them.
+  static constexpr double kMargin = 0.9;
 
   explicit StoreChoice(int mode = kAuto) : mode_(mode) {}
 
   // Whether the next chunk of `kind`, of `bytes`, writes with streaming stores.
   bool streamed(Kind kind, int64_t bytes) {
     if (mode_ != kAuto) return mode_ == kStreamed;
-    Track& t = track(bytes);
-    if (kind != kAllreduce) return t.known() ? t.faster() : last_;
+    if (kind == kBroadcast) {
+      for (int g = 0; g < kGauges; ++g)
+        if (track(Kind(g), bytes).known()) return track(Kind(g), bytes).best;
+      return last_;
+    }
+    Track& t = track(kind, bytes);
     if (!t.known()) {
       t.current = t.seen[1] < t.seen[0];  // plain and streamed in turn at first
     } else if (t.trial_left > 0) {
       t.current = t.trial_kind;
     } else if (bytes >= kMinMeasuredBytes && t.measured >= t.next_trial) {
-      t.before_trial = t.faster();
+      t.before_trial = t.best;
       t.current = t.trial_kind = !t.before_trial;
       t.trial_left = kWindow;
     } else {
-      t.current = t.faster();
+      t.current = t.best;
     }
     return t.current;
   }
 
   // The chunk streamed() was last asked about took `seconds` of own work.
   void measured(Kind kind, int64_t bytes, double seconds) {
-    if (mode_ != kAuto || kind != kAllreduce || bytes < kMinMeasuredBytes) return;
-    Track& t = track(bytes);
+    if (mode_ != kAuto || kind == kBroadcast || bytes < kMinMeasuredBytes) return;
+    Track& t = track(kind, bytes);
     const int k = t.current ? 1 : 0;
     if (t.seen[k]++ > 0) t.ring[k][t.count[k]++ % kWindow] = seconds / static_cast<double>(bytes);
     ++t.measured;
+    if (t.known()) {
+      const double plain = t.figure(0), streaming = t.figure(1);
+      if (t.best ? plain < kMargin * streaming : streaming < kMargin * plain) t.best = !t.best;
+      last_ = t.best;
+    }
     if (t.trial_left > 0 && --t.trial_left == 0) {
-      t.interval = t.faster() == t.before_trial ? std::min(2 * t.interval, kExploreMax)
-                                                : kExploreEvery;
+      t.interval =
+          t.best == t.before_trial ? std::min(2 * t.interval, kExploreMax) : kExploreEvery;
       t.next_trial = t.measured + t.interval;
     }
-    if (t.known()) last_ = t.faster();
   }
 
-  // Seconds per byte of either kind in allreduce chunks of about `bytes`:
+  // Seconds per byte of either kind in a gauge's chunks of about `bytes`:
   // the median of its last kWindow (0 before it has them).
-  double per_byte(int64_t bytes, bool streamed_kind) {
-    const Track& t = track(bytes);
+  double per_byte(Kind gauge, int64_t bytes, bool streamed_kind) {
+    const Track& t = track(gauge, bytes);
     return t.count[streamed_kind] >= kWindow ? t.figure(streamed_kind) : 0;
   }
 
@@ -122,16 +135,16 @@ class StoreChoice {
       std::sort(v, v + kWindow);
       return v[kWindow / 2];
     }
-    bool faster() const { return figure(1) < figure(0); }
+    bool best = false;     // the faster kind: streamed if true
   };
-  Track& track(int64_t bytes) {
+  Track& track(Kind gauge, int64_t bytes) {
     int size = 0;  // chunks below kMinMeasuredBytes follow the smallest measured
     while (size + 1 < kSizes && bytes >= (kMinMeasuredBytes << (size + 1))) ++size;
-    return tracks_[size];
+    return tracks_[gauge][size];
   }
   int mode_;
-  Track tracks_[kSizes];
-  bool last_ = false;  // the faster kind after the last allreduce chunk that knew
+  Track tracks_[kGauges][kSizes];
+  bool last_ = false;  // the faster kind after the last gauge chunk that knew
 };
 
 }  // namespace fuseopt
