@@ -23,7 +23,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import harness
 import report
@@ -112,21 +111,9 @@ def _mpi4py():
 
 
 def worker_main(args):
-    import numpy as np
     rank, size, run, barrier, gather, close = (_fuseopt if args.worker == "fuseopt"
                                                else _mpi4py)()
-    out = {}
-    for nbytes in sizes(args.quick):
-        for op in OPS:
-            a = np.ones(nbytes // 4, np.float32)  # in-place sums double it each call
-            samples = []
-            for i in range(WARM + TIMED):
-                barrier()
-                t0 = time.perf_counter()
-                run(op, a)
-                if i >= WARM:
-                    samples.append((time.perf_counter() - t0) * 1e3)
-            out["%s/%d" % (op, nbytes)] = samples
+    out = harness.lone_calls(sizes(args.quick), OPS, WARM, TIMED, barrier, run, 1e3)
     every = gather(out)
     close()
     if rank == 0:
@@ -214,10 +201,7 @@ def main(argv=None):
     if args.render:  # the tables again from a run's JSON (e.g. after a change of wording)
         with open(args.render) as f:
             return _report(args, json.load(f))
-    if args.quick:
-        args.reps = 1
-    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    mpiexec, started = harness.start(args, contenders)
+    contenders, mpiexec, started = harness.begin(args)
 
     def one(c, rep, pos):
         def job():

@@ -55,6 +55,26 @@ def log(text):
 
 # ---- worker side -----------------------------------------------------------------------
 
+def lone_calls(sizes, ops, warm, timed, barrier, run, unit):
+    """{"op/bytes": times} of each op at each size: `timed` calls of run(op, array) after
+    `warm` more, each after barrier(), on a float32 array of ones of that many bytes (one per
+    op and size); times in seconds * unit."""
+    import numpy as np
+    out = {}
+    for nbytes in sizes:
+        for op in ops:
+            a = np.ones(nbytes // 4, np.float32)  # in-place sums double it each call
+            samples = []
+            for i in range(warm + timed):
+                barrier()
+                t0 = time.perf_counter()
+                run(op, a)
+                if i >= warm:
+                    samples.append((time.perf_counter() - t0) * unit)
+            out["%s/%d" % (op, nbytes)] = samples
+    return out
+
+
 def fuseopt_env():
     return {k: v for k, v in os.environ.items() if k.startswith("FUSEOPT_")}
 
@@ -306,6 +326,15 @@ def start(args, contenders, **shown):
     log("mpiexec: %s; %d reps x %s; %squick=%s\n" % (mpiexec, args.reps, contenders, "".join(
         "%s %s; " % kv for kv in shown.items()), args.quick))
     return mpiexec, time.time()
+
+
+def begin(args):
+    """A driver's start: --quick means one rep; (the contenders asked for,
+    mpiexec, start time)."""
+    if args.quick:
+        args.reps = 1
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    return (contenders,) + start(args, contenders)
 
 
 def measured_job(args, c, rep, pos, job, said):

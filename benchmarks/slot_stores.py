@@ -20,7 +20,6 @@ fixed kind's at every size, and its worst job no slower than the worse fixed kin
 import os
 import statistics
 import sys
-import time
 
 import harness
 import report
@@ -68,20 +67,8 @@ def _calls(contender):
 
 
 def worker_main(args):
-    import numpy as np
     rank, barrier, run, gather, close = _calls(args.worker)
-    out = {}
-    for nbytes in sizes(args.quick):
-        for op in OPS:
-            a = np.ones(nbytes // 4, np.float32)
-            samples = []
-            for i in range(WARM + TIMED):
-                barrier()
-                t0 = time.perf_counter()
-                run(op, a)
-                if i >= WARM:
-                    samples.append((time.perf_counter() - t0) * 1e6)
-            out["%s/%d" % (op, nbytes)] = samples
+    out = harness.lone_calls(sizes(args.quick), OPS, WARM, TIMED, barrier, run, 1e6)
     every = gather(out)
     close()
     result = {k: harness.slowest([r[k] for r in every]) for k in out} if rank == 0 else {}
@@ -152,10 +139,7 @@ def main(argv=None):
     args = harness.parse(p, argv, CONTENDERS)
     if args.worker:
         return worker_main(args)
-    if args.quick:
-        args.reps = 1
-    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    mpiexec, started = harness.start(args, contenders)
+    contenders, mpiexec, started = harness.begin(args)
 
     def one(c, rep, pos):
         def job():
