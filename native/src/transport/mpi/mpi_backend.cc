@@ -65,15 +65,13 @@ MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierar
     static const char* const kStores[] = {
         "plain or streaming stores, whichever is faster", "plain stores", "streaming stores"};
     const char* stores = kStores[shm_stores];
+    const char* ops = "(allreduce, reduce, broadcast, allgather, reducescatter)";
     if (shm_ && shm_min_bytes_ == 0)
-      FUSEOPT_LOG(kInfo, "collectives of every size (allreduce, reduce, broadcast, allgather, "
-                         "reducescatter) use the shared-memory path ("
-                             << stores << ")");
+      FUSEOPT_LOG(kInfo, "collectives of every size " << ops << " use the shared-memory path ("
+                                                      << stores << ")");
     else if (shm_)
-      FUSEOPT_LOG(kInfo, "collectives of " << shm_min_bytes_
-                                           << " bytes and more (allreduce, reduce, broadcast, "
-                                              "allgather, reducescatter) use the shared-memory path ("
-                                           << stores << ")");
+      FUSEOPT_LOG(kInfo, "collectives of " << shm_min_bytes_ << " bytes and more " << ops
+                                           << " use the shared-memory path (" << stores << ")");
   }
 }
 

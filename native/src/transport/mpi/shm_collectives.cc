@@ -44,11 +44,11 @@ class SegmentCursor {
 ShmCollectives::ShmCollectives(const MpiWorld& world, int stores)
     : window_(world), rank_(window_.rank()), size_(window_.size()), stores_(stores) {}
 
-void ShmCollectives::put(void* slot, const void* src, int64_t bytes, bool streamed) {
+void ShmCollectives::copy(void* dst, const void* src, int64_t bytes, bool streamed) {
   if (streamed)
-    kernels::stream_copy(slot, src, bytes);
+    kernels::stream_copy(dst, src, bytes);
   else
-    std::memcpy(slot, src, bytes);
+    std::memcpy(dst, src, bytes);
 }
 
 void ShmCollectives::attach() {
@@ -149,8 +149,8 @@ void ShmCollectives::broadcast(const std::vector<Segment>& segments, fuseopt_dty
     const Chunk chunk(*this, StoreChoice::kBroadcast, n * esize);
     if (rank_ == root) {
       cursor.take(n, [&](const Segment& s, int64_t at, int64_t to, int64_t len) {
-        put(slot + to * esize, static_cast<const char*>(s.in) + at * esize, len * esize,
-            chunk.streamed());
+        copy(slot + to * esize, static_cast<const char*>(s.in) + at * esize, len * esize,
+             chunk.streamed());
       });
       sync();
     } else {
@@ -225,7 +225,7 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
     // 1. Publish the elements the other ranks reduce.
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       if (s.prescale == 1.0)
-        put(slot(rank_, e), static_cast<const T*>(s.in) + at, len * esize, chunk.streamed());
+        copy(slot(rank_, e), static_cast<const T*>(s.in) + at, len * esize, chunk.streamed());
       else
         scale_copy(esize == 4 ? FUSEOPT_FLOAT32 : FUSEOPT_FLOAT64,
                    static_cast<const T*>(s.in) + at, slot(rank_, e), len, s.prescale);
@@ -249,10 +249,7 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
     //    instead of 5.6-5.9, 64 MiB 19.6-20.4 instead of 20.8-24.2 (2026-11-29,
     //    interleaved, 2 ranks).
     walk(out, n, root, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
-      if (s.out != s.in && stream_out)
-        kernels::stream_copy(static_cast<T*>(s.out) + at, slot(r, e), len * esize);
-      else
-        std::memcpy(static_cast<T*>(s.out) + at, slot(r, e), len * esize);
+      copy(static_cast<T*>(s.out) + at, slot(r, e), len * esize, s.out != s.in && stream_out);
     });
   }
 }

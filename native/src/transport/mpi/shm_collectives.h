@@ -77,7 +77,7 @@ class ShmCollectives {
   // doubled the allreduce's time (twice the barriers, each a polite wait).
   static constexpr int64_t kMinSlotBytes = int64_t(1) << 20;
   static constexpr int64_t kMaxSlotBytes = int64_t(2) << 20;
-  static constexpr int64_t kControlBytes = 4096;
+  static constexpr int64_t kControlBytes = 4096;  // a rank's barrier count, after its slots
   // An output apart from the input (out of place, an allgather's result) is
   // written past the caches, by streaming stores, when the collective's output
   // is larger than this or the slots are streamed (Note [Streamed slots]): a
@@ -90,7 +90,7 @@ class ShmCollectives {
   // out-of-place allreduce 1 MiB 86-122 against 131-134, 4 MiB 343-426
   // against 455-457. With the cores apart, streamed outputs were the faster
   // out of place (4 MiB 483-530 us against 574-636).
-  static constexpr int64_t kStreamedOutputBytes = int64_t(8) << 20;  // a rank's barrier count, after its slots
+  static constexpr int64_t kStreamedOutputBytes = int64_t(8) << 20;
   int64_t slot_bytes_ = kMaxSlotBytes;  // agreed in attach()
   // Float sums and averages: each rank publishes only the elements others
   // reduce, and reduces its own range straight from its tensors into its
@@ -122,9 +122,9 @@ class ShmCollectives {
   char* slots(int r) const { return window_.region(r); }
   void attach();  // allocates the segment on first use (collective)
   void sync();    // Note [Shared-memory barrier]
-  class Chunk;    // times a chunk's own work for stores_ (shm_collectives.cc)
-  // Copies bytes into this rank's slot, past the caches when streamed.
-  static void put(void* slot, const void* src, int64_t bytes, bool streamed);
+  class Chunk;    // times a chunk's own work for stores_ (below)
+  // memcpy, or past the caches (streaming stores) when streamed.
+  static void copy(void* dst, const void* src, int64_t bytes, bool streamed);
 
   SharedWindow window_;  // allocated on first use
   int rank_ = 0;         // window_'s

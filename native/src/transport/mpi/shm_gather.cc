@@ -41,24 +41,17 @@ void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<
   const char* mine = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   const bool large = at.back() + bytes.back() > kStreamedOutputBytes;
-  bool stream_out = large;
-  auto copy_out = [&](char* dst, const char* src, int64_t n) {
-    if (stream_out)
-      kernels::stream_copy(dst, src, n);
-    else
-      std::memcpy(dst, src, n);
-  };
   for (int64_t k = 0; k * slot_bytes_ < largest; ++k) {
     const int64_t base = next_slot_base();
     const int64_t from = k * slot_bytes_, len = piece(bytes[rank_], k, slot_bytes_);
     const Chunk chunk(*this, StoreChoice::kAllgather, std::min(largest - from, slot_bytes_));
-    stream_out = large || chunk.streamed();
-    put(slots(rank_) + base, mine + from, len, chunk.streamed());
-    copy_out(out + at[rank_] + from, mine + from, len);  // read just above
+    const bool stream_out = large || chunk.streamed();
+    copy(slots(rank_) + base, mine + from, len, chunk.streamed());
+    copy(out + at[rank_] + from, mine + from, len, stream_out);  // read just above
     sync();
     for (int r = 0; r < size_; ++r)
       if (r != rank_)
-        copy_out(out + at[r] + from, slots(r) + base, piece(bytes[r], k, slot_bytes_));
+        copy(out + at[r] + from, slots(r) + base, piece(bytes[r], k, slot_bytes_), stream_out);
   }
 }
 
@@ -87,7 +80,8 @@ void ShmCollectives::reducescatter(const void* send, void* recv,
     const Chunk chunk(*this, StoreChoice::kReducescatter,
                       std::min(largest - k * q, q) * esize * size_);
     for (int r = 0; r < size_; ++r)
-      if (r != rank_) put(slot(rank_, r), input(r), piece(counts[r], k, q) * esize, chunk.streamed());
+      if (r != rank_)
+        copy(slot(rank_, r), input(r), piece(counts[r], k, q) * esize, chunk.streamed());
     sync();
     const int64_t len = piece(counts[rank_], k, q);
     if (len == 0) continue;
