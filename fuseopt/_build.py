@@ -116,8 +116,14 @@ def make_builder(absolute_paths=False, abi=None):
     mpi = OPEN_MPI_ABI if abi == "openmpi" else find_mpi()
     module = "fuseopt._fuseopt_cffi" + ("_" + abi if abi else "")
     sources = sorted(glob.glob(os.path.join(ROOT, "native", "src", "**", "*.cc"), recursive=True))
+    # Every header, so that editing one rebuilds the core: setuptools compares
+    # only sources and depends with the built module, and a header-only change
+    # (transport/mpi/store_choice.h) left a stale core behind in a development
+    # install, silently.
+    headers = sorted(glob.glob(os.path.join(ROOT, "native", "**", "*.h"), recursive=True))
     if not absolute_paths:  # setuptools insists on paths relative to setup.py
         sources = [os.path.relpath(p, ROOT) for p in sources]
+        headers = [os.path.relpath(p, ROOT) for p in headers]
     # The chosen MPI's own directory first, so that a site MPI with the same
     # soname as the mpich wheel (libmpi.so.12: Intel MPI, Cray MPICH, MVAPICH)
     # is not shadowed by the wheel's copy. $ORIGIN/../../.. is <venv>/lib when
@@ -130,6 +136,7 @@ def make_builder(absolute_paths=False, abi=None):
         module,
         '#include "fuseopt/fuseopt.h"',
         sources=sources,
+        depends=headers,
         source_extension=".cpp",
         include_dirs=[os.path.join(ROOT, "native", "include"), os.path.join(ROOT, "native", "src")]
         + mpi["include_dirs"],

@@ -91,3 +91,18 @@ def test_the_core_header_ships_in_the_package(tmp_path):
     copied = out / "fuseopt" / "include" / "fuseopt" / "fuseopt.h"
     assert copied.read_text() == open(os.path.join(ROOT, "native", "include", "fuseopt",
                                                    "fuseopt.h")).read()
+
+
+def test_every_native_header_rebuilds_the_core():
+    # setuptools rebuilds an extension only when a source or a listed
+    # dependency is newer than it: a header missing from depends leaves a
+    # stale core in a development install after that header is edited.
+    import glob
+    import runpy
+    build = runpy.run_path(os.path.join(ROOT, "fuseopt", "_build.py"))
+    ffi = build["make_builder"](abi="openmpi")  # the ABI core needs no MPI wrapper
+    depends = set(ffi._assigned_source[3]["depends"])
+    headers = {os.path.relpath(p, ROOT) for p in glob.glob(
+        os.path.join(ROOT, "native", "**", "*.h"), recursive=True)}
+    assert "native/src/transport/mpi/store_choice.h" in headers
+    assert headers <= depends, sorted(headers - depends)
