@@ -274,9 +274,16 @@ void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtyp
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<uint16_t*>(slots(r) + base) + element;
     };
+    const Chunk chunk(*this, StoreChoice::kNarrowed, n * 2);
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
-      narrow16(dtype, static_cast<const float*>(s.in) + at, slot(rank_, e), len,
-               static_cast<float>(s.prescale));
+      const float* from = static_cast<const float*>(s.in) + at;
+      const float pre = static_cast<float>(s.prescale);
+      if (!chunk.streamed()) return narrow16(dtype, from, slot(rank_, e), len, pre);
+      for (int64_t i = 0; i < len; i += kBlock) {  // narrowed in L1, streamed out
+        const int64_t m = std::min(kBlock, len - i);
+        narrow16(dtype, from + i, block, m, pre);
+        copy(slot(rank_, e + i), block, m * 2, true);
+      }
     });
     sync();
     walk(own, n, root, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
@@ -287,7 +294,7 @@ void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtyp
         for (int k = 1; k < size_; ++k)
           combine16(dtype, op, slot((rank_ + k) % size_, e + i), block, m);
         if (post != 1.0f) scale16(dtype, block, block, m, post);
-        if (root < 0) std::memcpy(slot(rank_, e + i), block, m * 2);
+        if (root < 0) copy(slot(rank_, e + i), block, m * 2, chunk.streamed());
         widen16(dtype, block, static_cast<float*>(s.out) + at + i, m, 1.0f);
       }
     });

@@ -26,37 +26,37 @@ namespace fuseopt {
 // MPICH's own allreduce meets the same two placements (its "two modes",
 // docs/benchmarks.md).
 //
-// Neither kind wins both ways and the placement changes under a running job,
-// so each rank chooses per chunk. Allreduce, allgather and reducescatter are
-// gauges: in them every rank writes and reads the same bytes, so a rank's own
-// work (its copies and reductions, not its barrier waits) shows what either
-// kind costs the whole job. Each rank times its own work in each chunk of a
-// gauge of at least kMinMeasuredBytes, per collective and per power of two of
-// the chunk's size (near, the two kinds tie at 256 KiB and plain stores win
-// by 2.4x at 1 MiB). A kind's
-// figure is the median of its last kWindow chunks (single chunks are noisy
-// here: an unlucky one would decide for thousands), each kind's first chunk
-// left out (cold caches). At first the kinds alternate until both have their
-// figures; then the faster is used, plain stores on a tie (within kMargin:
-// ranks that split on noise, one plain and one streaming, were slower than
-// either, allgather 4 MiB 1.6-2.4 ms against 0.8), and now and then the other is tried for
-// kWindow chunks in a row, whose median replaces its figure (the placement
-// may have changed since it was last used). The first trial comes after
-// kExploreEvery measured chunks; a trial that changes nothing doubles the wait
-// for the next, up to kExploreMax, one that changes the choice resets it: a
-// host that keeps its placement pays a trial per kExploreMax chunks, this VM
-// finds a new placement within kExploreEvery chunks. Ranks run the same chunks,
-// so they try together. A broadcast follows the gauges' choice for its chunk
-// size (plain stores before any): its own work would mislead, as its root,
-// which only writes, finds streaming faster while the readers, fetching from
-// memory, pay for it. The bytes are the same either way:
-// the choice needs no agreement between ranks.
+// Neither kind wins both ways and the placement changes under a running job, so
+// each rank chooses per chunk. Allreduce (with float32 tensors travelling as
+// 16-bit floats apart: their conversions cost more per byte), allgather and
+// reducescatter are gauges: in them every rank writes and reads the same bytes,
+// so a rank's own work (its copies and reductions, not its barrier waits) shows
+// what either kind costs the whole job. Each rank times its own work in each
+// chunk of a gauge of at least kMinMeasuredBytes, per collective and per power
+// of two of the chunk's size (near, the two kinds tie at 256 KiB and plain
+// stores win by 2.4x at 1 MiB). A kind's figure is the median of its last
+// kWindow chunks (single chunks are noisy here: an unlucky one would decide for
+// thousands), each kind's first chunk left out (cold caches). At first the
+// kinds alternate until both have their figures; then the faster is used, plain
+// stores on a tie (within kMargin: ranks that split on noise, one plain and one
+// streaming, were slower than either, allgather 4 MiB 1.6-2.4 ms against 0.8),
+// and now and then the other is tried for kWindow chunks in a row, whose median
+// replaces its figure (the placement may have changed since it was last used).
+// The first trial comes after kExploreEvery measured chunks; a trial that
+// changes nothing doubles the wait for the next, up to kExploreMax, one that
+// changes the choice resets it: a host that keeps its placement pays a trial
+// per kExploreMax chunks, this VM finds a new placement within kExploreEvery
+// chunks. Ranks run the same chunks, so they try together. A broadcast follows
+// the gauges' choice for its chunk size (plain stores before any): its own work
+// would mislead, as its root, which only writes, finds streaming faster while
+// the readers, fetching from memory, pay for it. The bytes are the same either
+// way: the choice needs no agreement between ranks.
 class StoreChoice {
  public:
   // FUSEOPT_SHM_STORES.
   enum Mode { kAuto = 0, kCached = 1, kStreamed = 2 };
   // The gauges first; the broadcast follows them.
-  enum Kind { kAllreduce, kAllgather, kReducescatter, kBroadcast };
+  enum Kind { kAllreduce, kNarrowed, kAllgather, kReducescatter, kBroadcast };
   static constexpr int kGauges = kBroadcast;
   static constexpr int64_t kMinMeasuredBytes = int64_t(64) << 10;
   static constexpr int kWindow = 3;
@@ -72,7 +72,7 @@ class StoreChoice {
   // Whether the next chunk of `kind`, of `bytes`, writes with streaming stores.
   bool streamed(Kind kind, int64_t bytes) {
     if (mode_ != kAuto) return mode_ == kStreamed;
-    if (kind == kBroadcast) {
+    if (kind >= kGauges) {
       for (int g = 0; g < kGauges; ++g)
         if (track(Kind(g), bytes).known()) return track(Kind(g), bytes).best;
       return last_;
@@ -94,7 +94,7 @@ class StoreChoice {
 
   // The chunk streamed() was last asked about took `seconds` of own work.
   void measured(Kind kind, int64_t bytes, double seconds) {
-    if (mode_ != kAuto || kind == kBroadcast || bytes < kMinMeasuredBytes) return;
+    if (mode_ != kAuto || kind >= kGauges || bytes < kMinMeasuredBytes) return;
     Track& t = track(kind, bytes);
     const int k = t.current ? 1 : 0;
     if (t.seen[k]++ > 0) t.ring[k][t.count[k]++ % kWindow] = seconds / static_cast<double>(bytes);
