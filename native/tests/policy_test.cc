@@ -346,6 +346,7 @@ static void test_store_choice_trials() {
   int64_t measured = 2 * (w + 1);
   CHECK(c.per_byte(ar, big, false) == 1e-3 / big && c.per_byte(ar, big, true) == 2e-4 / big);
   CHECK(c.streamed(bc, big) && c.streamed(bc, 8 * big));  // follow
+  CHECK(c.streamed(StoreChoice::kReduce, big));
   CHECK(!c.streamed(StoreChoice::kNarrowed, big));       // a gauge of its own
   CHECK(!c.streamed(StoreChoice::kAllgather, big));      // a gauge of its own
   std::vector<int64_t> trials;

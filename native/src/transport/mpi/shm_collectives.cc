@@ -191,7 +191,7 @@ namespace {
 template <typename T>
 void reduce_and_publish(const T* in, double pre, const std::vector<const T*>& others, T* out,
                         T* publish, double post, int64_t n, bool stream_out, bool streamed) {
-  if (others.size() == 1)
+  if (others.size() == 1)  // more ranks: the loop below, plain stores
     return kernels::pair_sum_publish(in, pre, others[0], out, publish, post, n,
                                      stream_out && out != in && publish != out,
                                      streamed && publish != out);
@@ -220,7 +220,8 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<T*>(slots(r) + base) + element;
     };
-    const Chunk chunk(*this, StoreChoice::kAllreduce, n * esize);
+    const Chunk chunk(*this, root < 0 ? StoreChoice::kAllreduce : StoreChoice::kReduce,
+                      n * esize);
     const bool stream_out = large || chunk.streamed();
     // 1. Publish the elements the other ranks reduce.
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
@@ -274,7 +275,7 @@ void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtyp
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<uint16_t*>(slots(r) + base) + element;
     };
-    const Chunk chunk(*this, StoreChoice::kNarrowed, n * 2);
+    const Chunk chunk(*this, root < 0 ? StoreChoice::kNarrowed : StoreChoice::kReduce, n * 2);
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       const float* from = static_cast<const float*>(s.in) + at;
       const float pre = static_cast<float>(s.prescale);

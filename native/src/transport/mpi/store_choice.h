@@ -46,17 +46,18 @@ namespace fuseopt {
 // changes nothing doubles the wait for the next, up to kExploreMax, one that
 // changes the choice resets it: a host that keeps its placement pays a trial
 // per kExploreMax chunks, this VM finds a new placement within kExploreEvery
-// chunks. Ranks run the same chunks, so they try together. A broadcast follows
-// the gauges' choice for its chunk size (plain stores before any): its own work
-// would mislead, as its root, which only writes, finds streaming faster while
-// the readers, fetching from memory, pay for it. The bytes are the same either
+// chunks. Ranks run the same chunks, so they try together. A broadcast and a
+// reduction to one root follow the gauges' choice for their chunk size (plain
+// stores before any): their own work would mislead, as a broadcast's root,
+// which only writes, finds streaming faster while the readers, fetching from
+// memory, pay for it. The bytes are the same either
 // way: the choice needs no agreement between ranks.
 class StoreChoice {
  public:
   // FUSEOPT_SHM_STORES.
   enum Mode { kAuto = 0, kCached = 1, kStreamed = 2 };
-  // The gauges first; the broadcast follows them.
-  enum Kind { kAllreduce, kNarrowed, kAllgather, kReducescatter, kBroadcast };
+  // The gauges first; the broadcast and the reduction to one root follow.
+  enum Kind { kAllreduce, kNarrowed, kAllgather, kReducescatter, kBroadcast, kReduce };
   static constexpr int kGauges = kBroadcast;
   static constexpr int64_t kMinMeasuredBytes = int64_t(64) << 10;
   static constexpr int kWindow = 3;
