@@ -129,6 +129,7 @@ class StoreChoice {
     int trial_left = 0;
     bool trial_kind = false, before_trial = false;
     bool current = false;  // the kind of the chunk under way
+    bool best = false;     // the faster kind: streamed if true
     bool known() const { return count[0] >= kWindow && count[1] >= kWindow; }
     double figure(int k) const {
       double v[kWindow];
@@ -136,7 +137,6 @@ class StoreChoice {
       std::sort(v, v + kWindow);
       return v[kWindow / 2];
     }
-    bool best = false;     // the faster kind: streamed if true
   };
   Track& track(Kind gauge, int64_t bytes) {
     int size = 0;  // chunks below kMinMeasuredBytes follow the smallest measured
