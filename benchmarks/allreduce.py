@@ -47,12 +47,6 @@ def settings(quick):
                 batch_reps=40, half_reps=30)
 
 
-def size_label(nbytes):
-    if nbytes >= MIB:
-        return "%d MiB" % (nbytes // MIB)
-    return "%d KiB" % (nbytes // KIB)
-
-
 # ---- worker side: each contender as the same small set of operations ------------------
 # Contenders run in separate jobs on purpose: fuseopt's loop thread calls MPI concurrently
 # with the Python thread, so mpi4py and fuseopt must never share a process.
@@ -231,8 +225,8 @@ def _one_size(c, cfg, nbytes):
     # A noisy warm-up must not leave a small size with a handful of samples.
     iters = int(min(cfg["max_iters"], max(cfg["min_iters"], n_warm,
                                           math.ceil(cfg["target_s"] / max(est, 1e-7)))))
-    return _bench(c, "single " + size_label(nbytes), run, 0, iters, bytes=nbytes, iters=iters,
-                  verified=ok, warmup_us=[round(s * 1e6, 1) for s in warm])
+    return _bench(c, "single " + report.size_label(nbytes), run, 0, iters, bytes=nbytes,
+                  iters=iters, verified=ok, warmup_us=[round(s * 1e6, 1) for s in warm])
 
 
 def _half_precision(c, cfg):
@@ -440,7 +434,8 @@ def size_and_batch_rows(t, sizes):
         key = "single/%d" % n
         cells = ["—" if x is None else "%s (%.2f GB/s)" % (fmt_time(x), busbw_gbs(n, x))
                  for x in (t.get(c, key) for c in CONTENDERS)]
-        t.ratio("bw_ratio/%d" % n, "allreduce %s" % size_label(n), cells, "fuseopt BW / MPI BW",
+        t.ratio("bw_ratio/%d" % n, "allreduce %s" % report.size_label(n), cells,
+                "fuseopt BW / MPI BW",
                 ("mpi4py", key), ("fuseopt", key), "%.3f", *(
                     (TARGETS["bw_ratio_min"], "≥ %.2f", operator.ge) if n >= 256 * KIB else ()))
     fo, one = t.get("fuseopt", "batch/grouped_200"), t.get("mpi4py", "batch/one_3.2MB")
@@ -523,7 +518,7 @@ def plot(summary, sizes, path):
                                        [max(b) - y for _, y, b in ms]])
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes)
-    ax.set_xticklabels([size_label(s) for s in sizes])
+    ax.set_xticklabels([report.size_label(s) for s in sizes])
     ax.set_xlabel("message size (float32, Sum)")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_title("allreduce, %d ranks on one machine (median over jobs; bars: min-max)" % NRANKS)

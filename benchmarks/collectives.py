@@ -53,10 +53,6 @@ def judged(op, nbytes):
     return None
 
 
-def size_label(nbytes):
-    return "%d MiB" % (nbytes >> 20) if nbytes >= (1 << 20) else "%d KiB" % (nbytes >> 10)
-
-
 def _fuseopt():
     import fuseopt as fo
     fo.init()
@@ -139,7 +135,7 @@ def render(jobs, quick, bw):
             ratio = best / ours  # fuseopt's speed as a fraction of MPICH's best
             roof = (roofline.roofline_ms(ROOFLINE_OF[op], nbytes, bw)
                     if op in ROOFLINE_OF else None)
-            rows.append([op, size_label(nbytes), "%.3f" % ours,
+            rows.append([op, report.size_label(nbytes), "%.3f" % ours,
                          "%.3f" % statistics.median(per["mpi4py"]), "%.3f" % best,
                          "%.3f" % worst, "%.2fx" % ratio, report.fmt(roof, "%.3f"),
                          report.fmt(roof and 100 * roof / ours, "%.0f%%")])
@@ -159,7 +155,7 @@ def render(jobs, quick, bw):
 
 def _verdict(verdicts, op, nbytes, ratio, of_roof, min_ratio, min_roof):
     """The target's lines, one per figure judged, the figure first."""
-    where = "%s per rank" % size_label(nbytes)
+    where = "%s per rank" % report.size_label(nbytes)
     lines = [verdicts.line(ratio >= min_ratio, "%.2fx the speed of MPICH's best repetition, "
                            "fuseopt's %s (%s) >= %.1fx" % (ratio, op, where, min_ratio))]
     if min_roof is not None:

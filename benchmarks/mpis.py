@@ -173,7 +173,7 @@ def build_lines(summary, sizes):
         head += ["site / default (%s)" % c.split()[1] for c in choice]
         rows = []
         for n in sizes:
-            row = [allreduce.size_label(n), "%.1f" % s["time"]["mpi"][n]]
+            row = [report.size_label(n), "%.1f" % s["time"]["mpi"][n]]
             row += ["%.1f (%.2fx)" % (s["time"][c][n], s["ratio"][c][n]) for c in cols]
             row += ["%.3f" % s["ratio"][c][n] for c in choice]
             rows.append(row)
@@ -183,8 +183,8 @@ def build_lines(summary, sizes):
             low = min((s["ratio"][c][n], n) for n in sizes if n >= TARGET_FROM)
             lines.append(verdicts.line(low[0] >= TARGET, "%s, %s at its lowest %.2fx the MPI's "
                                        "own allreduce (%s), from %s up (>= %.1fx)" % (
-                                           mpi, c, low[0], allreduce.size_label(low[1]),
-                                           allreduce.size_label(TARGET_FROM), TARGET)))
+                                           mpi, c, low[0], report.size_label(low[1]),
+                                           report.size_label(TARGET_FROM), TARGET)))
     return lines, verdicts
 
 
@@ -201,7 +201,7 @@ def plot(summary, sizes, path):
     ax.axhline(TARGET, color="grey", lw=0.8, ls=":")
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes)
-    ax.set_xticklabels([allreduce.size_label(n) for n in sizes], rotation=30)
+    ax.set_xticklabels([report.size_label(n) for n in sizes], rotation=30)
     ax.set_ylabel("MPI_Allreduce time / fuseopt time")
     ax.set_title("fuseopt against each MPI's own allreduce, 2 ranks")
     ax.legend(fontsize=8)

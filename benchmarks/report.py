@@ -23,6 +23,11 @@ def fmt(v, spec="%.2f", missing="—"):
     return missing if v is None else spec % v
 
 
+def size_label(nbytes):
+    """"256 KiB", "16 MiB": a buffer size as the tables write it."""
+    return "%d MiB" % (nbytes >> 20) if nbytes >= (1 << 20) else "%d KiB" % (nbytes >> 10)
+
+
 def verdict(ok):
     return "PASS" if ok else "FAIL"
 

@@ -86,11 +86,11 @@ def render(jobs, quick):
                    for c in CONTENDERS}
             if not all(per.values()):
                 continue
-            rows.append([op, size_label(nbytes)] + ["%.0f" % med(per[c]) for c in CONTENDERS]
+            rows.append([op, report.size_label(nbytes)] + ["%.0f" % med(per[c]) for c in CONTENDERS]
                         + ["%.0f" % max(per[c]) for c in CONTENDERS[:3]])
             better = min(med(per["cached"]), med(per["streamed"]))
             worse_worst = max(max(per["cached"]), max(per["streamed"]))
-            where = "%s %s" % (op, size_label(nbytes))
+            where = "%s %s" % (op, report.size_label(nbytes))
             lines.append(verdicts.line(med(per["auto"]) <= 1.15 * better,
                          "auto's median %.2fx the better fixed kind's, %s <= 1.15x" % (
                              med(per["auto"]) / better, where)))
@@ -112,10 +112,6 @@ def render(jobs, quick):
                               [["%.0f" % h, c, "%.0f" % a] for h, c, a in probe])
     return "\n".join([head] + table + ["", "Each job, by where the cores sat before it:", ""]
                      + jobs_table + [""] + lines), verdicts
-
-
-def size_label(nbytes):
-    return "%d MiB" % (nbytes >> 20) if nbytes >= (1 << 20) else "%d KiB" % (nbytes >> 10)
 
 
 def plot(jobs, quick, path):
