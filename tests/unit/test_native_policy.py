@@ -2,9 +2,11 @@
 native/tests/policy_test.cc, the pure policy (fusion planner, response cache,
 coordinator table, wire format, reducescatter row split, autotune search, the
 agreed reductions' exchange schedule),
-and native/tests/dtype_test.cc, the element-wise work on the host (scaling,
+native/tests/dtype_test.cc, the element-wise work on the host (scaling,
 float16 and bfloat16 conversion and kernels, the two-rank shared-memory
-reduction: vector against scalar, bit for bit)."""
+reduction: vector against scalar, bit for bit), and
+native/tests/store_choice_test.cc, how a rank chooses plain or streaming
+stores for its shared-memory slots."""
 import os
 import subprocess
 
@@ -17,6 +19,7 @@ PROGRAMS = {
                     "policy/coordinator", "policy/message_codec", "policy/row_split", "base/message",
                     "base/dtype", "base/half16", "api/names"],
     "dtype_test": ["base/dtype", "base/half16", "kernels/pair_sum"],
+    "store_choice_test": [],
 }
 
 

@@ -190,11 +190,12 @@ namespace {
 // order MPI_Reduce_local's in staged(), so both paths give the same bits.
 template <typename T>
 void reduce_and_publish(const T* in, double pre, const std::vector<const T*>& others, T* out,
-                        T* publish, double post, int64_t n, bool stream_out, bool streamed) {
+                        T* publish, double post, int64_t n, bool stream_out,
+                        bool stream_publish) {
   if (others.size() == 1)  // more ranks: the loop below, plain stores
     return kernels::pair_sum_publish(in, pre, others[0], out, publish, post, n,
                                      stream_out && out != in && publish != out,
-                                     streamed && publish != out);
+                                     stream_publish && publish != out);
   for (int64_t i = 0; i < n; ++i) {
     T acc = static_cast<T>(in[i] * pre);
     for (const T* o : others) acc = o[i] + acc;

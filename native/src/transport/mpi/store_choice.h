@@ -1,6 +1,6 @@
 // How a rank writes into its shared-memory slots what the other ranks of its
 // host read from them: plain or streaming stores (Note [Streamed slots]).
-// Pure logic, no MPI: tested in native/tests/policy_test.cc.
+// Pure logic, no MPI: tested in native/tests/store_choice_test.cc.
 #pragma once
 
 #include <algorithm>
