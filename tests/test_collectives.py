@@ -11,7 +11,7 @@ import pytest
                                             (4, ["default", 1024])])
 def test_collectives_default_tiny_and_no_fusion_threshold(run_ranks, nranks, configs):
     out = run_ranks(nranks, "collectives.py", *configs, timeout=360).output
-    assert out.count("%d checks, 0 failed" % (15 * len(configs))) == nranks, out
+    assert out.count("%d checks, 0 failed" % (16 * len(configs))) == nranks, out
 
 
 STORES = {"default": "plain or streaming stores, whichever is faster",
@@ -31,7 +31,7 @@ def test_collectives_through_shared_memory_for_every_size(run_ranks, nranks, con
     out = run_ranks(nranks, "collectives.py", *configs, launcher_args=("--nolocal", "off"),
                     env={"FUSEOPT_SHM_MIN_BYTES": "0", "FUSEOPT_LOG_LEVEL": "info"},
                     timeout=360).output
-    assert out.count("%d checks, 0 failed" % (15 * len(configs))) == nranks, out
+    assert out.count("%d checks, 0 failed" % (16 * len(configs))) == nranks, out
     for config in configs:
         assert out.count("use the shared-memory path (%s)" % STORES[config]) == nranks, out
 

@@ -105,7 +105,8 @@ def check_bucket_spanning_several_shared_memory_chunks():
         for name, k, out in zip(names, sizes, outs):
             expected = reduce_expected(everyone(name, (k,), np.float32), "sum") * 2
             assert_close(out, expected, "%s step %d" % (name, step))
-    # The staged variant (other dtypes and ops) over more than one chunk, too.
+    # The staged variant (other dtypes and ops) and 16-bit tensors over more
+    # than one chunk, too.
     for dtype, op_name, n in ((np.int32, "max", 4500001), (np.float16, "sum", 9000003),
                               (np.int64, "min", 2100007)):
         name = "span.%s.%s" % (np.dtype(dtype).name, op_name)
@@ -175,6 +176,59 @@ def check_float32_travelling_as_16_bits():
         assert "Adasum" in str(e), str(e)
     else:
         raise AssertionError("Adasum accepted on a 16-bit wire")
+
+
+def _reduced_in_16_bits(xs, half, op_name, pre, post):
+    """Two ranks' 16-bit tensors reduced as a 16-bit MPI reduction does: each
+    value prescaled and rounded, combined in float32 and rounded, the result
+    postscaled (with 1/2 for an average) and rounded."""
+    f = np.float32
+    a, b = [(x.astype(f) * f(pre)).astype(half).astype(f) for x in xs]
+    both = {"min": np.minimum(a, b), "max": np.maximum(a, b), "product": a * b}.get(op_name, a + b)
+    post = f(post / 2 if op_name == "average" else post)
+    return (both.astype(half).astype(f) * post).astype(half)
+
+
+def check_16bit_tensors_round_once_per_step():
+    # float16/bfloat16 tensors are reduced in their own dtype, in blocks of
+    # their outputs: every op, scaled or not, in place and into new arrays,
+    # within a slot, across slots and past the size where outputs stream.
+    # Two ranks: the bits of a 16-bit reduction done step by step in numpy.
+    # More: every rank holds the same bits, close to the exact result.
+    r, n = fuseopt.rank(), fuseopt.size()
+    cases = [(37, 1.0, 1.0), (1000, 0.5, 3.0), (1500007, 1.0, 0.25), (4500001, 1.0, 1.0)]
+    for half in (np.float16, ml_dtypes.bfloat16):
+        for op_name, op in OPS.items():
+            for count, pre, post in cases:
+                if count > 1500007 and op_name != "sum":
+                    continue
+                name = "h16.%s.%s.%d" % (np.dtype(half).name, op_name, count)
+                xs = []
+                for q in range(n):
+                    rng = np.random.default_rng([q, count, list(OPS).index(op_name)])
+                    x = rng.standard_normal(count).astype(np.float32) * 300
+                    xs.append((np.abs(x) / 200 + 0.5 if op_name == "product" else x).astype(half))
+                mine = xs[r].copy()
+                out = fuseopt.allreduce(mine, name=name, op=op, prescale_factor=pre,
+                                        postscale_factor=post)
+                fuseopt.allreduce_(mine, name=name + ".in_place", op=op, prescale_factor=pre,
+                                   postscale_factor=post)
+                assert out.dtype == half and np.array_equal(out.view(np.uint16),
+                                                            mine.view(np.uint16)), name
+                if n == 2:
+                    ref = _reduced_in_16_bits(xs, half, op_name, pre, post)
+                    bad = np.flatnonzero(out.view(np.uint16) != ref.view(np.uint16))
+                    assert bad.size == 0, (name, bad[:5], out[bad[:5]], ref[bad[:5]])
+                    continue
+                first = fuseopt.broadcast(out, root_rank=0, name=name + ".first")
+                assert np.array_equal(out.view(np.uint16), first.view(np.uint16)), name
+                wide = [(x.astype(np.float64) * pre) for x in xs]
+                exact = {"sum": sum(wide), "average": sum(wide) / n, "min": np.minimum.reduce(wide),
+                         "max": np.maximum.reduce(wide), "product": np.prod(wide, axis=0)}[op_name]
+                # n roundings, each off by half a unit of the largest value's place
+                ulp = float(ml_dtypes.finfo(half).eps) * max(np.abs(w).max() for w in wide)
+                np.testing.assert_allclose(out.astype(np.float64), exact * post, rtol=0.05,
+                                           atol=n * ulp * max(post, 1.0), err_msg=name)
 
 
 def check_repeated_steps_hit_cache():
@@ -330,7 +384,7 @@ def check_blocking_allreduce_outlasting_a_wait_slice():
 
 CHECKS = [check_allreduce_every_dtype_op_shape, check_blocking_allreduce_outlasting_a_wait_slice, check_allreduce_in_place_and_scaling,
           check_scaling_edge_cases,
-          check_float32_travelling_as_16_bits,
+          check_float32_travelling_as_16_bits, check_16bit_tensors_round_once_per_step,
           check_fused_many_and_large, check_bucket_spanning_several_shared_memory_chunks,
           check_repeated_steps_hit_cache, check_allgather,
           check_broadcast_every_root, check_alltoall, check_reducescatter,

@@ -122,14 +122,14 @@ void ShmCollectives::dispatch(const std::vector<Segment>& segments, fuseopt_dtyp
                                fuseopt_reduce_op_t op, double postscale, int root) {
   if (!window_.allocated()) attach();
   const bool sum = op == FUSEOPT_SUM || op == FUSEOPT_AVERAGE;
-  bool as_is = true, narrowed = true;
+  bool as_is = true, wire16 = is_16bit_float(dtype);
   for (const Segment& s : segments) {
     as_is = as_is && s.memory_dtype == dtype;
-    narrowed = narrowed && s.memory_dtype == FUSEOPT_FLOAT32;
+    wire16 = wire16 && (s.memory_dtype == dtype || s.memory_dtype == FUSEOPT_FLOAT32);
   }
   if (as_is && sum && dtype == FUSEOPT_FLOAT32) return direct<float>(segments, postscale, root);
   if (as_is && sum && dtype == FUSEOPT_FLOAT64) return direct<double>(segments, postscale, root);
-  if (narrowed && is_16bit_float(dtype)) return direct16(segments, dtype, op, postscale, root);
+  if (wire16) return direct16(segments, dtype, op, postscale, root);
   staged(segments, dtype, op, postscale, root);
 }
 
@@ -256,18 +256,40 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
   }
 }
 
+namespace {
+// A 16-bit wire's values from segment s's memory (float32, rounded here, or
+// the wire's own 16-bit dtype), prescaled: the bits of staged()'s copy-in.
+void load16(fuseopt_dtype_t dtype, const Segment& s, int64_t at, uint16_t* dst, int64_t n) {
+  if (s.memory_dtype == FUSEOPT_FLOAT32)
+    return narrow16(dtype, static_cast<const float*>(s.in) + at, dst, n,
+                    static_cast<float>(s.prescale));
+  scale_copy(dtype, static_cast<const uint16_t*>(s.in) + at, dst, n, s.prescale);
+}
+
+// Reduced (and postscaled) 16-bit values into segment s's output memory.
+void store16(fuseopt_dtype_t dtype, const uint16_t* src, const Segment& s, int64_t at, int64_t n,
+             bool streamed) {
+  if (s.memory_dtype == FUSEOPT_FLOAT32)
+    return widen16(dtype, src, static_cast<float*>(s.out) + at, n, 1.0f);
+  if (streamed) return kernels::stream_copy(static_cast<uint16_t*>(s.out) + at, src, n * 2);
+  std::memcpy(static_cast<uint16_t*>(s.out) + at, src, n * 2);
+}
+}  // namespace
+
 void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                                fuseopt_reduce_op_t op, double postscale, int root) {
-  // direct<T>'s three steps for float32 tensors that travel as 16-bit floats:
-  // the slots hold half the bytes, and the rounding happens on the copies.
+  // direct<T>'s three steps for a 16-bit wire, the tensors float32 (rounded
+  // on the copies) or of the wire's dtype: the slots hold 16-bit values.
   // Rank r's range is reduced in blocks that stay in L1, in staged()'s order
   // (the others' slots one after another into the rounded own values), so
-  // the bits match a cast, the 16-bit allreduce and a cast back.
+  // the bits match staged(), and for float32 tensors a cast, the 16-bit
+  // allreduce and a cast back.
   constexpr int64_t kBlock = 2048;
   const int64_t per_chunk = slot_bytes_ / 2;
   const float post = static_cast<float>(postscale);
   int64_t count = 0;
   for (const Segment& s : segments) count += s.count;
+  const bool large = count * 2 > kStreamedOutputBytes;
   SegmentCursor in(segments), own(segments), out(segments);
   uint16_t block[kBlock];
   for (int64_t done = 0; done < count; done += per_chunk) {
@@ -278,32 +300,33 @@ void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtyp
     };
     const Chunk chunk(*this, root < 0 ? StoreChoice::kNarrowed : StoreChoice::kReduce, n * 2);
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
-      const float* from = static_cast<const float*>(s.in) + at;
-      const float pre = static_cast<float>(s.prescale);
-      if (!chunk.streamed()) return narrow16(dtype, from, slot(rank_, e), len, pre);
-      for (int64_t i = 0; i < len; i += kBlock) {  // narrowed in L1, streamed out
+      if (!chunk.streamed()) return load16(dtype, s, at, slot(rank_, e), len);
+      for (int64_t i = 0; i < len; i += kBlock) {  // rounded in L1, streamed out
         const int64_t m = std::min(kBlock, len - i);
-        narrow16(dtype, from + i, block, m, pre);
+        load16(dtype, s, at + i, block, m);
         copy(slot(rank_, e + i), block, m * 2, true);
       }
     });
     sync();
     walk(own, n, root, true, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
+      // 16-bit tensors are reduced in their output (in place: no copy at
+      // all before the reduction), float32 ones in a block on the stack.
+      const bool wide = s.memory_dtype == FUSEOPT_FLOAT32;
       for (int64_t i = 0; i < len; i += kBlock) {
         const int64_t m = std::min(kBlock, len - i);
-        narrow16(dtype, static_cast<const float*>(s.in) + at + i, block, m,
-                 static_cast<float>(s.prescale));
+        uint16_t* const acc = wide ? block : static_cast<uint16_t*>(s.out) + at + i;
+        load16(dtype, s, at + i, acc, m);
         for (int k = 1; k < size_; ++k)
-          combine16(dtype, op, slot((rank_ + k) % size_, e + i), block, m);
-        if (post != 1.0f) scale16(dtype, block, block, m, post);
-        if (root < 0) copy(slot(rank_, e + i), block, m * 2, chunk.streamed());
-        widen16(dtype, block, static_cast<float*>(s.out) + at + i, m, 1.0f);
+          combine16(dtype, op, slot((rank_ + k) % size_, e + i), acc, m);
+        if (post != 1.0f) scale16(dtype, acc, acc, m, post);
+        if (root < 0) copy(slot(rank_, e + i), acc, m * 2, chunk.streamed());
+        if (wide) store16(dtype, block, s, at + i, m, false);
       }
     });
     if (root >= 0) continue;
     sync();
     walk(out, n, root, false, [&](int r, int64_t e, const Segment& s, int64_t at, int64_t len) {
-      widen16(dtype, slot(r, e), static_cast<float*>(s.out) + at, len, 1.0f);
+      store16(dtype, slot(r, e), s, at, len, s.out != s.in && (large || chunk.streamed()));
     });
   }
 }
