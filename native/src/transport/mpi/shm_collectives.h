@@ -78,6 +78,7 @@ class ShmCollectives {
   static constexpr int64_t kMinSlotBytes = int64_t(1) << 20;
   static constexpr int64_t kMaxSlotBytes = int64_t(2) << 20;
   static constexpr int64_t kControlBytes = 4096;  // a rank's barrier count, after its slots
+  static constexpr int64_t kSlotAlign = 4096;     // of a chunk's start in its slot
   // An output apart from the input (out of place, an allgather's result) is
   // written past the caches, by streaming stores, when the collective's output
   // is larger than this or the slots are streamed (Note [Streamed slots]): a
@@ -117,9 +118,11 @@ class ShmCollectives {
   // length) for this rank's own range (own) or for everyone else's (!own).
   template <typename Piece>
   void walk(SegmentCursor& c, int64_t n, int root, bool own, Piece piece);
-  // The byte offset in every rank's slot pair of the slot the next chunk
-  // uses; the pair alternates (see the top of this file).
-  int64_t next_slot_base();
+  // The byte offset in every rank's slot pair where the next chunk, of
+  // `bytes` (the same on every rank), goes: the pair alternates (see the top
+  // of this file), and within a slot the offset moves (Note [Moving slot
+  // offsets] in shm_collectives.cc).
+  int64_t next_slot_base(int64_t bytes);
   // Rank r's pair of slots, mapped into this process: the start of its region.
   char* slots(int r) const { return window_.region(r); }
   void attach();  // allocates the segment on first use (collective)
@@ -132,6 +135,7 @@ class ShmCollectives {
   int rank_ = 0;         // window_'s
   int size_ = 1;
   int turn_ = 0;              // which slot of the pair the next chunk uses
+  int64_t offsets_[2] = {0, 0};  // where in each slot the next chunk starts
   // Every rank's count of barriers entered, each on its own page after its
   // slots; and this rank's.
   std::vector<uint64_t*> arrived_;

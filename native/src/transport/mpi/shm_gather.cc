@@ -42,8 +42,8 @@ void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<
   char* out = static_cast<char*>(recv);
   const bool large = at.back() + bytes.back() > kStreamedOutputBytes;
   for (int64_t k = 0; k * slot_bytes_ < largest; ++k) {
-    const int64_t base = next_slot_base();
     const int64_t from = k * slot_bytes_, len = piece(bytes[rank_], k, slot_bytes_);
+    const int64_t base = next_slot_base(std::min(largest - from, slot_bytes_));
     const Chunk chunk(*this, StoreChoice::kAllgather, std::min(largest - from, slot_bytes_));
     const bool stream_out = large || chunk.streamed();
     copy(slots(rank_) + base, mine + from, len, chunk.streamed());
@@ -74,7 +74,7 @@ void ShmCollectives::reducescatter(const void* send, void* recv,
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   for (int64_t k = 0; k * q < largest; ++k) {
-    const int64_t base = next_slot_base();
+    const int64_t base = next_slot_base(q * esize * size_);  // rank r's part at r * q
     auto slot = [&](int s, int r) { return slots(s) + base + r * q * esize; };
     auto input = [&](int r) { return in + (at[r] + k * q) * esize; };
     const Chunk chunk(*this, StoreChoice::kReducescatter,
