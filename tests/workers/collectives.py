@@ -370,7 +370,11 @@ def check_blocking_allreduce_outlasting_a_wait_slice():
     # The blocking allreduce submits and waits in one native call for one wait
     # slice (100 ms); a rank that arrives later leaves the others to finish
     # through a Handle: the same results, in place and into a new array.
+    # The waiting ranks sleep at the loop thread's timer slack while they help
+    # with rounds, and get their own back: a slack of their own survives.
     r, n = fuseopt.rank(), fuseopt.size()
+    own = 77000 + r
+    _timer_slack(own)
     for step in range(2):
         if r == n - 1:
             time.sleep(0.35)
@@ -380,6 +384,17 @@ def check_blocking_allreduce_outlasting_a_wait_slice():
         expect = sum(k + step for k in range(n))
         assert_close(buf, np.full(5, expect, np.float32), "late in place")
         assert_close(new, np.full(3, sum(range(n)), np.float64), "late new array")
+        assert _timer_slack() == own, (_timer_slack(), own)
+    _timer_slack(50000)
+
+
+def _timer_slack(ns=None):
+    """This thread's timer slack (prctl PR_GET_TIMERSLACK), after setting it to ns."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if ns is not None:
+        assert libc.prctl(29, ctypes.c_ulong(ns), 0, 0, 0) == 0  # PR_SET_TIMERSLACK
+    return libc.prctl(30, 0, 0, 0, 0)  # PR_GET_TIMERSLACK
 
 
 CHECKS = [check_allreduce_every_dtype_op_shape, check_blocking_allreduce_outlasting_a_wait_slice, check_allreduce_in_place_and_scaling,

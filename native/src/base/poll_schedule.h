@@ -129,27 +129,43 @@ constexpr unsigned long kLoopTimerSlackNs = 1000;
 // Linux rounds a short sleep up by the thread's timer slack, 50 us by default:
 // a framework thread that polls on the core's behalf (a helping thread's
 // rounds, an agreed reduction) takes the loop thread's slack while it does,
-// and gets its own back afterwards.
+// and gets its own back afterwards. Only once it first sleeps (sleep_ahead):
+// the three system calls took about 1 us of every small blocking allreduce
+// (2 ranks, 4 KiB, 2026-12-06), which mostly ends without sleeping.
 class LoopTimerSlack {
  public:
-  LoopTimerSlack() {
-#ifdef __linux__
-    const int old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    if (old >= 0 && static_cast<unsigned long>(old) != kLoopTimerSlackNs) {
-      saved_ = old;
-      prctl(PR_SET_TIMERSLACK, kLoopTimerSlackNs, 0, 0, 0);
-    }
-#endif
-  }
+  LoopTimerSlack() : outer_(current()) { current() = this; }
   ~LoopTimerSlack() {
 #ifdef __linux__
     if (saved_ >= 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_), 0, 0, 0);
 #endif
+    current() = outer_;
   }
   LoopTimerSlack(const LoopTimerSlack&) = delete;
   LoopTimerSlack& operator=(const LoopTimerSlack&) = delete;
 
+  // Before any sleep or timed wait of the core: this thread's borrowed slack,
+  // if it borrows one, now.
+  static void sleep_ahead() {
+    LoopTimerSlack* s = current();
+    if (s == nullptr || s->taken_) return;
+    s->taken_ = true;
+#ifdef __linux__
+    const int old = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (old >= 0 && static_cast<unsigned long>(old) != kLoopTimerSlackNs) {
+      s->saved_ = old;
+      prctl(PR_SET_TIMERSLACK, kLoopTimerSlackNs, 0, 0, 0);
+    }
+#endif
+  }
+
  private:
+  static LoopTimerSlack*& current() {
+    thread_local LoopTimerSlack* borrowing = nullptr;
+    return borrowing;
+  }
+  LoopTimerSlack* outer_;
+  bool taken_ = false;
   long saved_ = -1;
 };
 
@@ -198,6 +214,7 @@ void poll_until(Done done, const PollSchedule& schedule) {
       std::this_thread::yield();
       continue;
     }
+    LoopTimerSlack::sleep_ahead();
     if (hurry.at(now)) {
       std::this_thread::sleep_for(schedule.first_sleep);
       continue;

@@ -151,6 +151,7 @@ ControlPlane::Pause Loop::pause_round(ProcessSet& ps, RoundWait* wait,
   if (ps.id == 0 && now >= hand_over_at_) return ControlPlane::Pause::kHandOver;
   // See Note [Poll schedule]: hurried pauses, and pausing on the inbox.
   if (wait->hurry.at(now)) most = std::min(most, kRoundHurriedPause);
+  LoopTimerSlack::sleep_ahead();  // before the lock: system calls
   std::unique_lock<std::mutex> lock(inbox_.mu);
   // Published side work (a framework thread's agreed reduction, Note [Side
   // work]) ends the pause: the round's polls advance it.

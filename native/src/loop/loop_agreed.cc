@@ -210,16 +210,13 @@ bool Loop::agreed_allreduce(int32_t set, double* wire, int64_t words, double che
   std::optional<PublishedSideWork> published(&exchanges);
   bool told = false;  // the loop thread's pause cut short, once
   // Once the wait sleeps between polls (a late peer), it sleeps at the loop
-  // thread's timer slack; two system calls, so not for the usual short wait.
-  std::optional<LoopTimerSlack> slack;
-  const auto started = std::chrono::steady_clock::now();
+  // thread's timer slack.
+  LoopTimerSlack slack;
   // try_lock, never lock: after an abort the loop thread may keep the mutex
   // for good, stuck in MPI with the lost rank.
   poll_until([&] {
     throw_if_aborted();
     if (exchanges.finished()) return true;  // the loop thread did it
-    if (!slack && std::chrono::steady_clock::now() - started >= kCollectivePoll.yield)
-      slack.emplace();
     if (rounds_mu_.try_lock()) {
       std::lock_guard<std::mutex> hold(rounds_mu_, std::adopt_lock);
       if (closed_) throw Error(FUSEOPT_SHUT_DOWN, "fuseopt has shut down");
