@@ -179,7 +179,11 @@ def _bench(c, label, fn, n_warm, n_timed, before=None, **extra):
     """n_warm untimed, then n_timed timed calls of fn; every rank's samples (gathered
     outside the timing, in µs) and extra."""
     _timed(c, fn, n_warm, before)
-    samples = _timed(c, fn, n_timed, before)
+    return _recorded(c, label, _timed(c, fn, n_timed, before), **extra)
+
+
+def _recorded(c, label, samples, **extra):
+    """This rank's samples (s) logged, and every rank's gathered, in µs, with extra."""
     _log(c, "%s: median(rank0)=%.1f us %s" % (label, 1e6 * statistics.median(samples), extra))
     return dict(samples_us=[[round(s * 1e6, 1) for s in row] for row in c.gather(samples)],
                 **extra)
@@ -260,42 +264,26 @@ def _mlp_grads(c, cfg):
     wrapped = [c.wrap(a) for a in arrays]
     calls = {}
     for variant, fn in c.mlp_grads.items():
-        held = [None]
-
-        def call(fn=fn, held=held):
+        def call(fn=fn, held=[None]):
             held[0] = fn(wrapped, names)  # the previous results go once the new ones exist
-
-        def dropped(fn=fn):
-            fn(wrapped, names)  # the results go as soon as they arrive
         calls[variant] = call
-        if variant != "in_place":
-            calls[variant + "_dropped"] = dropped
+        if variant != "in_place":  # and the results go as soon as they arrive
+            calls[variant + "_dropped"] = lambda fn=fn: fn(wrapped, names)
     if not calls:
         return {}
-    step = [0]
-
-    def backward():
-        step[0] += 1
-        for a in arrays:
-            a.fill(step[0] % 7)
-
     out = {v: [] for v in calls}
     order = list(calls)
     for i in range(3 + cfg["half_reps"]):  # the first 3 warm up
         for variant in order[i % len(order):] + order[:i % len(order)]:
-            backward()
-            c.barrier()
-            t0 = time.perf_counter()
-            calls[variant]()
+            for a in arrays:  # the backward pass writes the gradients
+                a.fill(i % 7)
+            sample = _timed(c, calls[variant], 1)
             if i >= 3:
-                out[variant].append(time.perf_counter() - t0)
+                out[variant] += sample
     nbytes = sum(a.nbytes for a in arrays)
-    result = {}
-    for variant, samples in out.items():
-        _log(c, "mlp grads %s: median(rank0)=%.1f us" % (variant, 1e6 * statistics.median(samples)))
-        result[variant] = dict(samples_us=[[round(s * 1e6, 1) for s in row]
-                                           for row in c.gather(samples)], bytes=nbytes)
-    for variant, fn in c.mlp_grads.items():
+    result = {variant: _recorded(c, "mlp grads " + variant, samples, bytes=nbytes)
+              for variant, samples in out.items()}
+    for variant in c.mlp_grads:
         result[variant + "_back_to_back"] = _bench(
             c, "mlp grads %s back to back" % variant, calls[variant], 3, cfg["half_reps"],
             bytes=nbytes)

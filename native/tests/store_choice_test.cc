@@ -38,7 +38,7 @@ static void test_store_choice_trials() {
   CHECK(c.per_byte(ar, big, false) == 1e-3 / big && c.per_byte(ar, big, true) == 2e-4 / big);
   CHECK(c.streamed(bc, big) && c.streamed(bc, 8 * big));  // follow
   CHECK(c.streamed(StoreChoice::kReduce, big));
-  CHECK(!c.streamed(StoreChoice::kNarrowed, big));       // a gauge of its own
+  CHECK(!c.streamed(StoreChoice::kWire16, big));       // a gauge of its own
   CHECK(!c.streamed(StoreChoice::kAllgather, big));      // a gauge of its own
   std::vector<int64_t> trials;
   for (int i = 0; i < 4 * StoreChoice::kExploreEvery; ++i, ++measured) {

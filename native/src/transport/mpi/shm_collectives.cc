@@ -276,10 +276,10 @@ void ShmCollectives::direct(const std::vector<Segment>& segments, double postsca
   }
 }
 
-namespace {
 // A 16-bit wire's values from segment s's memory (float32, rounded here, or
 // the wire's own 16-bit dtype), prescaled: the bits of staged()'s copy-in.
-void load16(fuseopt_dtype_t dtype, const Segment& s, int64_t at, uint16_t* dst, int64_t n) {
+void ShmCollectives::load16(fuseopt_dtype_t dtype, const Segment& s, int64_t at, uint16_t* dst,
+                            int64_t n) {
   if (s.memory_dtype == FUSEOPT_FLOAT32)
     return narrow16(dtype, static_cast<const float*>(s.in) + at, dst, n,
                     static_cast<float>(s.prescale));
@@ -287,14 +287,12 @@ void load16(fuseopt_dtype_t dtype, const Segment& s, int64_t at, uint16_t* dst, 
 }
 
 // Reduced (and postscaled) 16-bit values into segment s's output memory.
-void store16(fuseopt_dtype_t dtype, const uint16_t* src, const Segment& s, int64_t at, int64_t n,
-             bool streamed) {
+void ShmCollectives::store16(fuseopt_dtype_t dtype, const uint16_t* src, const Segment& s,
+                             int64_t at, int64_t n, bool streamed) {
   if (s.memory_dtype == FUSEOPT_FLOAT32)
     return widen16(dtype, src, static_cast<float*>(s.out) + at, n, 1.0f);
-  if (streamed) return kernels::stream_copy(static_cast<uint16_t*>(s.out) + at, src, n * 2);
-  std::memcpy(static_cast<uint16_t*>(s.out) + at, src, n * 2);
+  copy(static_cast<uint16_t*>(s.out) + at, src, n * 2, streamed);
 }
-}  // namespace
 
 void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                                fuseopt_reduce_op_t op, double postscale, int root) {
@@ -318,7 +316,7 @@ void ShmCollectives::direct16(const std::vector<Segment>& segments, fuseopt_dtyp
     auto slot = [&](int r, int64_t element) {
       return reinterpret_cast<uint16_t*>(slots(r) + base) + element;
     };
-    const Chunk chunk(*this, root < 0 ? StoreChoice::kNarrowed : StoreChoice::kReduce, n * 2);
+    const Chunk chunk(*this, root < 0 ? StoreChoice::kWire16 : StoreChoice::kReduce, n * 2);
     walk(in, n, root, false, [&](int, int64_t e, const Segment& s, int64_t at, int64_t len) {
       if (!chunk.streamed()) return load16(dtype, s, at, slot(rank_, e), len);
       for (int64_t i = 0; i < len; i += kBlock) {  // rounded in L1, streamed out

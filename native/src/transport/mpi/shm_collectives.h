@@ -105,6 +105,11 @@ class ShmCollectives {
   // time for the same element count, not half).
   void direct16(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
                 fuseopt_reduce_op_t op, double postscale, int root);
+  // direct16's copies between a segment's memory and 16-bit values.
+  static void load16(fuseopt_dtype_t dtype, const Segment& s, int64_t at, uint16_t* dst,
+                     int64_t n);
+  static void store16(fuseopt_dtype_t dtype, const uint16_t* src, const Segment& s, int64_t at,
+                      int64_t n, bool streamed);
   // Every dtype and op: stage all, reduce in the slots, copy all out.
   void staged(const std::vector<Segment>& segments, fuseopt_dtype_t dtype,
               fuseopt_reduce_op_t op, double postscale, int root);

@@ -43,8 +43,9 @@ void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<
   const bool large = at.back() + bytes.back() > kStreamedOutputBytes;
   for (int64_t k = 0; k * slot_bytes_ < largest; ++k) {
     const int64_t from = k * slot_bytes_, len = piece(bytes[rank_], k, slot_bytes_);
-    const int64_t base = next_slot_base(std::min(largest - from, slot_bytes_));
-    const Chunk chunk(*this, StoreChoice::kAllgather, std::min(largest - from, slot_bytes_));
+    const int64_t chunk_bytes = std::min(largest - from, slot_bytes_);  // the largest piece
+    const int64_t base = next_slot_base(chunk_bytes);
+    const Chunk chunk(*this, StoreChoice::kAllgather, chunk_bytes);
     const bool stream_out = large || chunk.streamed();
     copy(slots(rank_) + base, mine + from, len, chunk.streamed());
     copy(out + at[rank_] + from, mine + from, len, stream_out);  // read just above
