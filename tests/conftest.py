@@ -88,6 +88,23 @@ def drive(script, *cases, timeout=240):
 
 
 @functools.lru_cache(maxsize=None)
+def checks_listed(worker, name="CHECKS"):
+    """How many checks tests/workers/<worker> lists in its list ``name``, read
+    from its source (importing it would import its frameworks here): tests
+    that count "N checks, 0 failed" take N from it, so that adding a check
+    to a worker does not break them, while a worker that stops early or
+    skips one still does."""
+    with open(os.path.join(WORKERS, worker)) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            assert isinstance(node.value, ast.List), "%s.%s is not a list literal" % (worker, name)
+            return len(node.value.elts)
+    raise AssertionError("%s has no list %s" % (worker, name))
+
+
+@functools.lru_cache(maxsize=None)
 def trained_by_fuseoptrun():
     """(rank, size, weights' sha256) of tests/workers/run_train.py's loop run
     as a 2-rank fuseoptrun job, sorted by rank (run once per session: the
