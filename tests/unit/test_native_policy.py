@@ -6,7 +6,9 @@ native/tests/dtype_test.cc, the element-wise work on the host (scaling,
 float16 and bfloat16 conversion and kernels, the two-rank shared-memory
 reduction: vector against scalar, bit for bit), and
 native/tests/store_choice_test.cc, how a rank chooses plain or streaming
-stores for its shared-memory slots."""
+stores for its shared-memory slots, and
+native/tests/output_pool_test.cc, the runtime's result blocks (huge pages,
+recycling)."""
 import os
 import subprocess
 
@@ -20,6 +22,7 @@ PROGRAMS = {
                     "base/dtype", "base/half16", "api/names"],
     "dtype_test": ["base/dtype", "base/half16", "kernels/pair_sum"],
     "store_choice_test": [],
+    "output_pool_test": ["transport/output_pool"],
 }
 
 

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <map>
+
+#include <sys/mman.h>
 #include <mutex>
 #include <unordered_map>
 
@@ -20,6 +22,17 @@ Pool& pool() {
   return *p;
 }
 
+// Note [Huge-page results]: a block of kHugePageBytes or more, on a huge-page
+// boundary and advised to transparent huge pages (advice only: where the
+// kernel cannot, the block keeps 4 KiB pages).
+void* fresh_block(int64_t bytes) {
+  if (bytes < kHugePageBytes) return std::malloc(bytes);
+  void* block = nullptr;
+  if (posix_memalign(&block, kHugePageBytes, bytes) != 0) return nullptr;
+  madvise(block, bytes & ~(kHugePageBytes - 1), MADV_HUGEPAGE);
+  return block;
+}
+
 }  // namespace
 
 void* output_alloc(int64_t bytes) {
@@ -36,7 +49,7 @@ void* output_alloc(int64_t bytes) {
       return block;
     }
   }
-  void* block = std::malloc(bytes);
+  void* block = fresh_block(bytes);
   if (block) {
     std::lock_guard<std::mutex> lock(p.mu);
     p.lent[block] = bytes;
