@@ -39,6 +39,10 @@ def _dtype_name(array):
     dtype = array.dtype
     name = _dtype_names.get(dtype)
     if name is None:
+        if not dtype.isnative:  # '>f4' is named float32 too: its bytes would be misread
+            raise InvalidArgumentError(
+                "array of dtype %s is not in this machine's byte order; in-place operations "
+                "need it converted first: a.astype(a.dtype.newbyteorder('='))" % dtype.str)
         name = _dtype_names[dtype] = dtype.name  # ml_dtypes.bfloat16 is "bfloat16" too
     return name
 
@@ -49,8 +53,11 @@ def _ptr(array):
 
 
 def _contiguous(array):
-    # Not np.ascontiguousarray: it turns 0-d arrays into 1-d ones.
+    # Not np.ascontiguousarray: it turns 0-d arrays into 1-d ones. An array of
+    # the other byte order is converted: the core reads native values.
     array = np.asarray(array)
+    if not array.dtype.isnative:
+        return array.astype(array.dtype.newbyteorder("="), order="C")
     return array if array.flags.c_contiguous else array.copy(order="C")
 
 
@@ -122,6 +129,11 @@ def allreduce_async_(array: np.ndarray, name: Optional[str] = None, op: Optional
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set: Optional[ProcessSet] = None) -> Handle:
     """In-place allreduce: ``array`` holds the result when the handle completes."""
+    if type(array) is np.ndarray:
+        handle = _rq.allreduce_in_place(array, name, op, prescale_factor, postscale_factor,
+                                        _ps.id_of(process_set))
+        if handle is not None:
+            return handle
     return _allreduce(array, name, op, prescale_factor, postscale_factor, True, process_set)
 
 
@@ -337,6 +349,11 @@ def allreduce_(array: np.ndarray, name: Optional[str] = None, op: Optional[int] 
                prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: Optional[ProcessSet] = None) -> Any:
     """Blocking form of :func:`allreduce_async_`."""
+    if type(array) is np.ndarray:
+        done = _rq.allreduce_in_place_now(array, name, op, prescale_factor, postscale_factor,
+                                          _ps.id_of(process_set))
+        if done is not None:
+            return done
     return _allreduce_now(array, name, op, prescale_factor, postscale_factor, True, process_set)
 
 

@@ -241,6 +241,77 @@ def run_host_now(collective, name, dtype, shape, input_ptr, output_ptr, *, reduc
     deliver_failure(status, keepalive)
 
 
+# Ready requests of in-place numpy allreduces by signature (_on_ready_in_place).
+_ready_in_place = {}
+_OK, _TIMEOUT = lib.FUSEOPT_OK, lib.FUSEOPT_TIMEOUT
+
+
+def _on_ready_in_place(array, name, op, prescale, postscale, process_set, call):
+    """call(context, request, handle id pointer) on the ready request of an
+    in-place allreduce of a numpy array, its buffers set; returns (context,
+    status, handle id). The per-tensor path's enqueue and the blocking call
+    without the layers of enqueue/_on_ready_request (they cost as much as the
+    native call): the request is found by the array's own dtype and shape.
+    None, having done nothing, for an array that the general path must check
+    (read-only, not C-contiguous, empty, not in native byte order): its errors
+    say why."""
+    try:
+        ptr = ffi.from_buffer(array, require_writable=True)
+    except ValueError:
+        return None
+    if not len(ptr) or not array.dtype.isnative:
+        return None
+    ctx = _context()
+    key = (name, array.dtype, array.shape, op, prescale, postscale, process_set)
+    ready = _ready_in_place.pop(key, None)
+    if ready is None:
+        template = _template(ALLREDUCE, name, array.dtype.name, array.shape, op, 0, prescale,
+                             postscale)
+        req = ffi.new("fuseopt_request_t*", template[0][0])
+        req.process_set = process_set
+        ready = (req, template, ffi.new("int64_t*"))
+    req, _, handle = ready
+    req.input = req.output = ptr
+    try:
+        return ctx, call(ctx, req, handle), handle[0]
+    finally:
+        _give_back(_ready_in_place, key, ready)
+
+
+def _enqueue_one(ctx, req, handle):
+    return _native_enqueue(ctx, req, 1, handle)
+
+
+def _enqueue_and_wait_one(ctx, req, handle):
+    return lib.fuseopt_enqueue_and_wait(ctx, req, WAIT_SLICE_MS, handle)
+
+
+def allreduce_in_place(array, name, op, prescale, postscale, process_set):
+    """enqueue() of an in-place allreduce of a numpy array: its Handle, whose
+    wait returns the array; None as _on_ready_in_place."""
+    got = _on_ready_in_place(array, name, op, prescale, postscale, process_set, _enqueue_one)
+    if got is None:
+        return None
+    ctx, status, handle_id = got
+    check_delivered(status)
+    return Handle(ctx, handle_id, (array,), lambda _: array, None)
+
+
+def allreduce_in_place_now(array, name, op, prescale, postscale, process_set):
+    """The blocking in-place allreduce of a numpy array (run_host_now's work);
+    returns the array, or None as _on_ready_in_place."""
+    got = _on_ready_in_place(array, name, op, prescale, postscale, process_set,
+                             _enqueue_and_wait_one)
+    if got is None:
+        return None
+    ctx, status, handle_id = got
+    if status == _OK:
+        return array
+    if status == _TIMEOUT:
+        return Handle(ctx, handle_id, (array,), lambda _: array, None).wait()
+    deliver_failure(status, (array,))
+
+
 class Batch:
     """Operations submitted in one native call, all or none: they reach the
     loop thread together, so they are negotiated in one round and fused.

@@ -104,6 +104,19 @@ def check_local_argument_errors():
     # Non-contiguous input is fine out of place.
     out = fuseopt.allreduce(view, name="view.ok", op=fuseopt.Sum)
     assert_close(out, np.full(4, n, np.float32), "non-contiguous input")
+    # The other byte order: '>f4' is named float32 too, and its bytes read as
+    # native floats would be other numbers (1.5 reads as 4.6e-41). In place it
+    # is refused, on either call path; out of place it is converted.
+    swapped = np.array([1.5, -2.25, 3.0], dtype=np.dtype(np.float32).newbyteorder())
+    for call in (fuseopt.allreduce_, lambda a, name: fuseopt.allreduce_async_(a, name=name).wait()):
+        harness.expect_error(fuseopt.InvalidArgumentError, lambda: call(swapped, name="bad.order"),
+                             "byte order")
+    out = fuseopt.allreduce(swapped, name="order.ok", op=fuseopt.Sum)
+    assert out.dtype.isnative, out.dtype
+    assert_close(out, np.array([1.5, -2.25, 3.0], np.float32) * n, "other byte order")
+    gathered = fuseopt.allgather(swapped, name="order.gathered")
+    assert_close(gathered, np.tile(np.array([1.5, -2.25, 3.0], np.float32), n),
+                 "other byte order, gathered")
 
 
 def check_name_reuse_wait_timeout_and_poll():
