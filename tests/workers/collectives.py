@@ -297,6 +297,30 @@ def check_alltoall():
     assert_close(out, expected, "a2a.even")
 
 
+def check_alltoall_across_thresholds_and_chunks():
+    # Alltoall takes the shared-memory slots once the ranks have agreed that
+    # the exchange holds FUSEOPT_SHM_MIN_BYTES or more in all (each knows only
+    # its own counts): blocks between two ranks from none or a few bytes to
+    # more than two slots (1-2 MiB, shared among the other ranks), odd byte
+    # counts (3-byte rows), a rank that sends nothing, and a small exchange
+    # that stays on MPI's path after the agreement.
+    r, n = fuseopt.rank(), fuseopt.size()
+    cases = ((np.float32, (1,), lambda s, d: (0, 1, 65536, 600001)[(s + 2 * d) % 4]),
+             (np.int8, (3,), lambda s, d: 3 * ((s * 7 + d * 5) % 11) + 700001 * (s == d)),
+             (np.float16, (), lambda s, d: 0 if s == n - 1 else 900001 + s + d),
+             (np.int32, (2,), lambda s, d: s + d))
+    for k, (dtype, row, rows) in enumerate(cases):
+        name = "a2a.chunks.%d" % k
+        data = [values(name, s, (sum(rows(s, d) for d in range(n)),) + row, dtype)
+                for s in range(n)]
+        out, recv = fuseopt.alltoall(data[r], splits=[rows(r, d) for d in range(n)], name=name)
+        starts = [sum(rows(s, d) for d in range(r)) for s in range(n)]
+        expected = np.concatenate([data[s][starts[s]:starts[s] + rows(s, r)] for s in range(n)])
+        assert out.shape == expected.shape, (name, out.shape, expected.shape)
+        assert_close(out, expected, name)
+        assert recv.tolist() == [rows(s, r) for s in range(n)], (name, recv)
+
+
 def check_reducescatter():
     r, n = fuseopt.rank(), fuseopt.size()
     for op_name in ("sum", "average", "min", "max"):
@@ -402,7 +426,8 @@ CHECKS = [check_allreduce_every_dtype_op_shape, check_blocking_allreduce_outlast
           check_float32_travelling_as_16_bits, check_16bit_tensors_round_once_per_step,
           check_fused_many_and_large, check_bucket_spanning_several_shared_memory_chunks,
           check_repeated_steps_hit_cache, check_allgather,
-          check_broadcast_every_root, check_alltoall, check_reducescatter,
+          check_broadcast_every_root, check_alltoall, check_alltoall_across_thresholds_and_chunks,
+          check_reducescatter,
           check_gather_collectives_across_thresholds_and_chunks,
           check_reducescatter_results_kept_or_recycled,
           check_barrier_and_objects]

@@ -134,8 +134,9 @@ typedef struct {
   int64_t stall_shutdown_s;       /* fail stalled tensors after this; 0 off       */
   int32_t log_level;              /* a fuseopt_log_level_t                         */
   int32_t emulated_local_size;    /* test knob: pretend nodes have this many ranks */
-  int64_t shm_min_bytes;          /* allreduces this large use the shared-memory
-                                     path when all ranks share a host; -1 off   */
+  int64_t shm_min_bytes;          /* collectives this large in all use the
+                                     shared-memory path when all ranks share a
+                                     host; -1 off                              */
   double peer_timeout_s;          /* a collective or negotiation round that has
                                      not finished after this long means a peer
                                      died or froze: fail everything; 0 off      */

@@ -65,7 +65,7 @@ MpiBackend::MpiBackend(const MpiWorld& world, int64_t shm_min_bytes, bool hierar
     static const char* const kStores[] = {
         "plain or streaming stores, whichever is faster", "plain stores", "streaming stores"};
     const char* stores = kStores[shm_stores];
-    const char* ops = "(allreduce, reduce, broadcast, allgather, reducescatter)";
+    const char* ops = "(allreduce, reduce, broadcast, allgather, reducescatter, alltoall)";
     if (shm_ && shm_min_bytes_ == 0)
       FUSEOPT_LOG(kInfo, "collectives of every size " << ops << " use the shared-memory path ("
                                                       << stores << ")");
@@ -187,6 +187,11 @@ void MpiBackend::allgatherv(const void* send, int64_t send_bytes, void* recv,
 
 void MpiBackend::alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                            const std::vector<int64_t>& recv_bytes) {
+  // Each rank knows only its own counts: the shared-memory path agrees on the
+  // exchange's size before it decides (MPICH's own, polled, took 2.2-4.5x the
+  // time of its blocking MPI_Alltoall at 256 KiB-256 MiB here).
+  const int64_t min_bytes = std::max<int64_t>(1, shm_min_bytes_);
+  if (shm_ && shm_->alltoallv(send, send_bytes, recv, recv_bytes, min_bytes)) return;
   std::vector<int> scounts = to_int_vector(send_bytes, "alltoall");
   std::vector<int> rcounts = to_int_vector(recv_bytes, "alltoall");
   std::vector<int> sdispls = displacements(scounts), rdispls = displacements(rcounts);

@@ -61,6 +61,13 @@ class ShmCollectives {
   // every rank's send, counts[r] = cr (send apart from recv).
   void reducescatter(const void* send, void* recv, const std::vector<int64_t>& counts,
                      fuseopt_dtype_t dtype, fuseopt_reduce_op_t op);
+  // Rank r's send_bytes[d] bytes for rank d (one after another in send) land
+  // in d's recv at recv_bytes[0] + ... + recv_bytes[r-1] (recv_bytes[r] is
+  // send_bytes[d] of rank r). Collective, but each rank knows only its own
+  // counts: the ranks first agree on the exchange's size, and return false
+  // (having moved nothing) when all of it is smaller than min_bytes.
+  bool alltoallv(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                 const std::vector<int64_t>& recv_bytes, int64_t min_bytes);
 
  private:
   // Bytes per slot: buffers larger than this go through in chunks, each costing
@@ -130,6 +137,12 @@ class ShmCollectives {
   int64_t next_slot_base(int64_t bytes);
   // Rank r's pair of slots, mapped into this process: the start of its region.
   char* slots(int r) const { return window_.region(r); }
+  // Words rank r publishes on its control page, after its barrier count (a
+  // cache line on): alltoallv's agreement, in two sets used by turns (a rank
+  // rewrites a set only after the barrier that ends everyone's reads of it).
+  int64_t* control_words(int r, int set) const {
+    return reinterpret_cast<int64_t*>(slots(r) + 2 * slot_bytes_ + 64 * (1 + set));
+  }
   void attach();  // allocates the segment on first use (collective)
   void sync();    // Note [Shared-memory barrier]
   class Chunk;    // times a chunk's own work for stores_ (below)
@@ -145,6 +158,7 @@ class ShmCollectives {
   // slots; and this rank's.
   std::vector<uint64_t*> arrived_;
   uint64_t barriers_ = 0;
+  uint64_t alltoalls_ = 0;  // run so far: which set of control words is next
   double waited_s_ = 0;  // in barriers so far: not a chunk's own work
   StoreChoice stores_;   // Note [Streamed slots]
 };

@@ -1,5 +1,6 @@
-// Allgather and reduce-scatter through the slots of shm_collectives.h: the
-// collectives that carry a sharded optimizer's gradients and parameters.
+// Allgather, reduce-scatter and alltoall through the slots of
+// shm_collectives.h: the collectives that carry a sharded optimizer's
+// gradients and parameters, and a mixture of experts' tokens.
 // Through MPICH (MPI_Iallgatherv, MPI_Ireduce_scatter) they ran at 0.71-0.84x
 // and 0.62-0.99x the speed of MPICH's own blocking calls at 1-64 MiB per rank
 // (2026-11-29; docs/design.md, "Shared-memory allreduce", has what the slots
@@ -54,6 +55,53 @@ void ShmCollectives::allgatherv(const void* send, void* recv, const std::vector<
       if (r != rank_)
         copy(out + at[r] + from, slots(r) + base, piece(bytes[r], k, slot_bytes_), stream_out);
   }
+}
+
+bool ShmCollectives::alltoallv(const void* send, const std::vector<int64_t>& send_bytes,
+                               void* recv, const std::vector<int64_t>& recv_bytes,
+                               int64_t min_bytes) {
+  if (!window_.allocated()) attach();
+  // Agreement: every rank publishes what it sends to the others in all and
+  // its largest block; one barrier, and every rank reads the same figures.
+  int64_t* mine = control_words(rank_, alltoalls_++ % 2);
+  mine[0] = mine[1] = 0;
+  for (int d = 0; d < size_; ++d)
+    if (d != rank_) {
+      mine[0] += send_bytes[d];
+      mine[1] = std::max(mine[1], send_bytes[d]);
+    }
+  sync();
+  int64_t exchanged = send_bytes[rank_], largest = 0;  // own blocks count too, as in MPI's
+  for (int r = 0; r < size_; ++r) {
+    const int64_t* theirs = control_words(r, (alltoalls_ - 1) % 2);
+    exchanged += theirs[0];
+    largest = std::max(largest, theirs[1]);
+  }
+  if (exchanged < min_bytes) return false;
+  // Chunk k carries bytes [k q, (k + 1) q) of every block between two ranks:
+  // rank s's block for rank d at place (d - s - 1) mod size in s's slot (its
+  // own block goes straight from send to recv, not through the slot).
+  const std::vector<int64_t> from = offsets_of(send_bytes), to = offsets_of(recv_bytes);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  std::memcpy(out + to[rank_], in + from[rank_], send_bytes[rank_]);
+  const int64_t q = slot_bytes_ / (size_ - 1) / kSlotAlign * kSlotAlign;
+  auto place = [&](int s, int d) { return ((d - s - 1 + size_) % size_) * q; };
+  const bool large = to.back() + recv_bytes.back() > kStreamedOutputBytes;
+  for (int64_t k = 0; k * q < largest; ++k) {
+    const int64_t base = next_slot_base(q * (size_ - 1));
+    const Chunk chunk(*this, StoreChoice::kAlltoall, std::min(largest - k * q, q) * (size_ - 1));
+    for (int d = 0; d < size_; ++d)
+      if (d != rank_)
+        copy(slots(rank_) + base + place(rank_, d), in + from[d] + k * q,
+             piece(send_bytes[d], k, q), chunk.streamed());
+    sync();
+    for (int s = 0; s < size_; ++s)
+      if (s != rank_)
+        copy(out + to[s] + k * q, slots(s) + base + place(s, rank_), piece(recv_bytes[s], k, q),
+             large || chunk.streamed());
+  }
+  return true;
 }
 
 void ShmCollectives::reducescatter(const void* send, void* recv,

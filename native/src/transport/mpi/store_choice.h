@@ -29,9 +29,10 @@ namespace fuseopt {
 // Neither kind wins both ways and the placement changes under a running job, so
 // each rank chooses per chunk. Allreduce (with a 16-bit wire apart: float32
 // tensors travelling as 16-bit floats and 16-bit tensors, whose conversions
-// cost more per byte), allgather and reducescatter are gauges: in them every rank writes and reads the same bytes,
-// so a rank's own work (its copies and reductions, not its barrier waits) shows
-// what either kind costs the whole job. Each rank times its own work in each
+// cost more per byte), allgather, reducescatter and alltoall are gauges: in
+// them every rank writes and reads about the same bytes, so a rank's own work
+// (its copies and reductions, not its barrier waits) shows what either kind
+// costs the whole job. Each rank times its own work in each
 // chunk of a gauge of at least kMinMeasuredBytes, per collective and per power
 // of two of the chunk's size (near, the two kinds tie at 256 KiB and plain
 // stores win by 2.4x at 1 MiB). A kind's figure is the median of its last
@@ -57,7 +58,7 @@ class StoreChoice {
   // FUSEOPT_SHM_STORES.
   enum Mode { kAuto = 0, kCached = 1, kStreamed = 2 };
   // The gauges first; the broadcast and the reduction to one root follow.
-  enum Kind { kAllreduce, kWire16, kAllgather, kReducescatter, kBroadcast, kReduce };
+  enum Kind { kAllreduce, kWire16, kAllgather, kReducescatter, kAlltoall, kBroadcast, kReduce };
   static constexpr int kGauges = kBroadcast;
   static constexpr int64_t kMinMeasuredBytes = int64_t(64) << 10;
   static constexpr int kWindow = 3;
