@@ -8,8 +8,11 @@ from conftest import checks_listed
 # One launch per rank count runs every check under each configuration in turn
 # (tests/workers/collectives.py): the default fusion threshold; 1 KiB, where
 # most tensors of check_fused_many_and_large exceed it and the rest are split
-# across many buckets; and fusion off.
-@pytest.mark.parametrize("nranks,configs", [(1, ["default"]), (2, ["default", 1024, 0]),
+# across many buckets; fusion off; and (2 ranks) the shared-memory path from
+# 300 kB, below which collectives go through MPI (alltoall decides by an
+# agreement of what the ranks send).
+@pytest.mark.parametrize("nranks,configs", [(1, ["default"]),
+                                            (2, ["default", 1024, 0, "shm_min=300000"]),
                                             (4, ["default", 1024])])
 def test_collectives_default_tiny_and_no_fusion_threshold(run_ranks, nranks, configs):
     out = run_ranks(nranks, "collectives.py", *configs, timeout=360).output

@@ -139,8 +139,9 @@ KNOBS = (
          "(logging.basicConfig(level=...) included).",
          low=0, high=len(_log.LEVEL_NAMES) - 1),
     Knob("shm_min_bytes", "FUSEOPT_SHM_MIN_BYTES", "shm_min_bytes", _parse_int, int, _same,
-         "Allreduces, reduces, broadcasts, allgathers and reducescatters of at least "
-         "this many bytes go through fuseopt's shared-memory path when every rank runs "
+         "Allreduces, reduces, broadcasts, allgathers, reducescatters and alltoalls of "
+         "at least this many bytes in all (an alltoall: what all ranks send, agreed "
+         "first) go through fuseopt's shared-memory path when every rank runs "
          "on one host (each rank reduces a slice of all ranks' data in place; against "
          "MPICH and the memory roofline: benchmarks/results/collectives.md); 0 (the "
          "default): every size; -1 always uses MPI.", agreed=True,

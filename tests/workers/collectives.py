@@ -302,13 +302,17 @@ def check_alltoall_across_thresholds_and_chunks():
     # the exchange holds FUSEOPT_SHM_MIN_BYTES or more in all (each knows only
     # its own counts): blocks between two ranks from none or a few bytes to
     # more than two slots (1-2 MiB, shared among the other ranks), odd byte
-    # counts (3-byte rows), a rank that sends nothing, and a small exchange
-    # that stays on MPI's path after the agreement.
+    # counts (3-byte rows), a rank that sends nothing, an exchange whose size
+    # only rank 0 knows to be large (its block for itself: the agreement must
+    # count it on every rank, under the "shm_min=" configuration too), a small
+    # one and an empty one (MPI's path, after the agreement).
     r, n = fuseopt.rank(), fuseopt.size()
     cases = ((np.float32, (1,), lambda s, d: (0, 1, 65536, 600001)[(s + 2 * d) % 4]),
              (np.int8, (3,), lambda s, d: 3 * ((s * 7 + d * 5) % 11) + 700001 * (s == d)),
              (np.float16, (), lambda s, d: 0 if s == n - 1 else 900001 + s + d),
-             (np.int32, (2,), lambda s, d: s + d))
+             (np.float32, (), lambda s, d: 200000 if s == d == 0 else 1),
+             (np.int32, (2,), lambda s, d: s + d),
+             (np.float32, (), lambda s, d: 0))
     for k, (dtype, row, rows) in enumerate(cases):
         name = "a2a.chunks.%d" % k
         data = [values(name, s, (sum(rows(s, d) for d in range(n)),) + row, dtype)
@@ -435,14 +439,17 @@ CHECKS = [check_allreduce_every_dtype_op_shape, check_blocking_allreduce_outlast
 
 def configuration(arg):
     """One configuration from the command line: "default", a fusion threshold
-    in bytes, "no-shm" (the shared-memory path off), or "stores=KIND" (how the
-    shared-memory slots are written: cached or streamed)."""
+    in bytes, "no-shm" (the shared-memory path off), "stores=KIND" (how the
+    shared-memory slots are written: cached or streamed), or "shm_min=BYTES"
+    (the shared-memory path from that size)."""
     if arg == "default":
         return {}
     if arg == "no-shm":
         return {"shm_min_bytes": -1}
     if arg.startswith("stores="):
         return {"shm_stores": arg.split("=", 1)[1]}
+    if arg.startswith("shm_min="):
+        return {"shm_min_bytes": int(arg.split("=", 1)[1])}
     return {"fusion_threshold": int(arg)}
 
 

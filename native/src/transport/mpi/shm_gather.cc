@@ -61,17 +61,16 @@ bool ShmCollectives::alltoallv(const void* send, const std::vector<int64_t>& sen
                                void* recv, const std::vector<int64_t>& recv_bytes,
                                int64_t min_bytes) {
   if (!window_.allocated()) attach();
-  // Agreement: every rank publishes what it sends to the others in all and
-  // its largest block; one barrier, and every rank reads the same figures.
+  // Agreement: every rank publishes what it sends in all and its largest
+  // block for another rank; one barrier, and every rank reads the same figures.
   int64_t* mine = control_words(rank_, alltoalls_++ % 2);
   mine[0] = mine[1] = 0;
-  for (int d = 0; d < size_; ++d)
-    if (d != rank_) {
-      mine[0] += send_bytes[d];
-      mine[1] = std::max(mine[1], send_bytes[d]);
-    }
+  for (int d = 0; d < size_; ++d) {
+    mine[0] += send_bytes[d];
+    if (d != rank_) mine[1] = std::max(mine[1], send_bytes[d]);
+  }
   sync();
-  int64_t exchanged = send_bytes[rank_], largest = 0;  // own blocks count too, as in MPI's
+  int64_t exchanged = 0, largest = 0;
   for (int r = 0; r < size_; ++r) {
     const int64_t* theirs = control_words(r, (alltoalls_ - 1) % 2);
     exchanged += theirs[0];
