@@ -1,9 +1,9 @@
 #include "transport/output_pool.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <map>
-
-#include <sys/mman.h>
 #include <mutex>
 #include <unordered_map>
 
