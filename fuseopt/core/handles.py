@@ -167,19 +167,15 @@ class _Pending:
         timeout signal) would do nothing while a collective hangs. Between
         slices the thread is back in Python, where handlers run. A wait that
         ends within a slice costs exactly what one native wait does."""
-        if timeout is None:  # the per-tensor path: no clock reads
-            status, raw = self._wait_once(WAIT_SLICE_MS)
-            while status == _TIMEOUT:
-                status, raw = self._wait_once(WAIT_SLICE_MS)
-            if status != _OK:
-                check_delivered(status)
-            return raw
-        deadline = time.monotonic() + max(0.0, timeout)
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
-            left_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
+            left_ms = WAIT_SLICE_MS if deadline is None else \
+                int(max(0.0, deadline - time.monotonic()) * 1000)
             status, raw = self._wait_once(min(WAIT_SLICE_MS, left_ms))
+            if status == _OK:
+                return raw
             if status == _TIMEOUT:
-                if left_ms > WAIT_SLICE_MS:
+                if deadline is None or left_ms > WAIT_SLICE_MS:
                     continue
                 raise TimeoutError("operation not complete after %g s; wait again for it"
                                    % timeout)

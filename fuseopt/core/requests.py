@@ -30,6 +30,7 @@ WIRE_FLOAT16 = lib.FUSEOPT_WIRE_FLOAT16
 WIRE_BFLOAT16 = lib.FUSEOPT_WIRE_BFLOAT16
 
 _NULL = ffi.NULL
+_OK, _TIMEOUT = lib.FUSEOPT_OK, lib.FUSEOPT_TIMEOUT
 
 class _Submitting(threading.local):
     """Whether this thread's submissions are about to be waited on (run_now).
@@ -191,6 +192,17 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
 _ready_requests = {}
 
 
+def _new_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
+               process_set):
+    """A ready request of this signature: (request, its template, handle id
+    pointer). The template owns the name and shape arrays; the handle's id
+    comes back in the third, allocated once per signature, not per call."""
+    template = _template(collective, name, dtype, shape, reduce_op, root, prescale, postscale)
+    req = ffi.new("fuseopt_request_t*", template[0][0])
+    req.process_set = process_set
+    return req, template, ffi.new("int64_t*")
+
+
 def _on_ready_request(call, collective, name, dtype, shape, input_ptr, output_ptr, reduce_op,
                       root, prescale, postscale, process_set):
     """call(request, handle id pointer) on the ready request of this signature
@@ -200,13 +212,8 @@ def _on_ready_request(call, collective, name, dtype, shape, input_ptr, output_pt
     key = (collective, name, dtype, shape, reduce_op, root, prescale, postscale, process_set)
     ready = _ready_requests.pop(key, None)
     if ready is None:
-        template = _template(collective, name, dtype, shape, reduce_op, root, prescale,
-                             postscale)
-        req = ffi.new("fuseopt_request_t*", template[0][0])
-        req.process_set = process_set
-        # The template owns the name and shape arrays; the handle's id comes
-        # back in the third, allocated once per signature, not per call.
-        ready = (req, template, ffi.new("int64_t*"))
+        ready = _new_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
+                           process_set)
     req, _, handle = ready
     req.input = input_ptr
     req.output = output_ptr
@@ -234,16 +241,21 @@ def run_host_now(collective, name, dtype, shape, input_ptr, output_ptr, *, reduc
     status, handle_id = _on_ready_request(
         lambda req, h: lib.fuseopt_enqueue_and_wait(ctx, req, WAIT_SLICE_MS, h), collective, name,
         dtype, shape, input_ptr, output_ptr, reduce_op, root, prescale, postscale, process_set)
-    if status == lib.FUSEOPT_OK:
+    return _result_now(ctx, status, handle_id, keepalive, result)
+
+
+def _result_now(ctx, status, handle_id, keepalive, result):
+    """What a submit-and-wait call (fuseopt_enqueue_and_wait) returns: result,
+    once the wait has outlasted its first slice too, or the failure raised."""
+    if status == _OK:
         return result
-    if status == lib.FUSEOPT_TIMEOUT:
+    if status == _TIMEOUT:
         return Handle(ctx, handle_id, keepalive, lambda _: result, None).wait()
     deliver_failure(status, keepalive)
 
 
 # Ready requests of in-place numpy allreduces by signature (_on_ready_in_place).
 _ready_in_place = {}
-_OK, _TIMEOUT = lib.FUSEOPT_OK, lib.FUSEOPT_TIMEOUT
 
 
 def _on_ready_in_place(array, name, op, prescale, postscale, process_set, call):
@@ -265,11 +277,8 @@ def _on_ready_in_place(array, name, op, prescale, postscale, process_set, call):
     key = (name, array.dtype, array.shape, op, prescale, postscale, process_set)
     ready = _ready_in_place.pop(key, None)
     if ready is None:
-        template = _template(ALLREDUCE, name, array.dtype.name, array.shape, op, 0, prescale,
-                             postscale)
-        req = ffi.new("fuseopt_request_t*", template[0][0])
-        req.process_set = process_set
-        ready = (req, template, ffi.new("int64_t*"))
+        ready = _new_ready(ALLREDUCE, name, array.dtype.name, array.shape, op, 0, prescale,
+                           postscale, process_set)
     req, _, handle = ready
     req.input = req.output = ptr
     try:
@@ -306,11 +315,7 @@ def allreduce_in_place_now(array, name, op, prescale, postscale, process_set):
     if got is None:
         return None
     ctx, status, handle_id = got
-    if status == _OK:
-        return array
-    if status == _TIMEOUT:
-        return Handle(ctx, handle_id, (array,), lambda _: array, None).wait()
-    deliver_failure(status, (array,))
+    return _result_now(ctx, status, handle_id, (array,), array)
 
 
 class Batch:

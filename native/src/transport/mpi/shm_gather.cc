@@ -63,7 +63,8 @@ bool ShmCollectives::alltoallv(const void* send, const std::vector<int64_t>& sen
   if (!window_.allocated()) attach();
   // Agreement: every rank publishes what it sends in all and its largest
   // block for another rank; one barrier, and every rank reads the same figures.
-  int64_t* mine = control_words(rank_, alltoalls_++ % 2);
+  const int set = static_cast<int>(alltoalls_++ % 2);
+  int64_t* mine = control_words(rank_, set);
   mine[0] = mine[1] = 0;
   for (int d = 0; d < size_; ++d) {
     mine[0] += send_bytes[d];
@@ -72,7 +73,7 @@ bool ShmCollectives::alltoallv(const void* send, const std::vector<int64_t>& sen
   sync();
   int64_t exchanged = 0, largest = 0;
   for (int r = 0; r < size_; ++r) {
-    const int64_t* theirs = control_words(r, (alltoalls_ - 1) % 2);
+    const int64_t* theirs = control_words(r, set);
     exchanged += theirs[0];
     largest = std::max(largest, theirs[1]);
   }
