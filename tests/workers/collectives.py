@@ -1,6 +1,7 @@
 """Every collective x dtype x op against exact expectations.
 
 Usage: collectives.py FUSION_THRESHOLD_BYTES"""
+import functools
 import sys
 import time
 
@@ -18,8 +19,20 @@ OPS = {"sum": fuseopt.Sum, "average": fuseopt.Average, "min": fuseopt.Min,
 SHAPES = [(), (0,), (7,), (3, 5), (2, 0, 3)]
 
 
-def everyone(name, shape, dtype, op="sum"):
-    return [values(name, r, shape, dtype, op) for r in range(fuseopt.size())]
+def reduced(name, shape, dtype, op="sum", values_op=None):
+    """What every rank's values of name (drawn for values_op, op by default)
+    reduce to by op. Computed once per process: the configurations that run one
+    after the other in one launch share it (the reference, not the core, took
+    most of a check's time)."""
+    return _reduced(name, tuple(shape), np.dtype(dtype), op, values_op or op, fuseopt.size())
+
+
+@functools.cache
+def _reduced(name, shape, dtype, op, values_op, nranks):
+    out = np.asarray(reduce_expected([values(name, r, shape, dtype, values_op)
+                                      for r in range(nranks)], op))
+    out.flags.writeable = False
+    return out
 
 
 def check_allreduce_every_dtype_op_shape():
@@ -30,7 +43,7 @@ def check_allreduce_every_dtype_op_shape():
                 name = "ar.%s.%s.%s" % (np.dtype(dtype).name, op_name, shape)
                 mine = values(name, fuseopt.rank(), shape, dtype, op_name)
                 handles.append((name, fuseopt.allreduce_async(mine, name=name, op=op),
-                                reduce_expected(everyone(name, shape, dtype, op_name), op_name)))
+                                reduced(name, shape, dtype, op_name)))
     for name, h, expected in handles:
         assert_close(h.wait(), expected, name)
 
@@ -38,12 +51,12 @@ def check_allreduce_every_dtype_op_shape():
 def check_allreduce_in_place_and_scaling():
     x = values("inplace", fuseopt.rank(), (100,), np.float32)
     fuseopt.allreduce_(x, name="inplace", op=fuseopt.Sum)
-    assert_close(x, reduce_expected(everyone("inplace", (100,), np.float32), "sum"), "inplace")
+    assert_close(x, reduced("inplace", (100,), np.float32), "inplace")
     for dtype in (np.float32, np.float64, np.float16):
         y = values("scaled", fuseopt.rank(), (33,), dtype)
         out = fuseopt.allreduce(y, name="scaled.%s" % np.dtype(dtype).name, op=fuseopt.Sum,
                                 prescale_factor=0.5, postscale_factor=4.0)
-        expected = (reduce_expected(everyone("scaled", (33,), dtype), "sum").astype(np.float64)
+        expected = (reduced("scaled", (33,), dtype).astype(np.float64)
                     * 2.0).astype(dtype)
         assert_close(out, expected, "scaled %s" % dtype)
 
@@ -89,7 +102,7 @@ def check_fused_many_and_large():
         handles.append((name, fuseopt.allreduce_async(
             values(name, fuseopt.rank(), (n,), np.float32), name=name, op=fuseopt.Sum), n))
     for name, h, n in handles:
-        assert_close(h.wait(), reduce_expected(everyone(name, (n,), np.float32), "sum"), name)
+        assert_close(h.wait(), reduced(name, (n,), np.float32), name)
 
 
 def check_bucket_spanning_several_shared_memory_chunks():
@@ -103,7 +116,7 @@ def check_bucket_spanning_several_shared_memory_chunks():
         outs = fuseopt.grouped_allreduce_async(mine, names=names, op=fuseopt.Sum,
                                                prescale_factor=0.5, postscale_factor=4.0).wait()
         for name, k, out in zip(names, sizes, outs):
-            expected = reduce_expected(everyone(name, (k,), np.float32), "sum") * 2
+            expected = reduced(name, (k,), np.float32) * 2
             assert_close(out, expected, "%s step %d" % (name, step))
     # The staged variant (other dtypes and ops) and 16-bit tensors over more
     # than one chunk, too.
@@ -112,7 +125,7 @@ def check_bucket_spanning_several_shared_memory_chunks():
         name = "span.%s.%s" % (np.dtype(dtype).name, op_name)
         out = fuseopt.allreduce(values(name, fuseopt.rank(), (n,), dtype, op_name), name=name,
                                 op=OPS[op_name])
-        assert_close(out, reduce_expected(everyone(name, (n,), dtype, op_name), op_name), name)
+        assert_close(out, reduced(name, (n,), dtype, op_name), name)
 
 
 def _allreduce_on_wire(x, name, op, wire, **kwargs):
@@ -122,6 +135,18 @@ def _allreduce_on_wire(x, name, op, wire, **kwargs):
         fuseopt.core.requests.ALLREDUCE, name, "float32", x.shape, ffi.from_buffer(x),
         ffi.from_buffer(out), reduce_op=op, wire=wire, keepalive=(x, out),
         finish=lambda _: out, **kwargs)
+
+
+@functools.cache
+def _normal_inputs(rank, wire, n, op_name):
+    """rank's float32 input of check_float32_travelling_as_16_bits, drawn once
+    per process (read-only)."""
+    rng = np.random.default_rng([rank, wire, n, list(OPS).index(op_name)])
+    x = rng.standard_normal(n, dtype=np.float32) * 300
+    if op_name == "product":
+        x = np.abs(x) / 200 + 0.5
+    x.flags.writeable = False
+    return x
 
 
 def check_float32_travelling_as_16_bits():
@@ -136,10 +161,7 @@ def check_float32_travelling_as_16_bits():
                 if n > 1000 and op_name not in ("sum", "average"):
                     continue
                 name = "wire.%d.%s.%d" % (wire, op_name, n)
-                rng = np.random.default_rng([r, wire, n, list(OPS).index(op_name)])
-                x = (rng.standard_normal(n) * 300).astype(np.float32)
-                if op_name == "product":
-                    x = np.abs(x) / 200 + 0.5
+                x = _normal_inputs(r, wire, n, op_name)
                 # One after the other, each alone in its bucket: over more
                 # than 2 ranks, which rank reduces an element (and so the
                 # order of its sum) depends on its place in the bucket.
@@ -178,15 +200,48 @@ def check_float32_travelling_as_16_bits():
         raise AssertionError("Adasum accepted on a 16-bit wire")
 
 
-def _reduced_in_16_bits(xs, half, op_name, pre, post):
+@functools.cache
+def _16bit_inputs(half, op_name, count, nranks):
+    """Every rank's input of check_16bit_tensors_round_once_per_step, drawn once
+    per process (read-only): the configurations of one launch share them. One
+    draw, rotated by a prime per rank: every rank's input differs, and the draw
+    does not cost each rank as many as there are ranks."""
+    rng = np.random.default_rng([count, list(OPS).index(op_name)])
+    x = rng.standard_normal(count, dtype=np.float32) * 300
+    drawn = (np.abs(x) / 200 + 0.5 if op_name == "product" else x).astype(half)
+    xs = [np.roll(drawn, 7919 * q) for q in range(nranks)]
+    for x in xs:
+        x.flags.writeable = False
+    return xs
+
+
+@functools.cache
+def _reduced_in_16_bits(half, op_name, count, pre, post):
     """Two ranks' 16-bit tensors reduced as a 16-bit MPI reduction does: each
     value prescaled and rounded, combined in float32 and rounded, the result
     postscaled (with 1/2 for an average) and rounded."""
+    xs = _16bit_inputs(half, op_name, count, 2)
     f = np.float32
     a, b = [(x.astype(f) * f(pre)).astype(half).astype(f) for x in xs]
     both = {"min": np.minimum(a, b), "max": np.maximum(a, b), "product": a * b}.get(op_name, a + b)
     post = f(post / 2 if op_name == "average" else post)
     return (both.astype(half).astype(f) * post).astype(half)
+
+
+@functools.cache
+def _exactly_reduced_16bit(half, op_name, count, pre, nranks):
+    """The exact reduction (float64) of every rank's prescaled 16-bit input, and
+    a unit in the last place of the largest prescaled value."""
+    combine = {"min": np.minimum, "max": np.maximum, "product": np.multiply}.get(op_name, np.add)
+    exact, largest = None, 0.0
+    for x in _16bit_inputs(half, op_name, count, nranks):
+        wide = x.astype(np.float64)
+        wide *= pre
+        largest = max(largest, np.abs(wide).max())
+        exact = wide if exact is None else combine(exact, wide, out=exact)
+    if op_name == "average":
+        exact /= nranks
+    return exact, float(ml_dtypes.finfo(half).eps) * largest
 
 
 def check_16bit_tensors_round_once_per_step():
@@ -203,11 +258,7 @@ def check_16bit_tensors_round_once_per_step():
                 if count > 1500007 and op_name != "sum":
                     continue
                 name = "h16.%s.%s.%d" % (np.dtype(half).name, op_name, count)
-                xs = []
-                for q in range(n):
-                    rng = np.random.default_rng([q, count, list(OPS).index(op_name)])
-                    x = rng.standard_normal(count).astype(np.float32) * 300
-                    xs.append((np.abs(x) / 200 + 0.5 if op_name == "product" else x).astype(half))
+                xs = _16bit_inputs(half, op_name, count, n)
                 mine = xs[r].copy()
                 out = fuseopt.allreduce(mine, name=name, op=op, prescale_factor=pre,
                                         postscale_factor=post)
@@ -216,17 +267,14 @@ def check_16bit_tensors_round_once_per_step():
                 assert out.dtype == half and np.array_equal(out.view(np.uint16),
                                                             mine.view(np.uint16)), name
                 if n == 2:
-                    ref = _reduced_in_16_bits(xs, half, op_name, pre, post)
+                    ref = _reduced_in_16_bits(half, op_name, count, pre, post)
                     bad = np.flatnonzero(out.view(np.uint16) != ref.view(np.uint16))
                     assert bad.size == 0, (name, bad[:5], out[bad[:5]], ref[bad[:5]])
                     continue
                 first = fuseopt.broadcast(out, root_rank=0, name=name + ".first")
                 assert np.array_equal(out.view(np.uint16), first.view(np.uint16)), name
-                wide = [(x.astype(np.float64) * pre) for x in xs]
-                exact = {"sum": sum(wide), "average": sum(wide) / n, "min": np.minimum.reduce(wide),
-                         "max": np.maximum.reduce(wide), "product": np.prod(wide, axis=0)}[op_name]
+                exact, ulp = _exactly_reduced_16bit(half, op_name, count, pre, n)
                 # n roundings, each off by half a unit of the largest value's place
-                ulp = float(ml_dtypes.finfo(half).eps) * max(np.abs(w).max() for w in wide)
                 np.testing.assert_allclose(out.astype(np.float64), exact * post, rtol=0.05,
                                            atol=n * ulp * max(post, 1.0), err_msg=name)
 
@@ -239,10 +287,8 @@ def check_repeated_steps_hit_cache():
             x = values((name, step), fuseopt.rank(), (i + 1,), np.float32)
             hs.append((name, step, i, fuseopt.allreduce_async(x, name=name, op=fuseopt.Average)))
         for name, step_, i, h in hs:
-            expected = reduce_expected(
-                [values((name, step_), r, (i + 1,), np.float32) for r in range(fuseopt.size())],
-                "average")
-            assert_close(h.wait(), expected, "%s step %d" % (name, step_))
+            assert_close(h.wait(), reduced((name, step_), (i + 1,), np.float32, "average"),
+                         "%s step %d" % (name, step_))
 
 
 def check_allgather():
@@ -330,7 +376,7 @@ def check_reducescatter():
     for op_name in ("sum", "average", "min", "max"):
         for dtype in (np.float32, np.int32, np.float16):
             name = "rs.%s.%s" % (op_name, np.dtype(dtype).name)
-            full = reduce_expected(everyone(name, (5, 2), dtype), op_name)
+            full = reduced(name, (5, 2), dtype, op_name, values_op="sum")
             out = fuseopt.reducescatter(values(name, r, (5, 2), dtype), name=name,
                                         op=OPS[op_name])
             start = sum(fuseopt.api.ops.reducescatter_rows(5, k, n) for k in range(r))
@@ -362,7 +408,7 @@ def check_gather_collectives_across_thresholds_and_chunks():
              (np.float32, "average", 3000017))
     for dtype, op_name, rows in cases:
         name = "agrs.rs.%s.%s.%d" % (np.dtype(dtype).name, op_name, rows)
-        full = reduce_expected(everyone(name, (rows,), dtype, op_name), op_name)
+        full = reduced(name, (rows,), dtype, op_name)
         out = fuseopt.reducescatter(values(name, r, (rows,), dtype, op_name), name=name,
                                     op=OPS[op_name])
         start = sum(fuseopt.api.ops.reducescatter_rows(rows, q, n) for q in range(r))

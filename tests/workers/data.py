@@ -30,21 +30,17 @@ def values(name, rank, shape, dtype, op="sum"):
 def reduce_expected(arrays, op):
     """The reduction in float64 (exact for our small integers), cast back."""
     dtype = arrays[0].dtype
-    stack = np.stack([a.astype(np.float64) for a in arrays])
-    if op == "sum":
-        out = stack.sum(0)
-    elif op == "average":
-        out = stack.sum(0) / len(arrays)
+    combine = {"sum": np.add, "average": np.add, "min": np.minimum, "max": np.maximum,
+               "product": np.multiply}.get(op)
+    if combine is None:
+        raise ValueError(op)
+    out = arrays[0].astype(np.float64)  # one accumulator, not a float64 copy of each array
+    for a in arrays[1:]:
+        combine(out, a, out=out, casting="unsafe")
+    if op == "average":
+        out /= len(arrays)
         if dtype.kind in "iu":
             out = np.trunc(out)
-    elif op == "min":
-        out = stack.min(0)
-    elif op == "max":
-        out = stack.max(0)
-    elif op == "product":
-        out = stack.prod(0)
-    else:
-        raise ValueError(op)
     return out.astype(dtype)
 
 
