@@ -68,7 +68,8 @@ static void test_half16_kernels() {
   if (best_kernels16() == Kernels16::kScalar) return;  // nothing to compare against
   for (fuseopt_dtype_t dtype : {FUSEOPT_FLOAT16, FUSEOPT_BFLOAT16}) {
     const bool half = dtype == FUSEOPT_FLOAT16;
-    for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(37), size_t(1) << 18}) {
+    for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(16), size_t(24), size_t(37),
+                     size_t(1) << 18}) {
       const std::vector<uint16_t> in = bits16(half, n, 1 + n), acc = bits16(half, n, 2 + n);
       for (fuseopt_reduce_op_t op :
            {FUSEOPT_SUM, FUSEOPT_AVERAGE, FUSEOPT_MIN, FUSEOPT_MAX, FUSEOPT_PRODUCT}) {

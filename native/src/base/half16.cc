@@ -146,18 +146,42 @@ FUSEOPT_AVX2 inline __m256 widen8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
-// float_to_bfloat, eight at a time: the same integer rounding, NaNs quieted.
-FUSEOPT_AVX2 inline __m128i to_bfloat8(__m256 v) {
+// float_to_bfloat, eight at a time: the same integer rounding, NaNs quieted;
+// the bfloat16 bits in the low half of each 32-bit lane.
+FUSEOPT_AVX2 inline __m256i bfloat_bits8(__m256 v) {
   const __m256i x = _mm256_castps_si256(v);
   const __m256i high = _mm256_srli_epi32(x, 16);
   const __m256i lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
   const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
-  const __m256i quiet = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_set1_epi32(0x7f800000));
-  const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  return _mm256_blendv_epi8(rounded, _mm256_or_si256(high, _mm256_set1_epi32(0x40)), nan);
+}
+
+FUSEOPT_AVX2 inline __m128i to_bfloat8(__m256 v) {
+  const __m256i r = bfloat_bits8(v);
   return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+// Note [Sixteen bfloat16 at a time]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A bfloat16 is the top half of a float32, so interleaving 16 of them with
+// zeros (unpacklo/hi_epi16) widens them in one instruction per 8, and packing
+// the rounded 32-bit lanes back (packus_epi32) undoes that interleave exactly:
+// element-wise work (combine, scale) never needs the natural order. Eight at a
+// time through zero-extension, shifts and a cross-lane pack, a bfloat16 sum took
+// 2.4x float16's (0.188 against 0.077 ns per element, in L1), and bfloat16
+// allreduces were slower than float32 ones.
+FUSEOPT_AVX2 inline void widen_bfloat16x16(const uint16_t* p, __m256* lo, __m256* hi) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i zero = _mm256_setzero_si256();
+  *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+  *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
+}
+
+FUSEOPT_AVX2 inline void narrow_bfloat16x16(__m256 lo, __m256 hi, uint16_t* p) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm256_packus_epi32(bfloat_bits8(lo), bfloat_bits8(hi)));
 }
 
 template <bool kHalf>
@@ -179,6 +203,12 @@ FUSEOPT_AVX2 inline __m256 apply8(__m256 x, __m256 y) {
 template <bool kHalf, int kOp>
 FUSEOPT_AVX2 void combine_avx2(const uint16_t* in, uint16_t* inout, int64_t n) {
   int64_t i = 0;
+  for (; !kHalf && i + 16 <= n; i += 16) {  // Note [Sixteen bfloat16 at a time]
+    __m256 x_lo, x_hi, y_lo, y_hi;
+    widen_bfloat16x16(in + i, &x_lo, &x_hi);
+    widen_bfloat16x16(inout + i, &y_lo, &y_hi);
+    narrow_bfloat16x16(apply8<kOp>(x_lo, y_lo), apply8<kOp>(x_hi, y_hi), inout + i);
+  }
   for (; i + 8 <= n; i += 8)
     narrow8<kHalf>(apply8<kOp>(widen8<kHalf>(in + i), widen8<kHalf>(inout + i)), inout + i);
   // Dirty upper halves of the ymm registers make every later SSE instruction
@@ -193,6 +223,11 @@ template <bool kHalf>
 FUSEOPT_AVX2 void scale_avx2(const uint16_t* src, uint16_t* dst, int64_t n, float factor) {
   const __m256 f = _mm256_set1_ps(factor);
   int64_t i = 0;
+  for (; !kHalf && i + 16 <= n; i += 16) {  // Note [Sixteen bfloat16 at a time]
+    __m256 lo, hi;
+    widen_bfloat16x16(src + i, &lo, &hi);
+    narrow_bfloat16x16(_mm256_mul_ps(lo, f), _mm256_mul_ps(hi, f), dst + i);
+  }
   for (; i + 8 <= n; i += 8) narrow8<kHalf>(_mm256_mul_ps(widen8<kHalf>(src + i), f), dst + i);
   _mm256_zeroupper();  // as in combine_avx2
   scale_scalar<kHalf>(src + i, dst + i, n - i, factor);
