@@ -15,6 +15,7 @@ import numpy as np
 from ..base._native import lib
 from ..core import output_pool
 from ..core import process_sets as _ps
+from ..core import numpy_in_place as _in_place
 from ..core import requests as _rq
 from ..base.errors import InvalidArgumentError
 from ..core.handles import Then
@@ -130,8 +131,8 @@ def allreduce_async_(array: np.ndarray, name: Optional[str] = None, op: Optional
                      process_set: Optional[ProcessSet] = None) -> Handle:
     """In-place allreduce: ``array`` holds the result when the handle completes."""
     if type(array) is np.ndarray:
-        handle = _rq.allreduce_in_place(array, name, op, prescale_factor, postscale_factor,
-                                        _ps.id_of(process_set))
+        handle = _in_place.allreduce_in_place(array, name, op, prescale_factor,
+                                              postscale_factor, _ps.id_of(process_set))
         if handle is not None:
             return handle
     return _allreduce(array, name, op, prescale_factor, postscale_factor, True, process_set)
@@ -350,8 +351,8 @@ def allreduce_(array: np.ndarray, name: Optional[str] = None, op: Optional[int] 
                process_set: Optional[ProcessSet] = None) -> Any:
     """Blocking form of :func:`allreduce_async_`."""
     if type(array) is np.ndarray:
-        done = _rq.allreduce_in_place_now(array, name, op, prescale_factor, postscale_factor,
-                                          _ps.id_of(process_set))
+        done = _in_place.allreduce_in_place_now(array, name, op, prescale_factor,
+                                                postscale_factor, _ps.id_of(process_set))
         if done is not None:
             return done
     return _allreduce_now(array, name, op, prescale_factor, postscale_factor, True, process_set)
