@@ -351,10 +351,13 @@ def check_alltoall_across_thresholds_and_chunks():
     # counts (3-byte rows), a rank that sends nothing, an exchange whose size
     # only rank 0 knows to be large (its block for itself: the agreement must
     # count it on every rank, under the "shm_min=" configuration too), a small
-    # one and an empty one (MPI's path, after the agreement).
+    # one and an empty one (MPI's path, after the agreement); outputs past
+    # kStreamedOutputBytes (8 MiB, streamed, the rank's own block too), at odd
+    # offsets.
     r, n = fuseopt.rank(), fuseopt.size()
     cases = ((np.float32, (1,), lambda s, d: (0, 1, 65536, 600001)[(s + 2 * d) % 4]),
              (np.int8, (3,), lambda s, d: 3 * ((s * 7 + d * 5) % 11) + 700001 * (s == d)),
+             (np.int8, (3,), lambda s, d: 1400001 + s + 2 * d),
              (np.float16, (), lambda s, d: 0 if s == n - 1 else 900001 + s + d),
              (np.float32, (), lambda s, d: 200000 if s == d == 0 else 1),
              (np.int32, (2,), lambda s, d: s + d),

@@ -84,10 +84,10 @@ bool ShmCollectives::alltoallv(const void* send, const std::vector<int64_t>& sen
   const std::vector<int64_t> from = offsets_of(send_bytes), to = offsets_of(recv_bytes);
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
-  std::memcpy(out + to[rank_], in + from[rank_], send_bytes[rank_]);
+  const bool large = to.back() + recv_bytes.back() > kStreamedOutputBytes;
+  copy(out + to[rank_], in + from[rank_], send_bytes[rank_], large);  // as allgatherv's own piece
   const int64_t q = slot_bytes_ / (size_ - 1) / kSlotAlign * kSlotAlign;
   auto place = [&](int s, int d) { return ((d - s - 1 + size_) % size_) * q; };
-  const bool large = to.back() + recv_bytes.back() > kStreamedOutputBytes;
   for (int64_t k = 0; k * q < largest; ++k) {
     const int64_t base = next_slot_base(q * (size_ - 1));
     const Chunk chunk(*this, StoreChoice::kAlltoall, std::min(largest - k * q, q) * (size_ - 1));
