@@ -8,7 +8,9 @@ manager named by ``PMI_PORT=host:port`` and introduces itself with
 ``server.env(r)`` before it calls MPI_Init (runner/rank_env.py adds what else
 a rank needs). The wire protocol is one line per message,
 ``cmd=NAME key=value ...``, with spaces in values escaped by a backslash
-(pmi_wire.py); the replies copy Hydra's (src/pm/hydra/proxy/pmip_pmi.c).
+(pmi_wire.py); the commands and their replies, which copy Hydra's
+(src/pm/hydra/proxy/pmip_pmi.c), are in pmi_commands.py; this file holds
+the server's sockets, its thread and the job's failure.
 
 Failures (a rank's connection closing before ``cmd=finalize``, ``cmd=abort``,
 ``fail()`` from the driver, ranks missing at ``connect_timeout``) answer every
@@ -42,8 +44,8 @@ import socket
 import threading
 import time
 
-from .pmi_wire import (KEYLEN_MAX, KVSNAME_MAX, RESPONSE, VALLEN_MAX, escape, parse_line,
-                       process_mapping)
+from .pmi_commands import PmiCommands
+from .pmi_wire import escape, process_mapping
 
 log = logging.getLogger("fuseopt.pmi")
 
@@ -52,7 +54,6 @@ log = logging.getLogger("fuseopt.pmi")
 MAX_LINE = 16 << 10
 MAX_OUTBOX = 1 << 20        # replies queued for a client that does not read
 MAX_UNPROVEN = 64           # connections that have not sent their initack yet (the oldest go)
-MAX_SPAWN_LINES = 256
 AUTH_TIMEOUT_S = 10.0
 
 _jobs = 0
@@ -70,7 +71,7 @@ class _Connection:
         self.spawn_lines: Optional[List[str]] = None  # a multi-line mcmd=spawn
 
 
-class PmiServer:
+class PmiServer(PmiCommands):
     """One MPI job's PMI-1 server, served from a daemon thread.
 
     nodes: each rank's node id, for PMI_process_mapping; None serves no
@@ -311,62 +312,6 @@ class PmiServer:
         parts += ["%s=%s" % kv for kv in fields.items()]
         self._send(conn, " ".join(parts) + "\n")
 
-    # ---- one PMI-1 command --------------------------------------------------
-    def _handle(self, conn, line):
-        log.debug("< rank %s %s", conn.rank, line[:200])
-        if conn.rank is None:
-            return self._initack(conn, line)
-        if not line:
-            return
-        if conn.spawn_lines is not None or line.startswith("mcmd="):  # lines until endcmd
-            conn.spawn_lines = (conn.spawn_lines or []) + [line]
-            if line == "endcmd":
-                conn.spawn_lines = None
-                self._reply(conn, "spawn_result", rc=1, msg="spawn is not supported")
-            elif len(conn.spawn_lines) > MAX_SPAWN_LINES:
-                self._closed(conn)
-            return
-        cmd, fields = parse_line(line)
-        if cmd == "initack":  # one rank per connection
-            return self._closed(conn)
-        if self.failure is not None and cmd == "barrier_in":
-            # Only where a rank would block on the lost one: rc=1 on put/get
-            # sent MPICH 5.0.2 (UCX) into an assertion (SIGABRT).
-            return self._reply(conn, RESPONSE[cmd], rc=1, msg=self.failure)
-        handler = _HANDLERS.get(cmd or "")
-        if handler is not None:
-            return handler(self, conn, fields)
-        if cmd in RESPONSE:  # publish/lookup/unpublish: not served
-            return self._reply(conn, RESPONSE[cmd], rc=1, msg="%s is not supported" % cmd)
-        log.warning("rank %s sent an unknown PMI command: %r", conn.rank, line[:200])
-
-    def _initack(self, conn, line):
-        """A connection's first line: ``cmd=initack pmiid=<PMI_ID>``, with the
-        PMI_ID of a rank not yet in. Anything else closes it (a client
-        without PMI_ID, which MPICH would run as a world of 1, included)."""
-        cmd, fields = parse_line(line)
-        try:
-            rank = self._ids.get(int(fields.get("pmiid") or "")) if cmd == "initack" else None
-        except ValueError:
-            rank = None
-        if rank is None or rank in self._ranks:
-            log.warning("PMI server refused a connection: its first line was not the initack "
-                        "of a rank still to come")
-            if cmd in RESPONSE:
-                self._reply(conn, RESPONSE[cmd], rc=1,
-                            msg="not a rank of this job (set PMI_ID as the launcher gave it)")
-            return self._closed(conn)
-        if self.failure is not None:
-            self._reply(conn, "initack", rc=1, msg=self.failure)
-            return self._closed(conn)
-        conn.rank = rank
-        self._ranks[rank] = conn
-        self._send(conn, "cmd=initack rc=0 rank=%d size=%d appnum=0 debug=0\n"
-                   "cmd=set size=%d\ncmd=set rank=%d\ncmd=set debug=0\n"
-                   % (rank, self.size, self.size, rank))
-        if len(self._ranks) == self.size:
-            self._stop_listening()
-
     def _stop_listening(self):
         """Every rank is in: nobody else has anything to say here."""
         self._selector.unregister(self._listener)
@@ -374,59 +319,3 @@ class PmiServer:
         for key in list(self._selector.get_map().values()):
             if isinstance(key.data, _Connection) and key.data.rank is None:
                 self._closed(key.data)
-
-    def _init(self, conn, fields):
-        if fields.get("pmi_version") != "1":
-            return self._reply(conn, "response_to_init", rc=1, msg="only PMI-1 is served")
-        # 1.1, not Hydra's 1.2: MPICH then uses world barriers only.
-        self._reply(conn, "response_to_init", pmi_version=1, pmi_subversion=1)
-
-    def _abort(self, conn, fields):  # no reply: the rank exits after sending it
-        self.exit_codes[conn.rank] = fields.get("exitcode")
-        self.fail("rank %s called MPI_Abort (or hit a fatal MPI error), exit code %s"
-                  % (conn.rank, fields.get("exitcode")), "abort")
-
-    def _finalize(self, conn, fields):
-        conn.finalized = True
-        self._reply(conn, "finalize_ack")
-        self._check_done()
-
-    def _put(self, conn, fields):
-        key = fields.get("key") or ""
-        if key.startswith("PMI_"):
-            return self._reply(conn, "put_result", rc=1, msg="keys starting PMI_ are reserved")
-        key = key[:KEYLEN_MAX]
-        if self._owner.get(key, conn.rank) != conn.rank:
-            return self._reply(conn, "put_result", rc=1,
-                               msg="key %s belongs to rank %d" % (key, self._owner[key]))
-        if len(self.kvs) >= 1 << 20:
-            return self._reply(conn, "put_result", rc=1, msg="the key-value space is full")
-        self.kvs[key] = (fields.get("value") or "")[:2 * VALLEN_MAX]
-        self._owner[key] = conn.rank
-        self._reply(conn, "put_result")
-
-    def _get(self, conn, fields):
-        key = fields.get("key") or ""
-        value = self.job_attributes.get(key) if key.startswith("PMI_") else self.kvs.get(key)
-        if not value:  # as Hydra; MPICH's parser also rejects an empty value=
-            return self._reply(conn, "get_result", rc=1, msg="key_not_found")
-        self._reply(conn, "get_result", value=value)
-
-    def _barrier_in(self, conn, fields):
-        self._barrier.add(conn)
-        if len(self._barrier) == self.size:
-            waiting, self._barrier = self._barrier, set()
-            for c in sorted(waiting, key=lambda c: c.rank or 0):
-                self._reply(c, "barrier_out")
-
-
-_HANDLERS = {
-    "init": PmiServer._init, "abort": PmiServer._abort,
-    "finalize": PmiServer._finalize, "put": PmiServer._put, "get": PmiServer._get,
-    "barrier_in": PmiServer._barrier_in,
-    "get_maxes": lambda s, c, f: s._reply(c, "maxes", kvsname_max=KVSNAME_MAX,
-                                          keylen_max=KEYLEN_MAX, vallen_max=VALLEN_MAX),
-    "get_appnum": lambda s, c, f: s._reply(c, "appnum", appnum=0),
-    "get_my_kvsname": lambda s, c, f: s._reply(c, "my_kvsname", kvsname=s.kvsname),
-    "get_universe_size": lambda s, c, f: s._reply(c, "universe_size", size=s.size),
-}
