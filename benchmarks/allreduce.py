@@ -9,6 +9,7 @@ script measures". Per iteration every rank times the operation from its own star
 a barrier; the figure is the slowest rank's time, whose median per job the tables take the
 median of.
 """
+import functools
 import math
 import operator
 import os
@@ -244,20 +245,20 @@ def _half_precision(c, cfg):
     SSE loop (once: float32 at 4M elements 2.7 -> 13 ms), and shows here."""
     half = {}
     for count in HALF_COUNTS:
-        calls = {}
+        calls = {}  # dtype -> (name, the call)
         for dtype in HALF_DTYPES:
             buf = c.typed_buffer(count, dtype)
             if buf is not None:
                 name = "bench.half.%s.%d" % (dtype, count)
-                calls[dtype] = (lambda buf, name: lambda: c.allreduce_(buf, name))(buf, name)
-                _timed(c, calls[dtype], 3)
+                calls[dtype] = name, functools.partial(c.allreduce_, buf, name)
+                _timed(c, calls[dtype][1], 3)
         samples = {dtype: [] for dtype in calls}
         for _ in range(cfg["half_reps"]):
-            for dtype, run in calls.items():
+            for dtype, (_, run) in calls.items():
                 samples[dtype] += _timed(c, run, 1)
-        for dtype in calls:
-            half["%s/%d" % (dtype, count)] = _recorded(
-                c, "bench.half.%s.%d" % (dtype, count), samples[dtype], count=count, dtype=dtype)
+        for dtype, (name, _) in calls.items():
+            half["%s/%d" % (dtype, count)] = _recorded(c, name, samples[dtype], count=count,
+                                                       dtype=dtype)
     return half
 
 

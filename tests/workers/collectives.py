@@ -12,7 +12,7 @@ import fuseopt
 import fuseopt.core.requests
 import rank_harness as harness
 from fuseopt.base._native import ffi
-from data import DTYPES, assert_close, reduce_expected, values
+from data import COMBINE, DTYPES, assert_close, reduce_expected, values
 
 OPS = {"sum": fuseopt.Sum, "average": fuseopt.Average, "min": fuseopt.Min,
        "max": fuseopt.Max, "product": fuseopt.Product}
@@ -223,7 +223,7 @@ def _reduced_in_16_bits(half, op_name, count, pre, post):
     xs = _16bit_inputs(half, op_name, count, 2)
     f = np.float32
     a, b = [(x.astype(f) * f(pre)).astype(half).astype(f) for x in xs]
-    both = {"min": np.minimum(a, b), "max": np.maximum(a, b), "product": a * b}.get(op_name, a + b)
+    both = COMBINE[op_name](a, b)
     post = f(post / 2 if op_name == "average" else post)
     return (both.astype(half).astype(f) * post).astype(half)
 
@@ -232,7 +232,7 @@ def _reduced_in_16_bits(half, op_name, count, pre, post):
 def _exactly_reduced_16bit(half, op_name, count, pre, nranks):
     """The exact reduction (float64) of every rank's prescaled 16-bit input, and
     a unit in the last place of the largest prescaled value."""
-    combine = {"min": np.minimum, "max": np.maximum, "product": np.multiply}.get(op_name, np.add)
+    combine = COMBINE[op_name]
     exact, largest = None, 0.0
     for x in _16bit_inputs(half, op_name, count, nranks):
         wide = x.astype(np.float64)

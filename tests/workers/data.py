@@ -27,11 +27,15 @@ def values(name, rank, shape, dtype, op="sum"):
     return np.asarray(raw).astype(dtype)
 
 
+# How two values of each reduction op combine (an average: summed, then divided).
+COMBINE = {"sum": np.add, "average": np.add, "min": np.minimum, "max": np.maximum,
+           "product": np.multiply}
+
+
 def reduce_expected(arrays, op):
     """The reduction in float64 (exact for our small integers), cast back."""
     dtype = arrays[0].dtype
-    combine = {"sum": np.add, "average": np.add, "min": np.minimum, "max": np.maximum,
-               "product": np.multiply}.get(op)
+    combine = COMBINE.get(op)
     if combine is None:
         raise ValueError(op)
     out = arrays[0].astype(np.float64)  # one accumulator, not a float64 copy of each array
