@@ -5,8 +5,7 @@ native call. The request is found by the array's own dtype and shape; an
 array the general path must check first is left to it (None)."""
 from ..base._native import ffi, lib
 from .handles import WAIT_SLICE_MS, Handle, check_delivered
-from .requests import (ALLREDUCE, _OK, _context, _give_back, _native_enqueue, _new_ready,
-                       _result_now)
+from .requests import ALLREDUCE, current_context, give_back, native_enqueue, new_ready, result_now
 
 
 # Ready requests by signature (_on_ready_in_place).
@@ -28,22 +27,22 @@ def _on_ready_in_place(array, name, op, prescale, postscale, process_set, call):
         return None
     if not len(ptr) or not array.dtype.isnative:
         return None
-    ctx = _context()
+    ctx = current_context()
     key = (name, array.dtype, array.shape, op, prescale, postscale, process_set)
     ready = _ready_in_place.pop(key, None)
     if ready is None:
-        ready = _new_ready(ALLREDUCE, name, array.dtype.name, array.shape, op, 0, prescale,
+        ready = new_ready(ALLREDUCE, name, array.dtype.name, array.shape, op, 0, prescale,
                            postscale, process_set)
     req, _, handle = ready
     req.input = req.output = ptr
     try:
         return ctx, call(ctx, req, handle), handle[0]
     finally:
-        _give_back(_ready_in_place, key, ready)
+        give_back(_ready_in_place, key, ready)
 
 
 def _enqueue_one(ctx, req, handle):
-    return _native_enqueue(ctx, req, 1, handle)
+    return native_enqueue(ctx, req, 1, handle)
 
 
 def _enqueue_and_wait_one(ctx, req, handle):
@@ -57,7 +56,7 @@ def allreduce_in_place(array, name, op, prescale, postscale, process_set):
     if got is None:
         return None
     ctx, status, handle_id = got
-    if status != _OK:
+    if status != lib.FUSEOPT_OK:
         check_delivered(status)
     return Handle(ctx, handle_id, (array,), lambda _: array, None)
 
@@ -70,4 +69,4 @@ def allreduce_in_place_now(array, name, op, prescale, postscale, process_set):
     if got is None:
         return None
     ctx, status, handle_id = got
-    return _result_now(ctx, status, handle_id, (array,), array)
+    return result_now(ctx, status, handle_id, (array,), array)

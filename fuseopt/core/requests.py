@@ -57,7 +57,7 @@ def run_now(submit, *args, **kwargs):
     return handle.wait()
 
 
-def _native_enqueue(ctx, reqs, n, ids):
+def native_enqueue(ctx, reqs, n, ids):
     """The native enqueue of n requests: for_wait inside run_now."""
     if _submitting.waited:
         return lib.fuseopt_enqueue_for_wait(ctx, reqs, n, ids)
@@ -81,7 +81,7 @@ def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_o
     they do; hold an object of your own in it so that no other caller's
     key can equal it). ``phase``, ``process_set`` (an id), ``wire`` (a
     fuseopt_wire_t, for float32 allreduces): see fuseopt_request_t."""
-    ctx = _context()
+    ctx = current_context()
     n = len(names)
     if key is None:
         key = (collective, tuple(names), tuple(dtypes), tuple(shapes), reduce_op, prescale,
@@ -106,9 +106,9 @@ def submit_group(collective, names, dtypes, shapes, inputs, outputs, *, reduce_o
         r.output = outputs[i]
     ids = ffi.new("int64_t[]", max(n, 1))
     try:
-        check_delivered(_native_enqueue(ctx, reqs, n, ids))
+        check_delivered(native_enqueue(ctx, reqs, n, ids))
     finally:
-        _give_back(_group_templates, key, template)
+        give_back(_group_templates, key, template)
     return GroupHandle(ctx, ids, n, keepalive, finish)
 
 
@@ -119,7 +119,7 @@ _templates = {}
 _MAX_TEMPLATES = 8192
 
 
-def _give_back(cache, key, value):
+def give_back(cache, key, value):
     """Returns a request taken out of a cache while a native call used it
     (the call runs without the GIL); a cache that grew past _MAX_TEMPLATES
     signatures starts over."""
@@ -167,7 +167,7 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
     (:func:`fuseopt.core.process_sets.id_of`). ``wire``: how a float32 allreduce
     travels (WIRE_FLOAT16, WIRE_BFLOAT16: rounded by the core on its copies).
     """
-    ctx = _context()
+    ctx = current_context()
     if device is None and splits is None and wire == WIRE_AS_IS:
         handle_id = _enqueue_host(ctx, collective, name, dtype, shape, input_ptr, output_ptr,
                                   reduce_op, root, prescale, postscale, process_set)
@@ -178,7 +178,7 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
                          reduce_op, root, prescale, postscale, splits, device,
                          process_set=process_set)
         req[0].wire = wire
-        check_delivered(_native_enqueue(ctx, req, 1, handle))
+        check_delivered(native_enqueue(ctx, req, 1, handle))
         del c_splits  # the core has copied them
         handle_id = handle[0]
     return Handle(ctx, handle_id, keepalive, finish,
@@ -192,7 +192,7 @@ def enqueue(collective, name, dtype, shape, input_ptr=_NULL, output_ptr=_NULL, *
 _ready_requests = {}
 
 
-def _new_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
+def new_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
                process_set):
     """A ready request of this signature: (request, its template, handle id
     pointer). The template owns the name and shape arrays; the handle's id
@@ -212,7 +212,7 @@ def _on_ready_request(call, collective, name, dtype, shape, input_ptr, output_pt
     key = (collective, name, dtype, shape, reduce_op, root, prescale, postscale, process_set)
     ready = _ready_requests.pop(key, None)
     if ready is None:
-        ready = _new_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
+        ready = new_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
                            process_set)
     req, _, handle = ready
     req.input = input_ptr
@@ -220,13 +220,13 @@ def _on_ready_request(call, collective, name, dtype, shape, input_ptr, output_pt
     try:
         return call(req, handle), handle[0]
     finally:
-        _give_back(_ready_requests, key, ready)
+        give_back(_ready_requests, key, ready)
 
 
 def _enqueue_host(ctx, *request):
     """The native enqueue of one host request (_on_ready_request's arguments
     after call); returns its handle id."""
-    status, handle_id = _on_ready_request(lambda req, h: _native_enqueue(ctx, req, 1, h), *request)
+    status, handle_id = _on_ready_request(lambda req, h: native_enqueue(ctx, req, 1, h), *request)
     check_delivered(status)
     return handle_id
 
@@ -237,14 +237,14 @@ def run_host_now(collective, name, dtype, shape, input_ptr, output_ptr, *, reduc
     supplies, returning ``result``: one native call submits and waits
     (fuseopt_enqueue_and_wait), and a Handle is made only when the wait
     outlasts one slice (signal handlers run between slices)."""
-    ctx = _context()
+    ctx = current_context()
     status, handle_id = _on_ready_request(
         lambda req, h: lib.fuseopt_enqueue_and_wait(ctx, req, WAIT_SLICE_MS, h), collective, name,
         dtype, shape, input_ptr, output_ptr, reduce_op, root, prescale, postscale, process_set)
-    return _result_now(ctx, status, handle_id, keepalive, result)
+    return result_now(ctx, status, handle_id, keepalive, result)
 
 
-def _result_now(ctx, status, handle_id, keepalive, result):
+def result_now(ctx, status, handle_id, keepalive, result):
     """What a submit-and-wait call (fuseopt_enqueue_and_wait) returns: result,
     once the wait has outlasted its first slice too, or the failure raised."""
     if status == _OK:
@@ -286,19 +286,20 @@ class Batch:
                            lambda _: [f(None) if f else None for f in finishes])
 
     def _enqueue(self):
-        ctx = _context()
+        ctx = current_context()
         n = len(self._ops)
         reqs = ffi.new("fuseopt_request_t[]", max(n, 1))
         c_splits = [_fill(reqs, i, *op[:12], phase=op[14], process_set=op[15])
                     for i, op in enumerate(self._ops)]
         handles = ffi.new("int64_t[]", max(n, 1))
-        check_delivered(_native_enqueue(ctx, reqs, n, handles))
+        check_delivered(native_enqueue(ctx, reqs, n, handles))
         del c_splits
         ops, self._ops = self._ops, []
         return ctx, handles, ops
 
 
-def _context():
+def current_context():
+    """The running context (raises before init); reaps dropped handles first."""
     ctx = world.context()
     handles.reap_orphans()
     return ctx
@@ -346,5 +347,5 @@ def set_info(process_set):
     """(this rank's position or -1, number of ranks) of the process set of
     this id, from the core's table; InvalidArgumentError for an unknown id."""
     rank, size = ffi.new("int32_t*"), ffi.new("int32_t*")
-    check(lib.fuseopt_process_set_info(_context(), process_set, rank, size))
+    check(lib.fuseopt_process_set_info(current_context(), process_set, rank, size))
     return rank[0], size[0]
