@@ -68,12 +68,12 @@ def check_powersgd_matches_a_numpy_reference():
     model, reference, compressed = train_against_reference(steps=5)
     assert sorted(set(compressed)) == ["grad.0.weight", "grad.2.weight"], compressed
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        close(p.detach(), q.detach(), "PowerSGD: %s" % name, 1e-4)
+        close(p.detach(), q.detach(), "PowerSGD: %s" % name, 1e-6)
     assert_equal_across_ranks(model, "powersgd")  # every rank decodes the same basis
     # with accumulation: the same mean gradient, summed over two micro-batches
     model, reference, _ = train_against_reference(steps=4, passes=2)
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        close(p.detach(), q.detach(), "PowerSGD, 2 passes per step: %s" % name, 1e-4)
+        close(p.detach(), q.detach(), "PowerSGD, 2 passes per step: %s" % name, 1e-6)
 
 
 def powersgd_steps(model, opt, first, count):

@@ -166,7 +166,7 @@ def check_two_sets_train_two_models():
         opt.step()
     want = reference(set_index, mine.ranks, steps, lr)
     for (name, p), q in zip(model.named_parameters(), want.parameters()):
-        close(p.detach(), q.detach(), "set %d parameter %s" % (set_index, name), tol=1e-5)
+        close(p.detach(), q.detach(), "set %d parameter %s" % (set_index, name), tol=2e-7)
     # Within a set the weights agree; across sets the models differ in shape.
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     same = hvd.allgather(flat[None], name="weights", process_set=mine)

@@ -32,9 +32,11 @@ def global_batch(step, n):
     return torch.randn(n * B, 8, generator=g), torch.randint(0, 3, (n * B,), generator=g)
 
 
-def close(a, b, what, tol):
+def close(a, b, what, tol, floor=1.0):
+    """Within tol of b's largest magnitude, or of floor where that is smaller
+    (floor 0: relative to b alone, for values far below 1)."""
     err = (a.detach().double() - b.detach().double()).abs().max().item()
-    assert err <= tol * max(1.0, b.detach().double().abs().max().item()), \
+    assert err <= tol * max(floor, b.detach().double().abs().max().item()), \
         "%s: max error %g" % (what, err)
 
 
@@ -88,7 +90,7 @@ def check_200_steps_match_the_reference_with_state_on_owners_only():
             opt, ref_opt = sharded(model, make, shard), make(reference.parameters())
             # 200 steps at 2 ranks; 30 at 3, oversubscribed on 2 cores.
             train(opt, model, ref_opt, reference, 200 if hvd.size() == 2 else 30)
-            assert_same_params(model, reference, "%s %s" % (label, shard), tol=1e-4)
+            assert_same_params(model, reference, "%s %s" % (label, shard), tol=5e-6)
             owned = {id(p) for p in opt.owned_parameters()}
             # State only for owned parameters and pieces, and every element owned once.
             assert {id(p) for p in opt.state} == owned, label
@@ -169,10 +171,14 @@ def check_clipping_over_the_whole_model():
 
 
 def check_bf16_on_the_wire():
+    # SGD+momentum, not Adam: Adam's first steps are lr * sign(gradient), and
+    # bfloat16's rounding flips the sign of averaged gradients near zero (at 3
+    # ranks Adam's weights ended 9e-3 apart, SGD's 4.4e-4).
     model, reference = make_model(), make_model()
-    opt = sharded(model, OPTIMIZERS["Adam"], "gradients", compression=hvd.Compression.bf16)
-    train(opt, model, OPTIMIZERS["Adam"](reference.parameters()), reference, 20)
-    assert_same_params(model, reference, "bf16", tol=2e-2)
+    make = OPTIMIZERS["SGD+momentum"]
+    opt = sharded(model, make, "gradients", compression=hvd.Compression.bf16)
+    train(opt, model, make(reference.parameters()), reference, 20)
+    assert_same_params(model, reference, "bf16", tol=6e-3)
     harness.expect_error(hvd.UnsupportedError, lambda: sharded(
         model, OPTIMIZERS["Adam"], "gradients", compression=hvd.Compression.ef_sign()),
         "Compression.none, .fp16 or .bf16")
@@ -196,7 +202,8 @@ def check_whole_state_resumes_on_fewer_ranks():
     assert sorted(whole["state"]) == sorted(expected["state"]) == sorted(merged["state"])
     for k, state in expected["state"].items():
         for key, value in state.items():
-            close(whole["state"][k][key], value, "state %s %s" % (k, key), 1e-4)
+            # Relative to the state itself: exp_avg_sq is ~1e-5 here.
+            close(whole["state"][k][key], value, "state %s %s" % (k, key), 5e-6, floor=0.0)
             assert torch.equal(torch.as_tensor(merged["state"][k][key]),
                                torch.as_tensor(whole["state"][k][key]))
     fewer = hvd.add_process_set(list(range(n - 1)))
@@ -211,7 +218,7 @@ def check_whole_state_resumes_on_fewer_ranks():
             assert {id(p) for p in opt2.state} == {id(p) for p in opt2.owned_parameters()}
             train(opt2, resumed, ref_opt, reference, 5, first=5, rank=fewer.rank(),
                   size=n - 1)
-            assert_same_params(resumed, reference, "resumed on %d ranks" % (n - 1), tol=1e-4)
+            assert_same_params(resumed, reference, "resumed on %d ranks" % (n - 1), tol=1e-6)
     finally:
         hvd.remove_process_set(fewer)
 

@@ -150,7 +150,7 @@ def check_gradient_accumulation():
 
 def check_compression_within_tolerance():
     sgd = lambda ps: torch.optim.SGD(ps, lr=0.1)  # noqa: E731
-    for comp, tol in ((hvd.Compression.fp16, 2e-3), (hvd.Compression.bf16, 2e-2)):
+    for comp, tol in ((hvd.Compression.fp16, 3e-4), (hvd.Compression.bf16, 2e-3)):
         model, ref, _ = train_pair(sgd, steps=3, compression=comp)
         assert_same_params(model, ref, "compression %s" % type(comp).__name__, tol)
         assert_equal_across_ranks(model, "compressed")
