@@ -399,7 +399,7 @@ def check_elastic_torch_state_commits_and_restores_the_whole_state():
         assert {id(p) for p in opt.state} == {id(p) for p in opt.owned_parameters()}, shard
         # Training on from the restored commit follows the reference from step 3.
         train(opt, model, ref_opt, reference, 3, first=3)
-        assert_same_params(model, reference, "elastic restore " + shard, tol=1e-4)
+        assert_same_params(model, reference, "elastic restore " + shard, tol=1e-6)
         # The payload (what the commit store holds) is the whole state.
         plain_model = make_model()
         plain = TorchState(model=plain_model, optimizer=make(plain_model.parameters()), epoch=0)
@@ -408,7 +408,7 @@ def check_elastic_torch_state_commits_and_restores_the_whole_state():
         assert sorted(loaded) == sorted(expected["state"]), shard
         for k, values in expected["state"].items():
             for key, value in values.items():
-                close(loaded[k][key], value, "payload %s %s %s" % (shard, k, key), 1e-4)
+                close(loaded[k][key], value, "payload %s %s %s" % (shard, k, key), 5e-6, floor=0.0)
 
 
 def check_reduce_lands_on_the_root_only():
