@@ -275,7 +275,9 @@ def check_16bit_tensors_round_once_per_step():
                 assert np.array_equal(out.view(np.uint16), first.view(np.uint16)), name
                 exact, ulp = _exactly_reduced_16bit(half, op_name, count, pre, n)
                 # n roundings, each off by half a unit of the largest value's place
-                np.testing.assert_allclose(out.astype(np.float64), exact * post, rtol=0.05,
+                # (sums), or by half an epsilon of the value itself (products)
+                np.testing.assert_allclose(out.astype(np.float64), exact * post,
+                                           rtol=n * float(ml_dtypes.finfo(half).eps),
                                            atol=n * ulp * max(post, 1.0), err_msg=name)
 
 
