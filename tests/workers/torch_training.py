@@ -14,7 +14,7 @@ import rank_harness as harness
 B = 4  # per-rank batch
 
 
-def close(a, b, what, tol=1e-5):
+def close(a, b, what, tol=1e-6):
     assert a.shape == b.shape, what
     err = (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
     assert err <= tol * max(1.0, b.double().abs().max().item()), "%s: max error %g" % (what, err)
@@ -35,7 +35,7 @@ def make_model(seed=0):
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
 
 
-def assert_same_params(model, reference, what, tol=1e-5):
+def assert_same_params(model, reference, what, tol=1e-6):
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
         close(p.detach(), q.detach(), "%s: %s" % (what, name), tol)
 
