@@ -53,6 +53,12 @@ def check_mismatched_shape_dtype_op_root_kind():
     inner = (2, 3) if r == 0 else (2, 4)
     _mismatch("mm.inner", lambda: fuseopt.allgather(np.ones(inner, np.int32), name="mm.inner"),
               "[2,3]", "[2,4]")
+    # A failed handle keeps its error: the second wait raises it again (an
+    # in-place handle, whose wait is a single native call when all goes well).
+    h = fuseopt.allreduce_async_(np.ones(shape, np.float32), name="mm.twice")
+    first = harness.expect_error(fuseopt.MismatchError, h.wait, "float32[3]", "float32[4]")
+    again = harness.expect_error(fuseopt.MismatchError, h.wait, "float32[3]", "float32[4]")
+    assert str(again) == str(first), (first, again)
     # The runtime stays usable afterwards.
     out = fuseopt.allreduce(np.full(2, r, np.float32), name="after.mismatch", op=fuseopt.Sum)
     assert_close(out, np.full(2, n * (n - 1) / 2, np.float32), "after mismatch")
