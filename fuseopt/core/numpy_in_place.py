@@ -32,7 +32,7 @@ def _on_ready_in_place(array, name, op, prescale, postscale, process_set, call):
     ready = _ready_in_place.pop(key, None)
     if ready is None:
         ready = new_ready(ALLREDUCE, name, array.dtype.name, array.shape, op, 0, prescale,
-                           postscale, process_set)
+                          postscale, process_set)
     req, _, handle = ready
     req.input = req.output = ptr
     try:

@@ -193,7 +193,7 @@ _ready_requests = {}
 
 
 def new_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
-               process_set):
+              process_set):
     """A ready request of this signature: (request, its template, handle id
     pointer). The template owns the name and shape arrays; the handle's id
     comes back in the third, allocated once per signature, not per call."""
