@@ -213,7 +213,7 @@ def _on_ready_request(call, collective, name, dtype, shape, input_ptr, output_pt
     ready = _ready_requests.pop(key, None)
     if ready is None:
         ready = new_ready(collective, name, dtype, shape, reduce_op, root, prescale, postscale,
-                           process_set)
+                          process_set)
     req, _, handle = ready
     req.input = input_ptr
     req.output = output_ptr
