@@ -183,7 +183,7 @@ def check_chained_learning_rate_callbacks():
     expected += [initial] * 5
     expected += [initial * 0.5 ** (e - 10) for e in range(10, 15)]
     expected += [initial / (e - 13) for e in range(15, 20)]
-    close(lrs, expected, "learning rate at each epoch's end", 1e-6)
+    close(lrs, expected, "learning rate at each epoch's end", 1e-7)
 
 
 def check_metric_average_callback_value():
