@@ -18,6 +18,9 @@ STEPS = 4
 # distributed fit matches the one-process reference to ~1e-16, so a float32
 # step anywhere on the way (~1e-8) fails them.
 FLOAT64_TOL = 1e-12
+# SyncBatchNormalization's statistics in float64 are off by ~2e-11 (its variance
+# is E[x^2] - E[x]^2, which cancels); a float32 step would still show (~1e-7).
+SYNC_BN_TOL = 1e-9
 
 
 def fit_pair(make_opt, passes=1, epochs=1, **dist_kwargs):
@@ -503,18 +506,20 @@ def check_sync_batch_normalization_uneven_batches():
             loss_ref = tf.reduce_sum(out_ref * probe)
             out = sync(mine, training=True)
             loss = tf.reduce_sum(out * probe[start:start + sizes[r]])
-        close(out, out_ref.numpy()[start:start + sizes[r]], "SyncBN forward step %d" % step, 1e-9)
+        close(out, out_ref.numpy()[start:start + sizes[r]], "SyncBN forward step %d" % step,
+              SYNC_BN_TOL)
         close(tape.gradient(loss, mine), tape.gradient(loss_ref, xt).numpy()[start:start + sizes[r]],
-              "SyncBN input gradient step %d" % step, 1e-9)
+              "SyncBN input gradient step %d" % step, SYNC_BN_TOL)
         g = tape.gradient(loss, sync.trainable_variables)
         g_ref = tape.gradient(loss_ref, ref.trainable_variables)
         for gi, gr in zip(g, g_ref):
-            close(hvd.allreduce(gi, op=hvd.Sum), gr, "SyncBN gamma/beta gradient (summed)", 1e-9)
-    close(sync.moving_mean, ref.moving_mean, "moving mean", 1e-9)
-    close(sync.moving_variance, ref.moving_variance, "moving variance", 1e-9)
+            close(hvd.allreduce(gi, op=hvd.Sum), gr, "SyncBN gamma/beta gradient (summed)",
+                  SYNC_BN_TOL)
+    close(sync.moving_mean, ref.moving_mean, "moving mean", SYNC_BN_TOL)
+    close(sync.moving_variance, ref.moving_variance, "moving variance", SYNC_BN_TOL)
     x = rng.normal(size=(sum(sizes), 5)).astype("float32")
     close(sync(x[start:start + sizes[r]], training=False), ref(x, training=False).numpy()[start:start + sizes[r]],
-          "SyncBN inference")
+          "SyncBN inference", SYNC_BN_TOL)
 
 
 def check_sync_batch_normalization_in_fit():
